@@ -1,0 +1,1 @@
+//! Candle reference of Gemma4Unified.

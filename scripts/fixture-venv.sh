@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Creates (or reuses) the pinned Python venv used only to regenerate fixtures.
+# Tests never need it. The venv lives outside the repository (~6 GB).
+# Usage: scripts/fixture-venv.sh  -> prints the venv's python path on the last line.
+set -euo pipefail
+VENV="${ONNX_PARITY_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/onnx-parity/fixture-venv}"
+PINS=(torch==2.15.0 transformers==5.14.1 mobius-onnx==0.1.0 onnxruntime==1.31.1 safetensors numpy pillow)
+STAMP="$VENV/.pins"
+want="${PINS[*]}"
+if [ -x "$VENV/bin/python" ] && [ "$(cat "$STAMP" 2>/dev/null)" = "$want" ]; then
+  echo "$VENV/bin/python"; exit 0
+fi
+echo "creating fixture venv at $VENV (pins: $want)" >&2
+python3 -m venv "$VENV"
+"$VENV/bin/python" -m pip install --quiet --upgrade pip >&2
+# CPU-only torch keeps the venv smaller when the index offers it; fall back to the default wheel.
+"$VENV/bin/python" -m pip install --quiet "${PINS[@]}" >&2
+echo "$want" > "$STAMP"
+echo "$VENV/bin/python"

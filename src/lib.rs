@@ -1,0 +1,14 @@
+//! onnx-parity: proves an ONNX export of a Gemma 4 model computes the same function as the model.
+//!
+//! Data flow (DESIGN §3): a [`case::Case`] names artifacts; both back ends (the candle reference
+//! and the ONNX Runtime pipeline) see the same inputs; [`compare`] turns their difference into a
+//! verdict per tier.
+
+pub mod case;
+pub mod compare;
+pub mod golden;
+pub mod hexfloat;
+pub mod onnx;
+pub mod report;
+pub mod tiers;
+pub mod tolerance;

@@ -1,0 +1,1 @@
+//! ONNX side: runtime provisioning, package layout, graph inspection.
