@@ -1,1 +1,154 @@
-fn main() {}
+//! `onnx-parity` command line: list cases, run tiers, (later) regenerate goldens and dump logits.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Instant;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use onnx_parity::case::{discover, Level};
+use onnx_parity::report::{CaseReport, LevelReport, RunMetadata, RunReport};
+use onnx_parity::tiers::{self, outcome::TierOutcome, RunOptions, ALL_LEVELS};
+
+#[derive(Parser)]
+#[command(name = "onnx-parity", version, about = "Proves an ONNX export of a Gemma 4 model computes the same function as the model")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// List the cases found under PATHs (case files or folders; default `cases/`), their levels
+    /// and parse errors. Exits 1 if any file is malformed.
+    List { paths: Vec<PathBuf> },
+    /// Run tiers on the cases under PATHs and print a verdict per case × tier.
+    Run {
+        paths: Vec<PathBuf>,
+        /// Comma-separated tiers to run, e.g. `L1,L3` (default: all).
+        #[arg(long, value_delimiter = ',')]
+        levels: Vec<String>,
+        /// Write the JSON report here.
+        #[arg(long)]
+        report: Option<PathBuf>,
+        /// Write a Markdown table here.
+        #[arg(long)]
+        markdown: Option<PathBuf>,
+        /// Folder with `<category>/<case>.json` goldens.
+        #[arg(long)]
+        goldens: Option<PathBuf>,
+    },
+}
+
+fn default_paths(paths: Vec<PathBuf>) -> Vec<PathBuf> {
+    if paths.is_empty() {
+        vec![PathBuf::from("cases")]
+    } else {
+        paths
+    }
+}
+
+fn parse_levels(names: &[String]) -> anyhow::Result<Vec<Level>> {
+    if names.is_empty() {
+        return Ok(ALL_LEVELS.to_vec());
+    }
+    names
+        .iter()
+        .map(|n| {
+            ALL_LEVELS
+                .iter()
+                .copied()
+                .find(|l| l.to_string().eq_ignore_ascii_case(n.trim()))
+                .with_context(|| format!("--levels: unknown tier {n:?}, expected L1..L5"))
+        })
+        .collect()
+}
+
+fn list(paths: Vec<PathBuf>) -> anyhow::Result<ExitCode> {
+    let found = discover(&default_paths(paths));
+    let mut bad = 0;
+    for (path, parsed) in &found {
+        match parsed {
+            Ok(case) => {
+                let levels = case.levels.iter().map(|l| l.to_string()).collect::<Vec<_>>().join(",");
+                let skip = case.skip_reason.as_deref().map(|r| format!("  [skip: {r}]")).unwrap_or_default();
+                println!("{}/{}  {}  {}  levels={levels}{skip}", case.category, case.name, case.model_type, case.dtype);
+            }
+            Err(e) => {
+                bad += 1;
+                println!("ERROR {}: {e}", path.display());
+            }
+        }
+    }
+    println!("{} cases, {} malformed", found.len() - bad, bad);
+    Ok(if bad > 0 || found.is_empty() { ExitCode::FAILURE } else { ExitCode::SUCCESS })
+}
+
+fn run(paths: Vec<PathBuf>, levels: Vec<String>, report: Option<PathBuf>, markdown: Option<PathBuf>, goldens: Option<PathBuf>) -> anyhow::Result<ExitCode> {
+    let levels = parse_levels(&levels)?;
+    let mut opts = RunOptions::from_env();
+    if let Some(g) = goldens {
+        opts.goldens_root = g;
+    }
+    let start = Instant::now();
+    let mut meta = RunMetadata::new(onnx_parity_execution_provider());
+    let mut cases = Vec::new();
+    let found = discover(&default_paths(paths));
+    if found.is_empty() {
+        anyhow::bail!("no case YAML found");
+    }
+    for (path, parsed) in found {
+        let (name, outcomes) = match parsed {
+            Err(e) => (path.display().to_string(), vec![LevelReport { level: "parse".into(), outcome: TierOutcome::fail(e.to_string()) }]),
+            Ok(case) => {
+                let mut v = Vec::new();
+                for &level in &levels {
+                    let outcome = match tiers::static_skip(&case, level, &opts) {
+                        Some(reason) => TierOutcome::skipped(reason),
+                        None => tiers::run_level(&case, level, &opts),
+                    };
+                    v.push(LevelReport { level: level.to_string(), outcome });
+                }
+                (format!("{}/{}", case.category, case.name), v)
+            }
+        };
+        cases.push(CaseReport { name, levels: outcomes });
+    }
+    meta.wall_s = start.elapsed().as_secs_f64();
+    let report_data = RunReport { cases, metadata: meta };
+    if let Some(p) = report {
+        report_data.write_json(&p)?;
+    }
+    if let Some(p) = markdown {
+        report_data.write_markdown(&p)?;
+    }
+    print!("{}", report_data.console_summary());
+    Ok(if report_data.ok() { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+}
+
+fn onnx_parity_execution_provider() -> &'static str {
+    if cfg!(feature = "cuda") {
+        "CUDAExecutionProvider (TF32 off)"
+    } else {
+        "CPUExecutionProvider"
+    }
+}
+
+fn main() -> ExitCode {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("ONNX_PARITY_LOG").unwrap_or_else(|_| "info".into()))
+        .with_writer(std::io::stderr)
+        .try_init();
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::List { paths } => list(paths),
+        Command::Run { paths, levels, report, markdown, goldens } => run(paths, levels, report, markdown, goldens),
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}

@@ -1,1 +1,8 @@
-//! ONNX side: runtime provisioning, package layout, graph inspection.
+//! The ONNX side: runtime provisioning, export package layout, graph inspection and the
+//! inference pipeline.
+
+pub mod contract;
+pub mod graph;
+pub mod package;
+pub mod proto;
+pub mod runtime;

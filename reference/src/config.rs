@@ -1,0 +1,944 @@
+//! `config.json` of `gemma4_unified` / `gemma4_unified_text`, with HF field names and defaults.
+//!
+//! Mirrors `configuration_gemma4_unified.py` (transformers 5.14.1), including `__post_init__`:
+//! default `layer_types` (5 sliding : 1 full), the last layer forced to `full_attention`, default
+//! per-layer-type `rope_parameters`. Values HF derives inside the modules (per-layer head_dim,
+//! KV heads, KV-sharing source, MLP width, RoPE spec) are methods here so the model files and the
+//! harness (L1/L2 contracts) share one definition.
+//!
+//! Fields that change numbers are either used by the model or rejected by
+//! [`Gemma4UnifiedTextConfig::validate`] with a named error; fields that do not change numbers at
+//! inference (`initializer_range`, `attention_dropout`, `use_cache`, `max_position_embeddings` for
+//! the non-dynamic RoPE types implemented here, token ids other than pad/image/video/audio) are
+//! parsed and documented as unused. Unknown keys are kept in `other` (HF stores them as plain
+//! attributes that no Gemma4Unified module reads) and logged.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::error::{Error, Result};
+
+/// Attention type of a decoder layer (`layer_types` entries).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum LayerType {
+    /// `"sliding_attention"`: local attention over the last `sliding_window` positions, default RoPE.
+    #[serde(rename = "sliding_attention")]
+    Sliding,
+    /// `"full_attention"`: global attention, `global_head_dim`, proportional RoPE by default.
+    #[serde(rename = "full_attention")]
+    Full,
+}
+
+impl LayerType {
+    /// The HF string (also the key in `rope_parameters` and in HF's mask mapping).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LayerType::Sliding => "sliding_attention",
+            LayerType::Full => "full_attention",
+        }
+    }
+
+    /// Both layer types, in a fixed order (for per-type tables).
+    pub const ALL: [LayerType; 2] = [LayerType::Sliding, LayerType::Full];
+}
+
+/// `use_bidirectional_attention` values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BidirectionalAttention {
+    /// Vision tokens attend bidirectionally within their block; text stays causal.
+    Vision,
+    /// Every token attends bidirectionally (rejected: see [`Error::BidirectionalAll`]).
+    All,
+}
+
+/// `eos_token_id` may be one id or a list.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum TokenIds {
+    One(i64),
+    Many(Vec<i64>),
+}
+
+impl TokenIds {
+    /// The ids as a list.
+    pub fn to_vec(&self) -> Vec<i64> {
+        match self {
+            TokenIds::One(id) => vec![*id],
+            TokenIds::Many(ids) => ids.clone(),
+        }
+    }
+}
+
+/// One entry of `rope_parameters` (keyed by layer type).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RopeParameters {
+    /// `"default"` or `"proportional"` (others are rejected). BC alias `type`.
+    #[serde(alias = "type", default = "default_rope_type")]
+    pub rope_type: String,
+    /// Base wavelength; HF has no fallback for Gemma4Unified, so it is required.
+    #[serde(default)]
+    pub rope_theta: Option<f64>,
+    /// Proportional RoPE: fraction of the head's angle pairs that rotate (HF default 1.0).
+    #[serde(default)]
+    pub partial_rotary_factor: Option<f64>,
+    /// Proportional RoPE: inverse frequencies are divided by it (HF default 1.0).
+    #[serde(default)]
+    pub factor: Option<f64>,
+    /// Keys no implemented RoPE type reads.
+    #[serde(flatten)]
+    pub other: BTreeMap<String, Value>,
+}
+
+fn default_rope_type() -> String {
+    "default".to_string()
+}
+
+/// RoPE kinds this reference implements.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RopeKind {
+    /// `compute_default_rope_parameters`: `1 / theta^(2i/dim)` over `head_dim`.
+    Default,
+    /// `_compute_proportional_rope_parameters`: only `partial_rotary_factor` of the angle pairs
+    /// rotate, the rest get frequency 0; exponents are over the full head dim.
+    Proportional,
+}
+
+/// Fully resolved RoPE of one layer type.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RopeSpec {
+    pub kind: RopeKind,
+    pub theta: f64,
+    /// Dimension HF computes the frequencies over (see [`Gemma4UnifiedTextConfig::rope`]).
+    pub dim: usize,
+    /// Proportional only (1.0 for default).
+    pub partial_rotary_factor: f64,
+    /// Proportional only (1.0 for default).
+    pub factor: f64,
+}
+
+/// Activations accepted for `hidden_activation` (HF `ACT2FN` names).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Activation {
+    /// `gelu_pytorch_tanh` (Gemma's): `0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³)))`.
+    GeluPytorchTanh,
+    /// `gelu`: exact erf GELU.
+    Gelu,
+    /// `silu` / `swish`.
+    Silu,
+    /// `relu`.
+    Relu,
+}
+
+impl Activation {
+    fn parse(name: &str) -> Result<Self> {
+        Ok(match name {
+            "gelu_pytorch_tanh" => Activation::GeluPytorchTanh,
+            "gelu" => Activation::Gelu,
+            "silu" | "swish" => Activation::Silu,
+            "relu" => Activation::Relu,
+            other => {
+                return Err(Error::config(
+                    "hidden_activation",
+                    other,
+                    "not implemented (gelu_pytorch_tanh, gelu, silu, swish, relu are)",
+                ))
+            }
+        })
+    }
+}
+
+fn d_vision() -> Option<BidirectionalAttention> {
+    Some(BidirectionalAttention::Vision)
+}
+
+/// `Gemma4UnifiedTextConfig` (`model_type: gemma4_unified_text`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Gemma4UnifiedTextConfig {
+    pub vocab_size: usize,
+    pub hidden_size: usize,
+    /// MLP width (doubled on KV-shared layers when `use_double_wide_mlp`).
+    pub intermediate_size: usize,
+    pub num_hidden_layers: usize,
+    pub num_attention_heads: usize,
+    /// KV heads of sliding layers, and of full layers unless `attention_k_eq_v`.
+    pub num_key_value_heads: usize,
+    /// Head dim of sliding layers (and of full layers when `global_head_dim` is null/0).
+    pub head_dim: usize,
+    pub hidden_activation: String,
+    /// Unused: only dynamic RoPE types read it, and those are rejected.
+    pub max_position_embeddings: usize,
+    /// Unused at inference (initialisation only).
+    pub initializer_range: f64,
+    pub rms_norm_eps: f64,
+    /// Unused (the reference always caches during greedy decoding).
+    pub use_cache: bool,
+    /// Embedding row that replaces image/video/audio placeholders before the features are
+    /// scattered in (HF `Gemma4UnifiedModel.forward`).
+    pub pad_token_id: Option<i64>,
+    /// Informational: the caller passes EOS ids to `greedy` explicitly.
+    pub eos_token_id: Option<TokenIds>,
+    /// Informational.
+    pub bos_token_id: Option<i64>,
+    /// Tying rule of `gemma4_unified_text` checkpoints (the composite uses its top-level flag).
+    pub tie_word_embeddings: bool,
+    /// Per-layer-type RoPE; filled by `post_init` when null.
+    pub rope_parameters: Option<BTreeMap<String, Option<RopeParameters>>>,
+    /// q/k/v/o projections carry biases.
+    pub attention_bias: bool,
+    /// Unused at inference.
+    pub attention_dropout: f64,
+    /// Exclusive window: key j visible from query i iff `i - j < sliding_window`.
+    pub sliding_window: usize,
+    /// Filled by `post_init` when null; last entry forced to full attention.
+    pub layer_types: Option<Vec<LayerType>>,
+    /// `tanh(x / c) · c` on the logits when set.
+    pub final_logit_softcapping: Option<f64>,
+    #[serde(default = "d_vision")]
+    pub use_bidirectional_attention: Option<BidirectionalAttention>,
+    /// KV heads of full layers when `attention_k_eq_v` (HF ignores it otherwise).
+    pub num_global_key_value_heads: Option<usize>,
+    /// Head dim of full layers (null or 0 falls back to `head_dim`, as HF's `or` does).
+    pub global_head_dim: Option<usize>,
+    /// Full layers have no `v_proj`: values are the raw `k_proj` output.
+    pub attention_k_eq_v: bool,
+    /// The last `num_kv_shared_layers` layers reuse K/V of the last non-shared layer of their type.
+    pub num_kv_shared_layers: usize,
+    /// KV-shared layers have a 2× wide MLP.
+    pub use_double_wide_mlp: bool,
+    /// Keys that are not fields of `Gemma4UnifiedTextConfig` (HF keeps them as inert attributes).
+    #[serde(flatten)]
+    pub other: BTreeMap<String, Value>,
+}
+
+impl Default for Gemma4UnifiedTextConfig {
+    /// The dataclass defaults of `Gemma4UnifiedTextConfig` (before `__post_init__`).
+    fn default() -> Self {
+        Self {
+            vocab_size: 262_144,
+            hidden_size: 2304,
+            intermediate_size: 9216,
+            num_hidden_layers: 30,
+            num_attention_heads: 8,
+            num_key_value_heads: 4,
+            head_dim: 256,
+            hidden_activation: "gelu_pytorch_tanh".to_string(),
+            max_position_embeddings: 262_144,
+            initializer_range: 0.02,
+            rms_norm_eps: 1e-6,
+            use_cache: true,
+            pad_token_id: Some(0),
+            eos_token_id: Some(TokenIds::One(1)),
+            bos_token_id: Some(2),
+            tie_word_embeddings: true,
+            rope_parameters: None,
+            attention_bias: false,
+            attention_dropout: 0.0,
+            sliding_window: 1024,
+            layer_types: None,
+            final_logit_softcapping: None,
+            use_bidirectional_attention: Some(BidirectionalAttention::Vision),
+            num_global_key_value_heads: None,
+            global_head_dim: Some(512),
+            attention_k_eq_v: false,
+            num_kv_shared_layers: 0,
+            use_double_wide_mlp: false,
+            other: BTreeMap::new(),
+        }
+    }
+}
+
+/// Keys every `PreTrainedConfig` may carry that never change the computed function.
+const INERT_KEYS: &[&str] = &[
+    "model_type",
+    "architectures",
+    "dtype",
+    "torch_dtype",
+    "transformers_version",
+    "_name_or_path",
+    "output_hidden_states",
+    "output_attentions",
+    "return_dict",
+    "is_encoder_decoder",
+    "chunk_size_feed_forward",
+    "id2label",
+    "label2id",
+    "problem_type",
+    "tokenizer_class",
+    "_attn_implementation_autoset",
+];
+
+fn log_unknown_keys(section: &str, other: &BTreeMap<String, Value>) {
+    for key in other.keys().filter(|k| !INERT_KEYS.contains(&k.as_str())) {
+        tracing::debug!(section, key, "config key not read by Gemma4Unified (HF ignores it too)");
+    }
+}
+
+impl Gemma4UnifiedTextConfig {
+    /// HF `__post_init__`: default `layer_types` (every 6th layer full), last layer forced to
+    /// `full_attention`, default `rope_parameters`. Rejects `use_bidirectional_attention: "all"`
+    /// (see [`Error::BidirectionalAll`]). Idempotent.
+    pub fn post_init(&mut self) -> Result<()> {
+        if self.use_bidirectional_attention == Some(BidirectionalAttention::All) {
+            return Err(Error::BidirectionalAll);
+        }
+        let layer_types = self.layer_types.get_or_insert_with(|| {
+            (0..self.num_hidden_layers)
+                .map(|i| {
+                    if (i + 1) % 6 != 0 {
+                        LayerType::Sliding
+                    } else {
+                        LayerType::Full
+                    }
+                })
+                .collect()
+        });
+        if let Some(last) = layer_types.last_mut() {
+            if *last != LayerType::Full {
+                tracing::warn!("last layer must use full_attention; forcing it (as HF does)");
+                *last = LayerType::Full;
+            }
+        }
+        if self.rope_parameters.is_none() {
+            let mut map = BTreeMap::new();
+            map.insert(
+                "sliding_attention".to_string(),
+                Some(RopeParameters {
+                    rope_type: "default".to_string(),
+                    rope_theta: Some(10_000.0),
+                    partial_rotary_factor: None,
+                    factor: None,
+                    other: BTreeMap::new(),
+                }),
+            );
+            map.insert(
+                "full_attention".to_string(),
+                Some(RopeParameters {
+                    rope_type: "proportional".to_string(),
+                    rope_theta: Some(1_000_000.0),
+                    partial_rotary_factor: Some(0.25),
+                    factor: None,
+                    other: BTreeMap::new(),
+                }),
+            );
+            self.rope_parameters = Some(map);
+        }
+        Ok(())
+    }
+
+    /// Checks every numerically relevant field; call after [`Self::post_init`].
+    pub fn validate(&self) -> Result<()> {
+        log_unknown_keys("text_config", &self.other);
+        Activation::parse(&self.hidden_activation)?;
+        let layer_types = self.layer_types()?;
+        if layer_types.len() != self.num_hidden_layers {
+            return Err(Error::config(
+                "layer_types",
+                layer_types.len(),
+                format!("must have num_hidden_layers = {} entries", self.num_hidden_layers),
+            ));
+        }
+        for (field, v) in [
+            ("vocab_size", self.vocab_size),
+            ("hidden_size", self.hidden_size),
+            ("intermediate_size", self.intermediate_size),
+            ("num_hidden_layers", self.num_hidden_layers),
+            ("num_attention_heads", self.num_attention_heads),
+            ("num_key_value_heads", self.num_key_value_heads),
+            ("head_dim", self.head_dim),
+            ("sliding_window", self.sliding_window),
+        ] {
+            if v == 0 {
+                return Err(Error::config(field, v, "must be positive"));
+            }
+        }
+        if !(self.rms_norm_eps.is_finite() && self.rms_norm_eps >= 0.0) {
+            return Err(Error::config("rms_norm_eps", self.rms_norm_eps, "must be finite, ≥ 0"));
+        }
+        if let Some(c) = self.final_logit_softcapping {
+            if !(c.is_finite() && c > 0.0) {
+                return Err(Error::config(
+                    "final_logit_softcapping",
+                    c,
+                    "must be positive (HF divides by it: 0 gives NaN logits)",
+                ));
+            }
+        }
+        if self.num_kv_shared_layers > self.num_hidden_layers {
+            return Err(Error::config(
+                "num_kv_shared_layers",
+                self.num_kv_shared_layers,
+                format!(
+                    "exceeds num_hidden_layers = {}; HF's shared-layer index arithmetic breaks",
+                    self.num_hidden_layers
+                ),
+            ));
+        }
+        let used: Vec<LayerType> = {
+            let mut v = layer_types.to_vec();
+            v.sort();
+            v.dedup();
+            v
+        };
+        for &lt in &used {
+            let kv = self.num_kv_heads(lt)?;
+            if kv == 0 || self.num_attention_heads % kv != 0 {
+                return Err(Error::config(
+                    if self.uses_k_eq_v(lt) {
+                        "num_global_key_value_heads"
+                    } else {
+                        "num_key_value_heads"
+                    },
+                    kv,
+                    format!(
+                        "must divide num_attention_heads = {} ({} layers)",
+                        self.num_attention_heads,
+                        lt.as_str()
+                    ),
+                ));
+            }
+            if self.head_dim(lt) % 2 != 0 {
+                return Err(Error::config(
+                    "head_dim",
+                    self.head_dim(lt),
+                    "rotate_half needs an even head dim",
+                ));
+            }
+            let rope = self.rope(lt)?;
+            if rope.dim != self.head_dim(lt) {
+                return Err(Error::config(
+                    "rope_parameters",
+                    lt.as_str(),
+                    format!(
+                        "RoPE for {} is computed over {} dims but the layer's head dim is {}; \
+                         HF fails to broadcast cos/sin (default RoPE always uses head_dim, only \
+                         proportional RoPE on full layers uses global_head_dim)",
+                        lt.as_str(),
+                        rope.dim,
+                        self.head_dim(lt)
+                    ),
+                ));
+            }
+        }
+        if let Some(map) = &self.rope_parameters {
+            for key in map.keys() {
+                if !used.iter().any(|lt| lt.as_str() == key) {
+                    return Err(Error::config(
+                        "rope_parameters",
+                        key,
+                        "keys must be layer types present in layer_types (HF otherwise treats \
+                         the dict as one global RoPE and cannot find the per-type entries)",
+                    ));
+                }
+            }
+        }
+        for layer in self.first_kv_shared_layer()..self.num_hidden_layers {
+            self.kv_source_layer(layer)?;
+        }
+        Ok(())
+    }
+
+    /// `layer_types` after `post_init`.
+    pub fn layer_types(&self) -> Result<&[LayerType]> {
+        self.layer_types
+            .as_deref()
+            .ok_or_else(|| Error::config("layer_types", "null", "post_init was not run"))
+    }
+
+    /// Attention type of layer `i`.
+    pub fn layer_type(&self, i: usize) -> LayerType {
+        self.layer_types
+            .as_ref()
+            .and_then(|t| t.get(i).copied())
+            .unwrap_or(LayerType::Sliding)
+    }
+
+    /// Parsed `hidden_activation`.
+    pub fn activation(&self) -> Result<Activation> {
+        Activation::parse(&self.hidden_activation)
+    }
+
+    /// Head dim of a layer type: `global_head_dim if not sliding and global_head_dim else head_dim`.
+    pub fn head_dim(&self, lt: LayerType) -> usize {
+        match (lt, self.global_head_dim) {
+            (LayerType::Full, Some(g)) if g > 0 => g,
+            _ => self.head_dim,
+        }
+    }
+
+    /// Whether full layers run "alternative attention" (`attention_k_eq_v`: no `v_proj`).
+    pub fn uses_k_eq_v(&self, lt: LayerType) -> bool {
+        self.attention_k_eq_v && lt == LayerType::Full
+    }
+
+    /// KV heads of a layer type. HF only reads `num_global_key_value_heads` together with
+    /// `attention_k_eq_v`; without it full layers use `num_key_value_heads`. With it and a
+    /// null value HF fails (`num_attention_heads // None`), hence the error.
+    pub fn num_kv_heads(&self, lt: LayerType) -> Result<usize> {
+        if self.uses_k_eq_v(lt) {
+            self.num_global_key_value_heads.ok_or_else(|| {
+                Error::config(
+                    "num_global_key_value_heads",
+                    "null",
+                    "required when attention_k_eq_v is true (HF computes \
+                     num_attention_heads // num_global_key_value_heads)",
+                )
+            })
+        } else {
+            Ok(self.num_key_value_heads)
+        }
+    }
+
+    /// Index of the first KV-shared layer (`num_hidden_layers` when there is no sharing).
+    pub fn first_kv_shared_layer(&self) -> usize {
+        self.num_hidden_layers.saturating_sub(self.num_kv_shared_layers)
+    }
+
+    /// Whether layer `i` reuses another layer's K/V (and so has no k/v projections).
+    pub fn is_kv_shared(&self, i: usize) -> bool {
+        i >= self.first_kv_shared_layer()
+    }
+
+    /// The layer whose K/V a shared layer reads: the last non-shared layer of the same type
+    /// (HF's `store_full_length_kv`). `Ok(None)` for non-shared layers.
+    pub fn kv_source_layer(&self, i: usize) -> Result<Option<usize>> {
+        if !self.is_kv_shared(i) {
+            return Ok(None);
+        }
+        let lt = self.layer_type(i);
+        (0..self.first_kv_shared_layer())
+            .rev()
+            .find(|&j| self.layer_type(j) == lt)
+            .map(Some)
+            .ok_or(Error::KvSharedLayerWithoutSource {
+                layer: i,
+                layer_type: lt.as_str(),
+                num_kv_shared_layers: self.num_kv_shared_layers,
+            })
+    }
+
+    /// MLP width of layer `i`. HF's MLP tests `layer_idx >= first_kv_shared_layer_idx > 0`
+    /// (note `> 0`, unlike the attention's `>= 0`).
+    pub fn intermediate_size_for(&self, i: usize) -> usize {
+        let first = self.first_kv_shared_layer();
+        let shared = i >= first && first > 0;
+        if self.use_double_wide_mlp && shared {
+            self.intermediate_size * 2
+        } else {
+            self.intermediate_size
+        }
+    }
+
+    /// Embedding scale: HF stores `hidden_size**0.5` in a float32 buffer and multiplies in the
+    /// weight dtype, so the f64 square root rounded once to f32 (55.4256… for 3072, not the
+    /// bf16 55.5 the HF comment mentions, since the reference runs in f32).
+    pub fn embed_scale(&self) -> f32 {
+        (self.hidden_size as f64).sqrt() as f32
+    }
+
+    /// Resolved RoPE of a layer type, following `Gemma4UnifiedTextRotaryEmbedding.__init__`:
+    /// default RoPE uses `head_dim` (even on full layers); proportional RoPE uses
+    /// `global_head_dim` on full layers (`head_dim_key`), `head_dim` elsewhere, each with
+    /// `or hidden_size // num_attention_heads` as HF's fallback for a null/0 value.
+    pub fn rope(&self, lt: LayerType) -> Result<RopeSpec> {
+        let map = self
+            .rope_parameters
+            .as_ref()
+            .ok_or_else(|| Error::config("rope_parameters", "null", "post_init was not run"))?;
+        let params = map.get(lt.as_str()).and_then(|p| p.as_ref()).ok_or_else(|| {
+            Error::config(
+                "rope_parameters",
+                lt.as_str(),
+                "no entry for this layer type (HF raises KeyError / has no rotary buffers)",
+            )
+        })?;
+        let theta = params.rope_theta.ok_or_else(|| {
+            Error::config("rope_parameters", lt.as_str(), "rope_theta is required")
+        })?;
+        let fallback = self.hidden_size / self.num_attention_heads.max(1);
+        match params.rope_type.as_str() {
+            "default" => Ok(RopeSpec {
+                kind: RopeKind::Default,
+                theta,
+                dim: if self.head_dim > 0 { self.head_dim } else { fallback },
+                partial_rotary_factor: 1.0,
+                factor: 1.0,
+            }),
+            "proportional" => {
+                let dim = match lt {
+                    LayerType::Full => self.global_head_dim.filter(|&g| g > 0).unwrap_or(fallback),
+                    LayerType::Sliding => self.head_dim,
+                };
+                let prf = params.partial_rotary_factor.unwrap_or(1.0);
+                if !(0.0..=1.0).contains(&prf) {
+                    return Err(Error::config(
+                        "rope_parameters",
+                        prf,
+                        "partial_rotary_factor must lie in [0, 1]",
+                    ));
+                }
+                let factor = params.factor.unwrap_or(1.0);
+                if !(factor.is_finite() && factor > 0.0) {
+                    return Err(Error::config("rope_parameters", factor, "factor must be > 0"));
+                }
+                Ok(RopeSpec {
+                    kind: RopeKind::Proportional,
+                    theta,
+                    dim,
+                    partial_rotary_factor: prf,
+                    factor,
+                })
+            }
+            other => Err(Error::config(
+                "rope_parameters",
+                format!("{}.rope_type = {other}", lt.as_str()),
+                "only default and proportional RoPE are implemented",
+            )),
+        }
+    }
+}
+
+/// `Gemma4UnifiedVisionConfig` (encoder-free embedder).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Gemma4UnifiedVisionConfig {
+    pub patch_size: usize,
+    pub pooling_kernel_size: usize,
+    /// Width of the patch Dense projection and the position table.
+    pub mm_embed_dim: usize,
+    /// Rows of the factorised position table `[mm_posemb_size, 2, mm_embed_dim]`.
+    pub mm_posemb_size: usize,
+    /// eps of the scale-free RMSNorm before the final projection (the LayerNorms use 1e-5).
+    pub rms_norm_eps: f64,
+    /// Input width of `embedding_projection`; must equal `mm_embed_dim` for HF to run.
+    pub output_proj_dims: usize,
+    /// Unused at inference.
+    pub initializer_range: f64,
+    #[serde(flatten)]
+    pub other: BTreeMap<String, Value>,
+}
+
+impl Default for Gemma4UnifiedVisionConfig {
+    fn default() -> Self {
+        Self {
+            patch_size: 16,
+            pooling_kernel_size: 3,
+            mm_embed_dim: 3840,
+            mm_posemb_size: 1120,
+            rms_norm_eps: 1e-6,
+            output_proj_dims: 3840,
+            initializer_range: 0.02,
+            other: BTreeMap::new(),
+        }
+    }
+}
+
+impl Gemma4UnifiedVisionConfig {
+    /// `patch_size * pooling_kernel_size`: side of a merged model patch in pixels.
+    pub fn model_patch_size(&self) -> usize {
+        self.patch_size * self.pooling_kernel_size
+    }
+
+    /// Raw pixel values per merged patch: `model_patch_size² · 3`.
+    pub fn patch_dim(&self) -> usize {
+        self.model_patch_size() * self.model_patch_size() * 3
+    }
+
+    /// Checks the fields HF's embedder needs to be shape-consistent.
+    pub fn validate(&self) -> Result<()> {
+        log_unknown_keys("vision_config", &self.other);
+        for (field, v) in [
+            ("patch_size", self.patch_size),
+            ("pooling_kernel_size", self.pooling_kernel_size),
+            ("mm_embed_dim", self.mm_embed_dim),
+            ("mm_posemb_size", self.mm_posemb_size),
+        ] {
+            if v == 0 {
+                return Err(Error::config(field, v, "must be positive"));
+            }
+        }
+        if self.output_proj_dims != self.mm_embed_dim {
+            return Err(Error::config(
+                "output_proj_dims",
+                self.output_proj_dims,
+                format!(
+                    "must equal mm_embed_dim = {}: the projection consumes the embedder's \
+                     mm_embed_dim-wide output (HF fails at the matmul otherwise)",
+                    self.mm_embed_dim
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
+
+fn d_true() -> bool {
+    true
+}
+fn d_image() -> Option<i64> {
+    Some(258_880)
+}
+fn d_video() -> Option<i64> {
+    Some(258_884)
+}
+fn d_audio() -> Option<i64> {
+    Some(258_881)
+}
+
+/// `Gemma4UnifiedConfig` (`model_type: gemma4_unified`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Gemma4UnifiedConfig {
+    /// Null means HF's default text config.
+    #[serde(default)]
+    pub text_config: Option<Gemma4UnifiedTextConfig>,
+    /// Null means no vision embedder (image inputs are then an error).
+    #[serde(default)]
+    pub vision_config: Option<Gemma4UnifiedVisionConfig>,
+    /// Kept as raw JSON and ignored: the reference takes no audio inputs. Audio placeholder
+    /// tokens still become the pad embedding, exactly as in HF without `input_features`.
+    #[serde(default)]
+    pub audio_config: Option<Value>,
+    #[serde(default = "d_image")]
+    pub image_token_id: Option<i64>,
+    #[serde(default = "d_video")]
+    pub video_token_id: Option<i64>,
+    #[serde(default = "d_audio")]
+    pub audio_token_id: Option<i64>,
+    /// Informational (the processor inserts them).
+    #[serde(default)]
+    pub boi_token_id: Option<i64>,
+    #[serde(default)]
+    pub eoi_token_id: Option<i64>,
+    /// Tying rule of `Gemma4UnifiedForConditionalGeneration` (the top-level flag, not the text
+    /// config's, decides `lm_head.weight ← embed_tokens.weight`).
+    #[serde(default = "d_true")]
+    pub tie_word_embeddings: bool,
+    #[serde(flatten)]
+    pub other: BTreeMap<String, Value>,
+}
+
+/// A parsed `config.json` of either supported model type.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ModelConfig {
+    /// `gemma4_unified`: `Gemma4UnifiedForConditionalGeneration`.
+    Unified(Gemma4UnifiedConfig),
+    /// `gemma4_unified_text`: `Gemma4UnifiedForCausalLM` (text only).
+    Text(Gemma4UnifiedTextConfig),
+}
+
+impl ModelConfig {
+    /// Reads, post-inits and validates `config.json`.
+    pub fn from_file(path: &Path) -> Result<Self> {
+        let text = std::fs::read_to_string(path).map_err(|source| Error::Io {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Self::from_json_str(&text).map_err(|e| match e {
+            Error::Json { source, .. } => Error::Json {
+                path: path.to_path_buf(),
+                source,
+            },
+            other => other,
+        })
+    }
+
+    /// Parses, post-inits and validates a config JSON string.
+    pub fn from_json_str(text: &str) -> Result<Self> {
+        let json_err = |source| Error::Json {
+            path: "config.json".into(),
+            source,
+        };
+        let value: Value = serde_json::from_str(text).map_err(json_err)?;
+        let model_type = value
+            .get("model_type")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string();
+        let mut cfg = match model_type.as_str() {
+            "gemma4_unified" => {
+                ModelConfig::Unified(serde_json::from_value(value).map_err(json_err)?)
+            }
+            "gemma4_unified_text" => {
+                ModelConfig::Text(serde_json::from_value(value).map_err(json_err)?)
+            }
+            _ => return Err(Error::UnsupportedModelType(model_type)),
+        };
+        cfg.post_init()?;
+        cfg.validate()?;
+        Ok(cfg)
+    }
+
+    fn post_init(&mut self) -> Result<()> {
+        match self {
+            ModelConfig::Unified(c) => c
+                .text_config
+                .get_or_insert_with(Gemma4UnifiedTextConfig::default)
+                .post_init(),
+            ModelConfig::Text(t) => t.post_init(),
+        }
+    }
+
+    fn validate(&self) -> Result<()> {
+        self.text().validate()?;
+        if let ModelConfig::Unified(c) = self {
+            log_unknown_keys("config", &c.other);
+            if self.text().pad_token_id.is_none() {
+                return Err(Error::config(
+                    "pad_token_id",
+                    "null",
+                    "Gemma4UnifiedModel.forward embeds placeholders as pad_token_id                      (torch.where with None fails on every call)",
+                ));
+            }
+            if let Some(v) = &c.vision_config {
+                v.validate()?;
+            }
+        }
+        Ok(())
+    }
+
+    /// HF `model_type` string.
+    pub fn model_type(&self) -> &'static str {
+        match self {
+            ModelConfig::Unified(_) => "gemma4_unified",
+            ModelConfig::Text(_) => "gemma4_unified_text",
+        }
+    }
+
+    /// The text decoder's config (`get_text_config()`).
+    pub fn text(&self) -> &Gemma4UnifiedTextConfig {
+        static DEFAULT: std::sync::OnceLock<Gemma4UnifiedTextConfig> = std::sync::OnceLock::new();
+        match self {
+            ModelConfig::Unified(c) => c.text_config.as_ref().unwrap_or_else(|| {
+                // post_init always fills text_config; this only guards a hand-built value.
+                DEFAULT.get_or_init(|| {
+                    let mut t = Gemma4UnifiedTextConfig::default();
+                    // The default config post-inits without error.
+                    let _ = t.post_init();
+                    t
+                })
+            }),
+            ModelConfig::Text(t) => t,
+        }
+    }
+
+    /// The vision embedder's config, if the model has one.
+    pub fn vision(&self) -> Option<&Gemma4UnifiedVisionConfig> {
+        match self {
+            ModelConfig::Unified(c) => c.vision_config.as_ref(),
+            ModelConfig::Text(_) => None,
+        }
+    }
+
+    /// Whether `lm_head.weight` falls back to the token embedding when absent.
+    pub fn tie_word_embeddings(&self) -> bool {
+        match self {
+            ModelConfig::Unified(c) => c.tie_word_embeddings,
+            ModelConfig::Text(t) => t.tie_word_embeddings,
+        }
+    }
+
+    /// Placeholder ids HF replaces by `pad_token_id` before embedding (image, video, audio).
+    pub fn placeholder_ids(&self) -> Vec<i64> {
+        match self {
+            ModelConfig::Unified(c) => [c.image_token_id, c.video_token_id, c.audio_token_id]
+                .into_iter()
+                .flatten()
+                .collect(),
+            ModelConfig::Text(_) => Vec::new(),
+        }
+    }
+
+    /// The image placeholder id (`image_token_id`).
+    pub fn image_token_id(&self) -> Option<i64> {
+        match self {
+            ModelConfig::Unified(c) => c.image_token_id,
+            ModelConfig::Text(_) => None,
+        }
+    }
+
+    /// Weight-name prefix of the text decoder in the checkpoint.
+    pub fn text_prefix(&self) -> &'static str {
+        match self {
+            ModelConfig::Unified(_) => "model.language_model",
+            ModelConfig::Text(_) => "model",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn text(json: &str) -> Result<ModelConfig> {
+        ModelConfig::from_json_str(json)
+    }
+
+    /// Guards HF's `__post_init__`: 5:1 pattern, last layer forced full, default RoPE.
+    #[test]
+    fn post_init_defaults() -> Result<()> {
+        let cfg = text(r#"{"model_type":"gemma4_unified_text","num_hidden_layers":8,"head_dim":16,"global_head_dim":32}"#)?;
+        let t = cfg.text();
+        use LayerType::*;
+        assert_eq!(t.layer_types()?, &[Sliding, Sliding, Sliding, Sliding, Sliding, Full, Sliding, Full]);
+        assert_eq!(t.rope(Sliding)?.kind, RopeKind::Default);
+        assert_eq!(t.rope(Full)?.kind, RopeKind::Proportional);
+        assert_eq!(t.rope(Full)?.dim, 32);
+        assert_eq!(t.use_bidirectional_attention, Some(BidirectionalAttention::Vision));
+        Ok(())
+    }
+
+    /// Guards that an explicit null differs from an absent key (null = no block overlay).
+    #[test]
+    fn explicit_null_bidirectional() -> Result<()> {
+        let cfg = text(r#"{"model_type":"gemma4_unified_text","num_hidden_layers":2,"use_bidirectional_attention":null,"global_head_dim":256}"#)?;
+        assert_eq!(cfg.text().use_bidirectional_attention, None);
+        Ok(())
+    }
+
+    /// Guards the named rejections of configs HF cannot run.
+    #[test]
+    fn rejections() {
+        let all = text(r#"{"model_type":"gemma4_unified_text","use_bidirectional_attention":"all"}"#);
+        assert!(matches!(all, Err(Error::BidirectionalAll)));
+        // Two layers, both shared: no source layer.
+        let no_src = text(r#"{"model_type":"gemma4_unified_text","num_hidden_layers":2,"num_kv_shared_layers":2,"global_head_dim":256}"#);
+        assert!(matches!(no_src, Err(Error::KvSharedLayerWithoutSource { layer: 0, .. })));
+        // Shared full layer 3 with only sliding layers before the shared block.
+        let no_full_src = text(r#"{"model_type":"gemma4_unified_text","num_hidden_layers":4,"num_kv_shared_layers":2,"global_head_dim":256,
+            "layer_types":["sliding_attention","sliding_attention","sliding_attention","full_attention"]}"#);
+        assert!(matches!(no_full_src, Err(Error::KvSharedLayerWithoutSource { layer: 3, .. })));
+        let keqv = text(r#"{"model_type":"gemma4_unified_text","num_hidden_layers":2,"attention_k_eq_v":true,"global_head_dim":256}"#);
+        assert!(matches!(keqv, Err(Error::UnsupportedConfig { field: "num_global_key_value_heads", .. })));
+        let yarn = text(r#"{"model_type":"gemma4_unified_text","num_hidden_layers":1,"global_head_dim":256,
+            "rope_parameters":{"full_attention":{"rope_type":"yarn","rope_theta":1e6}}}"#);
+        assert!(matches!(yarn, Err(Error::UnsupportedConfig { field: "rope_parameters", .. })));
+        let act = text(r#"{"model_type":"gemma4_unified_text","hidden_activation":"gelu_new"}"#);
+        assert!(matches!(act, Err(Error::UnsupportedConfig { field: "hidden_activation", .. })));
+        // Default RoPE on full layers runs over head_dim, which mismatches global_head_dim.
+        let rope_dim = text(r#"{"model_type":"gemma4_unified_text","num_hidden_layers":1,"head_dim":16,"global_head_dim":32,
+            "rope_parameters":{"full_attention":{"rope_type":"default","rope_theta":1e6}}}"#);
+        assert!(matches!(rope_dim, Err(Error::UnsupportedConfig { field: "rope_parameters", .. })));
+        let unknown = text(r#"{"model_type":"gemma4"}"#);
+        assert!(matches!(unknown, Err(Error::UnsupportedModelType(_))));
+    }
+
+    /// Guards the KV-sharing source rule and the MLP's `> 0` test.
+    #[test]
+    fn kv_sharing_sources() -> Result<()> {
+        let cfg = text(r#"{"model_type":"gemma4_unified_text","num_hidden_layers":6,"num_kv_shared_layers":3,
+            "use_double_wide_mlp":true,"intermediate_size":10,"global_head_dim":256,
+            "layer_types":["sliding_attention","full_attention","sliding_attention","sliding_attention","full_attention","full_attention"]}"#)?;
+        let t = cfg.text();
+        assert_eq!(t.kv_source_layer(2)?, None);
+        assert_eq!(t.kv_source_layer(3)?, Some(2));
+        assert_eq!(t.kv_source_layer(4)?, Some(1));
+        assert_eq!(t.kv_source_layer(5)?, Some(1));
+        assert_eq!(t.intermediate_size_for(2), 10);
+        assert_eq!(t.intermediate_size_for(3), 20);
+        Ok(())
+    }
+}

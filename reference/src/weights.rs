@@ -1,0 +1,233 @@
+//! Checkpoint access: safetensors by mmap (single file or sharded index), upcast once to f32.
+//!
+//! Why not candle's `VarBuilder`: its errors do not name the file, and its mmap'd backend keeps
+//! the whole mapping resident while the converted copies are alive, doubling peak RSS. Here each
+//! tensor is converted straight from the mapping into one owned f32 buffer, and the mapped pages
+//! it came from are released (`MADV_DONTNEED`) right away, so peak RSS stays near the f32 weight
+//! bytes. Every tensor read is recorded with its shape (the model's weight manifest, used by the
+//! harness's L2 contract).
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use candle_core::{Device, Tensor};
+use memmap2::Mmap;
+use safetensors::{Dtype as StDtype, SafeTensors};
+
+use crate::error::{Error, Result};
+
+/// One mapped safetensors file.
+struct Shard {
+    path: PathBuf,
+    mmap: Mmap,
+    /// Offset of the data section (8-byte length + JSON header).
+    data_start: usize,
+}
+
+/// Where a tensor lives: shard index plus what the header says about it.
+#[derive(Debug, Clone)]
+struct Entry {
+    shard: usize,
+    dtype: StDtype,
+    shape: Vec<usize>,
+    /// Byte range within the data section.
+    begin: usize,
+    end: usize,
+}
+
+/// Read-only view of a checkpoint directory's tensors.
+pub struct Weights {
+    dir: PathBuf,
+    shards: Vec<Shard>,
+    entries: HashMap<String, Entry>,
+    /// Tensors read so far: name → shape (a manifest of what the model uses).
+    used: Mutex<BTreeMap<String, Vec<usize>>>,
+}
+
+#[derive(serde::Deserialize)]
+struct ShardIndex {
+    weight_map: BTreeMap<String, String>,
+}
+
+impl Weights {
+    /// Opens `model.safetensors`, or every shard named by `model.safetensors.index.json`.
+    pub fn open(dir: &Path) -> Result<Self> {
+        let single = dir.join("model.safetensors");
+        let index = dir.join("model.safetensors.index.json");
+        let files: Vec<PathBuf> = if index.exists() {
+            let text = std::fs::read_to_string(&index).map_err(|source| Error::Io {
+                path: index.clone(),
+                source,
+            })?;
+            let idx: ShardIndex = serde_json::from_str(&text).map_err(|source| Error::Json {
+                path: index.clone(),
+                source,
+            })?;
+            let mut names: Vec<&String> = idx.weight_map.values().collect();
+            names.sort();
+            names.dedup();
+            names.into_iter().map(|n| dir.join(n)).collect()
+        } else if single.exists() {
+            vec![single]
+        } else {
+            return Err(Error::Io {
+                path: single,
+                source: std::io::Error::new(
+                    std::io::ErrorKind::NotFound,
+                    "neither model.safetensors nor model.safetensors.index.json exists",
+                ),
+            });
+        };
+        let mut shards = Vec::with_capacity(files.len());
+        let mut entries = HashMap::new();
+        for (i, path) in files.into_iter().enumerate() {
+            let file = std::fs::File::open(&path).map_err(|source| Error::Io {
+                path: path.clone(),
+                source,
+            })?;
+            // SAFETY: the mapping is read-only; the checkpoint must not be modified while the
+            // model loads (the same contract as every mmap-based loader, e.g. candle's).
+            let mmap = unsafe { Mmap::map(&file) }.map_err(|source| Error::Io {
+                path: path.clone(),
+                source,
+            })?;
+            let (header_len, metadata) =
+                SafeTensors::read_metadata(&mmap).map_err(|source| Error::Safetensors {
+                    path: path.clone(),
+                    source,
+                })?;
+            let data_start = 8 + header_len;
+            for (name, info) in metadata.tensors() {
+                entries.insert(
+                    name,
+                    Entry {
+                        shard: i,
+                        dtype: info.dtype,
+                        shape: info.shape.clone(),
+                        begin: info.data_offsets.0,
+                        end: info.data_offsets.1,
+                    },
+                );
+            }
+            shards.push(Shard {
+                path,
+                mmap,
+                data_start,
+            });
+        }
+        Ok(Self {
+            dir: dir.to_path_buf(),
+            shards,
+            entries,
+            used: Mutex::new(BTreeMap::new()),
+        })
+    }
+
+    /// Whether the checkpoint holds `name`.
+    pub fn contains(&self, name: &str) -> bool {
+        self.entries.contains_key(name)
+    }
+
+    /// Shape of `name` as stored, if present.
+    pub fn shape_of(&self, name: &str) -> Option<&[usize]> {
+        self.entries.get(name).map(|e| e.shape.as_slice())
+    }
+
+    /// Every tensor name in the checkpoint.
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.entries.keys().map(String::as_str)
+    }
+
+    /// The tensors read so far with their shapes.
+    pub fn manifest(&self) -> BTreeMap<String, Vec<usize>> {
+        self.used.lock().map(|m| m.clone()).unwrap_or_default()
+    }
+
+    /// Reads `name`, checks it has shape `expected`, and returns it as an f32 tensor.
+    pub fn get(&self, name: &str, expected: &[usize]) -> Result<Tensor> {
+        let entry = self.entries.get(name).ok_or_else(|| Error::MissingTensor {
+            name: name.to_string(),
+            location: self.location(),
+        })?;
+        let shard = &self.shards[entry.shard];
+        if entry.shape != expected {
+            return Err(Error::TensorShape {
+                name: name.to_string(),
+                file: shard.path.clone(),
+                expected: expected.to_vec(),
+                actual: entry.shape.clone(),
+            });
+        }
+        let begin = shard.data_start + entry.begin;
+        let end = shard.data_start + entry.end;
+        let bytes = shard.mmap.get(begin..end).ok_or_else(|| Error::Safetensors {
+            path: shard.path.clone(),
+            source: safetensors::SafeTensorError::InvalidOffset(name.to_string()),
+        })?;
+        let n: usize = expected.iter().product();
+        let elem = match entry.dtype {
+            StDtype::F32 => 4,
+            StDtype::F16 | StDtype::BF16 => 2,
+            other => {
+                return Err(Error::TensorDtype {
+                    name: name.to_string(),
+                    file: shard.path.clone(),
+                    dtype: format!("{other:?}"),
+                })
+            }
+        };
+        if bytes.len() != n * elem {
+            return Err(Error::Safetensors {
+                path: shard.path.clone(),
+                source: safetensors::SafeTensorError::InvalidOffset(name.to_string()),
+            });
+        }
+        let data: Vec<f32> = match entry.dtype {
+            StDtype::F32 => bytes
+                .chunks_exact(4)
+                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                .collect(),
+            StDtype::F16 => bytes
+                .chunks_exact(2)
+                .map(|c| half::f16::from_le_bytes([c[0], c[1]]).to_f32())
+                .collect(),
+            _ => bytes
+                .chunks_exact(2)
+                .map(|c| half::bf16::from_le_bytes([c[0], c[1]]).to_f32())
+                .collect(),
+        };
+        // Release the mapped pages we just converted: they are clean file-backed pages of a
+        // read-only mapping, so the kernel simply drops them (a later read would fault them back
+        // in from the file). Best effort: failure only costs memory.
+        // SAFETY: nothing borrows this byte range any more (`bytes` is dead after the collect);
+        // MADV_DONTNEED on a clean, never-written private file mapping does not change contents.
+        unsafe {
+            let _ = shard.mmap.unchecked_advise_range(
+                memmap2::UncheckedAdvice::DontNeed,
+                begin,
+                end - begin,
+            );
+        }
+        if let Ok(mut used) = self.used.lock() {
+            used.insert(name.to_string(), expected.to_vec());
+        }
+        Ok(Tensor::from_vec(data, expected, &Device::Cpu)?)
+    }
+
+    /// Reads `name` if present (shape-checked), `None` if absent.
+    pub fn get_opt(&self, name: &str, expected: &[usize]) -> Result<Option<Tensor>> {
+        if self.contains(name) {
+            self.get(name, expected).map(Some)
+        } else {
+            Ok(None)
+        }
+    }
+
+    fn location(&self) -> String {
+        match self.shards.as_slice() {
+            [one] => one.path.display().to_string(),
+            many => format!("{} shards in {}", many.len(), self.dir.display()),
+        }
+    }
+}

@@ -1,0 +1,81 @@
+#!/usr/bin/env python
+"""Create the mid-size random gemma4_unified checkpoint used by the prefill benchmark.
+
+hidden 1024, 8 layers (5:1 sliding/full pattern, last forced full), vocab 32768, 8 heads,
+head_dim 128 / global_head_dim 256, k_eq_v full layers, 2 KV-shared layers with double-wide MLP,
+final logit softcapping 30, a small encoder-free vision embedder. f32 safetensors.
+
+Run with the pinned fixture venv:
+    ~/.cache/onnx-parity/fixture-venv/bin/python scripts/make_bench_checkpoint.py [/tmp/gemma4-bench]
+Both `reference/examples/bench_prefill.rs` and `scripts/bench_torch.py` read that directory.
+"""
+
+import sys
+from pathlib import Path
+
+import torch
+from transformers import Gemma4UnifiedConfig, Gemma4UnifiedForConditionalGeneration
+
+OUT = Path(sys.argv[1] if len(sys.argv) > 1 else "/tmp/gemma4-bench")
+SEED = 1234
+
+
+def config() -> Gemma4UnifiedConfig:
+    text = dict(
+        vocab_size=32768,
+        hidden_size=1024,
+        intermediate_size=4096,
+        num_hidden_layers=8,
+        num_attention_heads=8,
+        num_key_value_heads=4,
+        head_dim=128,
+        global_head_dim=256,
+        num_global_key_value_heads=2,
+        attention_k_eq_v=True,
+        num_kv_shared_layers=2,
+        use_double_wide_mlp=True,
+        sliding_window=128,
+        final_logit_softcapping=30.0,
+        max_position_embeddings=4096,
+        use_bidirectional_attention="vision",
+        pad_token_id=0,
+        eos_token_id=1,
+        bos_token_id=2,
+    )
+    vision = dict(patch_size=16, pooling_kernel_size=3, mm_embed_dim=256, output_proj_dims=256,
+                  mm_posemb_size=64)
+    return Gemma4UnifiedConfig(
+        text_config=text,
+        vision_config=vision,
+        audio_config=None,
+        image_token_id=32760,
+        video_token_id=32761,
+        audio_token_id=32762,
+        boi_token_id=32763,
+        eoi_token_id=32764,
+    )
+
+
+def main() -> None:
+    torch.manual_seed(SEED)
+    model = Gemma4UnifiedForConditionalGeneration(config()).eval()
+    g = torch.Generator().manual_seed(SEED)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if p.ndim == 2:  # Linear [out, in] and the embedding: unit-variance outputs
+                p.copy_(torch.randn(p.shape, generator=g) * p.shape[1] ** -0.5)
+            elif p.ndim == 1:
+                p.copy_(1.0 + 0.1 * torch.randn(p.shape, generator=g))
+            else:
+                p.copy_(torch.randn(p.shape, generator=g))
+        for name, b in model.named_buffers():
+            if name.endswith("layer_scalar"):
+                b.fill_(0.8)
+    OUT.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(OUT)
+    n = sum(p.numel() for p in model.parameters())
+    print(f"wrote {OUT}: {n / 1e6:.1f}M parameters, {n * 4 / 2**20:.0f} MiB f32")
+
+
+if __name__ == "__main__":
+    main()

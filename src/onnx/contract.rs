@@ -1,0 +1,254 @@
+//! The contract an export must honour, derived from the checkpoint's `config.json` alone: which
+//! sub-models exist, their input/output names, element types and the static dimensions the
+//! config fixes (hidden size, vocabulary, KV heads × head_dim per non-shared layer).
+//!
+//! This reads only the handful of config fields that shape the graph's interface, with HF's
+//! defaults (transformers 5.14.1 `Gemma4UnifiedTextConfig`), so it stays an independent statement
+//! of "what the config implies" rather than a copy of either implementation.
+
+use std::path::{Path, PathBuf};
+
+use serde_json::Value;
+
+use super::package::{DECODER, EMBEDDING, TEXT_MODEL, VISION_ENCODER};
+
+/// Why no contract could be derived.
+#[derive(Debug, thiserror::Error)]
+pub enum ContractError {
+    #[error("reading {path}: {source}")]
+    Read { path: PathBuf, source: std::io::Error },
+    #[error("{path} is not valid JSON: {source}")]
+    Json { path: PathBuf, source: serde_json::Error },
+    #[error("{path}: field `{field}`: {expected}")]
+    Field { path: PathBuf, field: String, expected: String },
+}
+
+/// Element type an I/O tensor must have: a fixed one, or "the export's float dtype".
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ElemType {
+    Int64,
+    /// Activations: float32 for an f32 export, float16 for f16, ...
+    Float,
+}
+
+/// One dimension the contract states: a fixed size or "any" (batch, sequence, cache length).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExpectedDim {
+    Fixed(i64),
+    Any,
+}
+
+/// An input or output the contract requires.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExpectedTensor {
+    pub name: String,
+    pub elem: ElemType,
+    pub dims: Vec<ExpectedDim>,
+}
+
+/// The interface of one sub-model.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SubmodelContract {
+    pub role: &'static str,
+    pub inputs: Vec<ExpectedTensor>,
+    pub outputs: Vec<ExpectedTensor>,
+}
+
+/// KV-cache geometry of one non-shared layer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KvGeometry {
+    pub layer: usize,
+    pub heads: i64,
+    pub head_dim: i64,
+}
+
+/// Everything the config implies about an export's interface.
+#[derive(Debug, Clone)]
+pub struct ExportContract {
+    pub model_type: String,
+    pub hidden_size: i64,
+    pub vocab_size: i64,
+    pub kv: Vec<KvGeometry>,
+    pub submodels: Vec<SubmodelContract>,
+}
+
+struct Fields<'a> {
+    path: &'a Path,
+    obj: &'a Value,
+}
+
+impl Fields<'_> {
+    fn err(&self, field: &str, expected: &str) -> ContractError {
+        ContractError::Field { path: self.path.into(), field: field.into(), expected: expected.into() }
+    }
+    fn int(&self, field: &str, default: Option<i64>) -> Result<i64, ContractError> {
+        match self.obj.get(field) {
+            None | Some(Value::Null) => default.ok_or_else(|| self.err(field, "a required integer is missing")),
+            Some(v) => v.as_i64().ok_or_else(|| self.err(field, &format!("expected an integer, found {v}"))),
+        }
+    }
+    fn opt_int(&self, field: &str) -> Result<Option<i64>, ContractError> {
+        match self.obj.get(field) {
+            None | Some(Value::Null) => Ok(None),
+            Some(v) => v.as_i64().map(Some).ok_or_else(|| self.err(field, &format!("expected an integer, found {v}"))),
+        }
+    }
+    fn bool(&self, field: &str, default: bool) -> Result<bool, ContractError> {
+        match self.obj.get(field) {
+            None | Some(Value::Null) => Ok(default),
+            Some(v) => v.as_bool().ok_or_else(|| self.err(field, &format!("expected true/false, found {v}"))),
+        }
+    }
+}
+
+impl ExportContract {
+    /// Derives the contract from a checkpoint's `config.json`.
+    pub fn from_config_file(path: &Path) -> Result<Self, ContractError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ContractError::Read { path: path.into(), source })?;
+        let root: Value = serde_json::from_str(&text).map_err(|source| ContractError::Json { path: path.into(), source })?;
+        Self::from_config(path, &root)
+    }
+
+    fn from_config(path: &Path, root: &Value) -> Result<Self, ContractError> {
+        let top = Fields { path, obj: root };
+        let model_type = root.get("model_type").and_then(Value::as_str).unwrap_or_default().to_string();
+        let (text, multimodal, has_vision) = match model_type.as_str() {
+            "gemma4_unified" | "gemma4" => {
+                let text = root.get("text_config").ok_or_else(|| top.err("text_config", "required for a multimodal model"))?;
+                let has_vision = !matches!(root.get("vision_config"), None | Some(Value::Null));
+                (text, true, has_vision)
+            }
+            "gemma4_unified_text" | "gemma4_text" => (root, false, false),
+            other => return Err(top.err("model_type", &format!("a Gemma 4 model type, found {other:?}"))),
+        };
+        let t = Fields { path, obj: text };
+        let hidden = t.int("hidden_size", Some(2304))?;
+        let vocab = t.int("vocab_size", Some(262_144))?;
+        let n_layers = t.int("num_hidden_layers", Some(30))?;
+        let kv_heads = t.int("num_key_value_heads", Some(4))?;
+        let head_dim = t.int("head_dim", Some(256))?;
+        let global_head_dim = t.opt_int("global_head_dim")?.unwrap_or(512);
+        let global_kv_heads = t.opt_int("num_global_key_value_heads")?.unwrap_or(kv_heads);
+        let k_eq_v = t.bool("attention_k_eq_v", false)?;
+        let n_shared = t.int("num_kv_shared_layers", Some(0))?;
+        if n_layers <= 0 || n_shared < 0 || n_shared >= n_layers {
+            return Err(t.err("num_kv_shared_layers", &format!("0 ≤ shared < num_hidden_layers ({n_layers}), found {n_shared}")));
+        }
+        let layer_types = layer_types(&t, n_layers as usize)?;
+        let kv = layer_types
+            .iter()
+            .take((n_layers - n_shared) as usize)
+            .enumerate()
+            .map(|(layer, full)| KvGeometry {
+                layer,
+                heads: if *full && k_eq_v { global_kv_heads } else { kv_heads },
+                head_dim: if *full && global_head_dim > 0 { global_head_dim } else { head_dim },
+            })
+            .collect::<Vec<_>>();
+
+        let any = ExpectedDim::Any;
+        let fixed = ExpectedDim::Fixed;
+        let t_in = |name: &str, elem, dims: Vec<ExpectedDim>| ExpectedTensor { name: name.into(), elem, dims };
+        let mut past = Vec::new();
+        let mut present = Vec::new();
+        for (i, g) in kv.iter().enumerate() {
+            for kind in ["key", "value"] {
+                let dims = vec![any, fixed(g.heads), any, fixed(g.head_dim)];
+                past.push(t_in(&format!("past_key_values.{i}.{kind}"), ElemType::Float, dims.clone()));
+                present.push(t_in(&format!("present.{i}.{kind}"), ElemType::Float, dims));
+            }
+        }
+        let logits = t_in("logits", ElemType::Float, vec![any, any, fixed(vocab)]);
+        let ids = || t_in("input_ids", ElemType::Int64, vec![any, any]);
+        let mask = || t_in("attention_mask", ElemType::Int64, vec![any, any]);
+        let pos = || t_in("position_ids", ElemType::Int64, vec![any, any]);
+        let mut submodels = Vec::new();
+        if multimodal {
+            let embeds = || t_in("inputs_embeds", ElemType::Float, vec![any, any, fixed(hidden)]);
+            let features = || t_in("image_features", ElemType::Float, vec![any, fixed(hidden)]);
+            let mut dec_in = vec![embeds(), mask(), pos(), ids()];
+            dec_in.extend(past);
+            let mut dec_out = vec![logits];
+            dec_out.extend(present);
+            submodels.push(SubmodelContract { role: DECODER, inputs: dec_in, outputs: dec_out });
+            let emb_in = if has_vision { vec![ids(), features()] } else { vec![ids()] };
+            submodels.push(SubmodelContract { role: EMBEDDING, inputs: emb_in, outputs: vec![embeds()] });
+            if has_vision {
+                let v = Fields { path, obj: &root["vision_config"] };
+                let patch = v.int("patch_size", Some(16))? * v.int("pooling_kernel_size", Some(3))?;
+                let patch_dim = patch * patch * 3;
+                submodels.push(SubmodelContract {
+                    role: VISION_ENCODER,
+                    inputs: vec![
+                        t_in("pixel_values", ElemType::Float, vec![any, any, fixed(patch_dim)]),
+                        t_in("pixel_position_ids", ElemType::Int64, vec![any, any, fixed(2)]),
+                    ],
+                    outputs: vec![features()],
+                });
+            }
+        } else {
+            let mut inputs = vec![ids(), mask(), pos()];
+            inputs.extend(past);
+            let mut outputs = vec![logits];
+            outputs.extend(present);
+            submodels.push(SubmodelContract { role: TEXT_MODEL, inputs, outputs });
+        }
+        Ok(ExportContract { model_type, hidden_size: hidden, vocab_size: vocab, kv, submodels })
+    }
+}
+
+/// `true` for a full-attention layer; HF's default is five sliding layers then one full, and the
+/// last layer is forced to full attention.
+fn layer_types(t: &Fields<'_>, n: usize) -> Result<Vec<bool>, ContractError> {
+    let mut types = match t.obj.get("layer_types") {
+        None | Some(Value::Null) => (0..n).map(|i| (i + 1) % 6 == 0).collect::<Vec<_>>(),
+        Some(Value::Array(a)) => a
+            .iter()
+            .map(|v| match v.as_str() {
+                Some("full_attention") => Ok(true),
+                Some("sliding_attention") => Ok(false),
+                _ => Err(t.err("layer_types", &format!("each entry full_attention or sliding_attention, found {v}"))),
+            })
+            .collect::<Result<Vec<_>, _>>()?,
+        Some(v) => return Err(t.err("layer_types", &format!("a list, found {v}"))),
+    };
+    if types.len() != n {
+        return Err(t.err("layer_types", &format!("{n} entries (num_hidden_layers), found {}", types.len())));
+    }
+    if let Some(last) = types.last_mut() {
+        *last = true;
+    }
+    Ok(types)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Guards: KV pairs = layers − shared; full layers with k_eq_v take the global KV heads and
+    /// global head_dim; the last layer is forced to full attention as HF does.
+    #[test]
+    fn kv_geometry_follows_layer_types_sharing_and_k_eq_v() {
+        let cfg = serde_json::json!({
+            "model_type": "gemma4_unified_text", "hidden_size": 64, "vocab_size": 512,
+            "num_hidden_layers": 6, "num_key_value_heads": 2, "head_dim": 16,
+            "global_head_dim": 32, "num_global_key_value_heads": 1, "attention_k_eq_v": true,
+            "num_kv_shared_layers": 2,
+            "layer_types": ["sliding_attention", "full_attention", "sliding_attention",
+                            "full_attention", "sliding_attention", "sliding_attention"]
+        });
+        let c = ExportContract::from_config(Path::new("config.json"), &cfg).expect("contract");
+        let geo: Vec<_> = c.kv.iter().map(|g| (g.heads, g.head_dim)).collect();
+        assert_eq!(geo, vec![(2, 16), (1, 32), (2, 16), (1, 32)]);
+        assert_eq!(c.submodels.len(), 1);
+        assert_eq!(c.submodels[0].inputs.len(), 3 + 8);
+    }
+
+    /// Guards: a malformed field is named with the file.
+    #[test]
+    fn bad_field_is_named() {
+        let cfg = serde_json::json!({"model_type": "gemma4_unified_text", "hidden_size": "big"});
+        let e = ExportContract::from_config(Path::new("x/config.json"), &cfg).expect_err("must fail").to_string();
+        assert!(e.contains("x/config.json") && e.contains("hidden_size"), "{e}");
+    }
+}

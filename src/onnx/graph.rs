@@ -1,0 +1,216 @@
+//! A decoded summary of one ONNX graph file: its inputs and outputs with element types and
+//! dimensions, op inventory and unused initialisers. L1 checks these against the contract the
+//! model config implies, without loading any weights.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+use prost::Message;
+
+use super::proto::{self, DimValue, GraphProto, ModelProto};
+
+/// Why a graph file could not be summarised.
+#[derive(Debug, thiserror::Error)]
+pub enum GraphError {
+    #[error("reading ONNX file {path}: {source}")]
+    Read { path: PathBuf, source: std::io::Error },
+    #[error("{path} is not a valid ONNX ModelProto: {source}")]
+    Decode { path: PathBuf, source: prost::DecodeError },
+    #[error("{path} has no graph")]
+    NoGraph { path: PathBuf },
+}
+
+/// One dimension of a graph input or output.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Dim {
+    /// A fixed size.
+    Static(i64),
+    /// A named dynamic dimension (`batch`, `sequence_length`, ...).
+    Symbolic(String),
+    /// Neither value nor name.
+    Unknown,
+}
+
+impl std::fmt::Display for Dim {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Dim::Static(v) => write!(f, "{v}"),
+            Dim::Symbolic(s) => write!(f, "{s}"),
+            Dim::Unknown => write!(f, "?"),
+        }
+    }
+}
+
+/// Name, element type and shape of a graph input or output.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TensorSpec {
+    pub name: String,
+    /// ONNX element type name (`float32`, `int64`, ...).
+    pub dtype: &'static str,
+    /// `None` when the graph declares no shape at all.
+    pub dims: Option<Vec<Dim>>,
+}
+
+impl TensorSpec {
+    /// Shape as `[batch, 8, 64]`, for messages.
+    pub fn shape_string(&self) -> String {
+        match &self.dims {
+            None => "unknown".into(),
+            Some(d) => format!("[{}]", d.iter().map(|d| d.to_string()).collect::<Vec<_>>().join(", ")),
+        }
+    }
+}
+
+/// What L1 needs to know about one graph file.
+#[derive(Debug, Clone)]
+pub struct GraphSummary {
+    pub path: PathBuf,
+    pub producer: String,
+    pub opsets: BTreeMap<String, i64>,
+    pub inputs: Vec<TensorSpec>,
+    pub outputs: Vec<TensorSpec>,
+    pub initializer_count: usize,
+    /// `domain::op_type` (plain `op_type` for the default domain) → node count, subgraphs included.
+    pub op_inventory: BTreeMap<String, usize>,
+    /// Initialisers that no node (in any subgraph) reads and no output names: dead weight at best,
+    /// a sign of a disconnected computation at worst.
+    pub dangling_initializers: Vec<String>,
+}
+
+impl GraphSummary {
+    /// Decodes the graph file at `path` (external-data weights are not read).
+    pub fn load(path: &Path) -> Result<Self, GraphError> {
+        let bytes = std::fs::read(path).map_err(|source| GraphError::Read { path: path.into(), source })?;
+        let model = ModelProto::decode(bytes.as_slice()).map_err(|source| GraphError::Decode { path: path.into(), source })?;
+        Self::from_model(path, &model)
+    }
+
+    fn from_model(path: &Path, model: &ModelProto) -> Result<Self, GraphError> {
+        let graph = model.graph.as_ref().ok_or_else(|| GraphError::NoGraph { path: path.into() })?;
+        let mut op_inventory = BTreeMap::new();
+        let mut consumed = BTreeSet::new();
+        visit(graph, &mut op_inventory, &mut consumed);
+        for f in &model.functions {
+            for n in &f.node {
+                consumed.extend(n.input.iter().cloned());
+            }
+        }
+        consumed.extend(graph.output.iter().map(|o| o.name.clone()));
+        let dangling_initializers =
+            graph.initializer.iter().filter(|t| !consumed.contains(&t.name)).map(|t| t.name.clone()).collect();
+        Ok(GraphSummary {
+            path: path.into(),
+            producer: format!("{} {}", model.producer_name, model.producer_version).trim().to_string(),
+            opsets: model.opset_import.iter().map(|o| (o.domain.clone(), o.version)).collect(),
+            inputs: graph.input.iter().map(spec).collect(),
+            outputs: graph.output.iter().map(spec).collect(),
+            initializer_count: graph.initializer.len(),
+            op_inventory,
+            dangling_initializers,
+        })
+    }
+
+    pub fn input(&self, name: &str) -> Option<&TensorSpec> {
+        self.inputs.iter().find(|t| t.name == name)
+    }
+
+    pub fn output(&self, name: &str) -> Option<&TensorSpec> {
+        self.outputs.iter().find(|t| t.name == name)
+    }
+}
+
+fn visit(graph: &GraphProto, ops: &mut BTreeMap<String, usize>, consumed: &mut BTreeSet<String>) {
+    for node in &graph.node {
+        let key = if node.domain.is_empty() || node.domain == "ai.onnx" {
+            node.op_type.clone()
+        } else {
+            format!("{}::{}", node.domain, node.op_type)
+        };
+        *ops.entry(key).or_default() += 1;
+        consumed.extend(node.input.iter().filter(|i| !i.is_empty()).cloned());
+        for attr in &node.attribute {
+            for sub in attr.g.iter().chain(attr.graphs.iter()) {
+                visit(sub, ops, consumed);
+                consumed.extend(sub.output.iter().map(|o| o.name.clone()));
+            }
+        }
+    }
+}
+
+fn spec(v: &proto::ValueInfoProto) -> TensorSpec {
+    let tensor = v.r#type.as_ref().and_then(|t| t.tensor_type.as_ref());
+    TensorSpec {
+        name: v.name.clone(),
+        dtype: tensor.map(|t| proto::elem_type_name(t.elem_type)).unwrap_or("unknown"),
+        dims: tensor.and_then(|t| t.shape.as_ref()).map(|s| {
+            s.dim
+                .iter()
+                .map(|d| match &d.value {
+                    Some(DimValue::DimValue(v)) => Dim::Static(*v),
+                    Some(DimValue::DimParam(p)) if !p.is_empty() => Dim::Symbolic(p.clone()),
+                    _ => Dim::Unknown,
+                })
+                .collect()
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::onnx::proto::*;
+
+    fn vi(name: &str, elem: i32, dims: &[i64]) -> ValueInfoProto {
+        ValueInfoProto {
+            name: name.into(),
+            r#type: Some(TypeProto {
+                tensor_type: Some(TensorTypeProto {
+                    elem_type: elem,
+                    shape: Some(TensorShapeProto {
+                        dim: dims
+                            .iter()
+                            .map(|&d| Dimension {
+                                value: Some(if d < 0 { DimValue::DimParam("batch".into()) } else { DimValue::DimValue(d) }),
+                            })
+                            .collect(),
+                    }),
+                }),
+            }),
+        }
+    }
+
+    /// Guards: an initialiser nobody reads is reported; one read only inside a subgraph is not;
+    /// ops inside subgraphs are counted; a round trip through protobuf bytes keeps I/O specs.
+    #[test]
+    fn dangling_initializers_and_subgraph_ops() {
+        let sub = GraphProto {
+            node: vec![NodeProto { input: vec!["w_sub".into()], output: vec!["y".into()], op_type: "Identity".into(), ..Default::default() }],
+            ..Default::default()
+        };
+        let graph = GraphProto {
+            node: vec![
+                NodeProto { input: vec!["x".into(), "w_used".into()], output: vec!["z".into()], op_type: "MatMul".into(), ..Default::default() },
+                NodeProto {
+                    input: vec!["cond".into()],
+                    output: vec!["out".into()],
+                    op_type: "If".into(),
+                    attribute: vec![AttributeProto { name: "then_branch".into(), g: Some(sub), graphs: vec![] }],
+                    ..Default::default()
+                },
+            ],
+            initializer: ["w_used", "w_sub", "w_dead"].iter().map(|n| TensorProto { name: n.to_string(), ..Default::default() }).collect(),
+            input: vec![vi("x", 1, &[-1, 64])],
+            output: vec![vi("out", 10, &[-1, 512])],
+            ..Default::default()
+        };
+        let model = ModelProto { graph: Some(graph), ..Default::default() };
+        let bytes = model.encode_to_vec();
+        let decoded = ModelProto::decode(bytes.as_slice()).expect("decodes");
+        let s = GraphSummary::from_model(Path::new("m.onnx"), &decoded).expect("summary");
+        assert_eq!(s.dangling_initializers, vec!["w_dead".to_string()]);
+        assert_eq!(s.op_inventory.get("Identity"), Some(&1));
+        assert_eq!(s.op_inventory.get("If"), Some(&1));
+        assert_eq!(s.input("x").map(|t| t.shape_string()), Some("[batch, 64]".into()));
+        assert_eq!(s.output("out").map(|t| t.dtype), Some("float16"));
+    }
+}

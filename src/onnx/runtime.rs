@@ -1,0 +1,178 @@
+//! ONNX Runtime provisioning: find or fetch `libonnxruntime`, and hold the one ORT environment a
+//! process may have.
+//!
+//! Order (first hit wins): `ORT_DYLIB_PATH`; the per-user cache; a fetch of the official
+//! `onnxruntime` (or, with the `cuda` feature, `onnxruntime-gpu`) wheel through `python3 -m pip
+//! download`, whose `onnxruntime/capi/*.so*` files are extracted into the cache. The fetch is
+//! serialised with a file lock and each file is renamed into place, so several test processes
+//! starting at once neither race nor see a half-written library.
+
+use std::fs;
+use std::io::{self, Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+
+use fs2::FileExt;
+
+/// The ONNX Runtime release the `ort` crate's `api-31` feature is built against.
+pub const ORT_VERSION: &str = "1.31.1";
+
+/// Why ONNX Runtime could not be made available.
+#[derive(Debug, thiserror::Error)]
+pub enum RuntimeError {
+    #[error(
+        "ONNX Runtime {version} is not available. Tried: {tried}. Fix: install python3 with pip \
+         (the library is fetched from the `{wheel}=={version}` wheel), or point ORT_DYLIB_PATH at \
+         an existing libonnxruntime.so.{version}. Cause: {cause}"
+    )]
+    Unavailable { version: &'static str, wheel: &'static str, tried: String, cause: String },
+    #[error("ORT_DYLIB_PATH={0} does not name a file")]
+    BadOverride(PathBuf),
+    #[error("loading ONNX Runtime from {path}: {message}")]
+    Load { path: PathBuf, message: String },
+    #[error("creating the ONNX Runtime environment: {0}")]
+    Environment(String),
+    #[error("{0}")]
+    Io(String),
+}
+
+/// Which wheel carries the library for this build.
+fn wheel_name() -> &'static str {
+    if cfg!(feature = "cuda") {
+        "onnxruntime-gpu"
+    } else {
+        "onnxruntime"
+    }
+}
+
+fn library_file_name() -> String {
+    format!("libonnxruntime.so.{ORT_VERSION}")
+}
+
+/// Per-user cache folder for the extracted library (separate for CPU and GPU wheels).
+pub fn cache_dir() -> PathBuf {
+    let base = std::env::var_os("ONNX_PARITY_CACHE")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("XDG_CACHE_HOME").map(|p| PathBuf::from(p).join("onnx-parity")))
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/onnx-parity")))
+        .unwrap_or_else(|| std::env::temp_dir().join("onnx-parity"));
+    base.join(format!("{}-{ORT_VERSION}", wheel_name()))
+}
+
+/// Locates the ONNX Runtime shared library, fetching it on first use.
+pub fn locate_library() -> Result<PathBuf, RuntimeError> {
+    if let Some(p) = std::env::var_os("ORT_DYLIB_PATH") {
+        let p = PathBuf::from(p);
+        return if p.is_file() { Ok(p) } else { Err(RuntimeError::BadOverride(p)) };
+    }
+    let dir = cache_dir();
+    let lib = dir.join(library_file_name());
+    if lib.is_file() {
+        return Ok(lib);
+    }
+    let tried = format!("ORT_DYLIB_PATH (unset); cache {}; python3 -m pip download {}=={}", lib.display(), wheel_name(), ORT_VERSION);
+    let unavailable = |cause: String| RuntimeError::Unavailable {
+        version: ORT_VERSION,
+        wheel: wheel_name(),
+        tried: tried.clone(),
+        cause,
+    };
+    fs::create_dir_all(&dir).map_err(|e| unavailable(format!("creating {}: {e}", dir.display())))?;
+    let lock_path = dir.join(".lock");
+    let lock = fs::File::create(&lock_path).map_err(|e| unavailable(format!("creating {}: {e}", lock_path.display())))?;
+    lock.lock_exclusive().map_err(|e| unavailable(format!("locking {}: {e}", lock_path.display())))?;
+    // Another process may have finished the fetch while we waited for the lock.
+    if !lib.is_file() {
+        fetch_into(&dir).map_err(unavailable)?;
+    }
+    // Dropping the file releases the lock.
+    drop(lock);
+    if lib.is_file() {
+        Ok(lib)
+    } else {
+        Err(unavailable(format!("the wheel did not contain onnxruntime/capi/{}", library_file_name())))
+    }
+}
+
+/// Downloads the wheel with pip into a scratch folder and extracts its `capi` shared libraries.
+fn fetch_into(dir: &Path) -> Result<(), String> {
+    let scratch = dir.join(format!(".download-{}", std::process::id()));
+    let _ = fs::remove_dir_all(&scratch);
+    fs::create_dir_all(&scratch).map_err(|e| format!("creating {}: {e}", scratch.display()))?;
+    let spec = format!("{}=={ORT_VERSION}", wheel_name());
+    tracing::info!("fetching ONNX Runtime: python3 -m pip download --no-deps {spec} (once per machine)");
+    eprintln!("onnx-parity: fetching ONNX Runtime ({spec}) into {} ...", dir.display());
+    let out = Command::new("python3")
+        .args(["-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--disable-pip-version-check", "-d"])
+        .arg(&scratch)
+        .arg(&spec)
+        .output()
+        .map_err(|e| format!("running python3 -m pip: {e}"))?;
+    if !out.status.success() {
+        let _ = fs::remove_dir_all(&scratch);
+        return Err(format!(
+            "pip download {spec} failed ({}): {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    let wheel = fs::read_dir(&scratch)
+        .map_err(|e| e.to_string())?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .find(|p| p.extension().is_some_and(|x| x == "whl"))
+        .ok_or_else(|| format!("pip download {spec} produced no .whl in {}", scratch.display()))?;
+    let result = extract_capi_libraries(&wheel, dir);
+    let _ = fs::remove_dir_all(&scratch);
+    let n = result?;
+    tracing::info!("extracted {n} ONNX Runtime libraries into {}", dir.display());
+    Ok(())
+}
+
+/// Extracts every `onnxruntime/capi/*.so*` member (the runtime and, for the GPU wheel, its
+/// provider libraries, which must sit beside it) into `dir`, each via a temp file + rename.
+fn extract_capi_libraries(wheel: &Path, dir: &Path) -> Result<usize, String> {
+    let file = fs::File::open(wheel).map_err(|e| format!("opening {}: {e}", wheel.display()))?;
+    let mut zip = zip::ZipArchive::new(file).map_err(|e| format!("reading {}: {e}", wheel.display()))?;
+    let mut n = 0;
+    for i in 0..zip.len() {
+        let mut member = zip.by_index(i).map_err(|e| format!("reading {}: {e}", wheel.display()))?;
+        let name = member.name().to_string();
+        let Some(base) = name.strip_prefix("onnxruntime/capi/") else { continue };
+        if base.contains('/') || !base.contains(".so") {
+            continue;
+        }
+        let target = dir.join(base);
+        let tmp = dir.join(format!(".{base}.{}.tmp", std::process::id()));
+        let mut bytes = Vec::with_capacity(member.size() as usize);
+        member.read_to_end(&mut bytes).map_err(|e| format!("extracting {name}: {e}"))?;
+        write_then_rename(&tmp, &target, &bytes).map_err(|e| format!("writing {}: {e}", target.display()))?;
+        n += 1;
+    }
+    Ok(n)
+}
+
+fn write_then_rename(tmp: &Path, target: &Path, bytes: &[u8]) -> io::Result<()> {
+    let mut f = fs::File::create(tmp)?;
+    f.write_all(bytes)?;
+    f.sync_all()?;
+    drop(f);
+    fs::rename(tmp, target)
+}
+
+static ENVIRONMENT: OnceLock<Result<ort::environment::Environment, String>> = OnceLock::new();
+
+/// The process-wide ORT environment (ONNX Runtime allows one per process), created on first use.
+pub fn environment() -> Result<&'static ort::environment::Environment, RuntimeError> {
+    let env = ENVIRONMENT.get_or_init(|| {
+        let lib = locate_library().map_err(|e| e.to_string())?;
+        tracing::debug!("loading ONNX Runtime from {}", lib.display());
+        let builder = ort::init_from(&lib).map_err(|e| format!("loading ONNX Runtime from {}: {e}", lib.display()))?;
+        builder
+            .with_name("onnx-parity")
+            .with_telemetry(false)
+            .build()
+            .map_err(|e| format!("creating the ONNX Runtime environment: {e}"))
+    });
+    env.as_ref().map_err(|e| RuntimeError::Environment(e.clone()))
+}
