@@ -11,6 +11,7 @@ use std::sync::Arc;
 
 use libtest_mimic::{Arguments, Failed, Trial};
 use onnx_parity::case::{discover, Case};
+use onnx_parity::evaluation::CaseEvaluation;
 use onnx_parity::tiers::{self, outcome::Status, RunOptions, ALL_LEVELS};
 
 fn case_roots() -> Vec<PathBuf> {
@@ -48,6 +49,8 @@ fn main() {
             }
             Ok(case) => {
                 let case = Arc::new(case);
+                // One evaluation per case: its tiers share the reference and ONNX runs.
+                let eval = Arc::new(CaseEvaluation::default());
                 for level in ALL_LEVELS {
                     let name = trial_name(&case, level);
                     if let Some(reason) = tiers::static_skip(&case, level, &opts) {
@@ -59,8 +62,9 @@ fn main() {
                     }
                     let case = Arc::clone(&case);
                     let opts = Arc::clone(&opts);
+                    let eval = Arc::clone(&eval);
                     trials.push(Trial::test(name, move || {
-                        let outcome = tiers::run_level(&case, level, &opts);
+                        let outcome = tiers::run_level(&case, level, &opts, &eval);
                         let line = format!("{}: {}", outcome.status, outcome.message);
                         match outcome.status {
                             Status::Pass | Status::Xfail | Status::Ambiguous => {

@@ -2,8 +2,8 @@
 //! summary) and `<case>_generation.json` (L5: greedy tokens).
 //!
 //! Files must be byte-identical whichever side wrote them, so writing reproduces Python's
-//! `json.dump(obj, f, indent=2)` followed by `"\n"`: two-space indent, `", "`-free separators
-//! (`,` at line ends, `": "` after keys), `[]`/`{}` for empty containers, `ensure_ascii` escaping
+//! `json.dump(obj, f, indent=2)` followed by `"\n"`: two-space indent, `,` at line ends (no
+//! trailing space), `": "` after keys, `[]`/`{}` for empty containers, `ensure_ascii` escaping
 //! (`\uXXXX`, lower-case, surrogate pairs above U+FFFF), keys in mobius's order. Floats are
 //! Python `float.hex()` strings ([`crate::hexfloat`]). Reading is strict: an unknown key is an
 //! error, because a key we dropped could not be written back.

@@ -6,8 +6,10 @@
 
 pub mod case;
 pub mod compare;
+pub mod evaluation;
 pub mod golden;
 pub mod hexfloat;
+pub mod inputs;
 pub mod onnx;
 pub mod report;
 pub mod tiers;

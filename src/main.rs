@@ -7,6 +7,7 @@ use std::time::Instant;
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 use onnx_parity::case::{discover, Level};
+use onnx_parity::evaluation::CaseEvaluation;
 use onnx_parity::report::{CaseReport, LevelReport, RunMetadata, RunReport};
 use onnx_parity::tiers::{self, outcome::TierOutcome, RunOptions, ALL_LEVELS};
 
@@ -102,10 +103,11 @@ fn run(paths: Vec<PathBuf>, levels: Vec<String>, report: Option<PathBuf>, markdo
             Err(e) => (path.display().to_string(), vec![LevelReport { level: "parse".into(), outcome: TierOutcome::fail(e.to_string()) }]),
             Ok(case) => {
                 let mut v = Vec::new();
+                let eval = CaseEvaluation::default();
                 for &level in &levels {
                     let outcome = match tiers::static_skip(&case, level, &opts) {
                         Some(reason) => TierOutcome::skipped(reason),
-                        None => tiers::run_level(&case, level, &opts),
+                        None => tiers::run_level(&case, level, &opts, &eval),
                     };
                     v.push(LevelReport { level: level.to_string(), outcome });
                 }

@@ -29,31 +29,44 @@ pub enum ToleranceError {
     MissingRow { level: Level, dtype: Dtype, missing: &'static str },
 }
 
-fn nonneg<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+/// A number checked while parsing; the message names the key because serde_yaml does not.
+fn checked<'de, D: Deserializer<'de>>(d: D, key: &str, is_ratio: bool) -> Result<f64, D::Error> {
     let x = f64::deserialize(d)?;
-    if x.is_finite() && x >= 0.0 {
-        Ok(x)
+    if is_ratio && !(0.0..=1.0).contains(&x) {
+        Err(de::Error::custom(format!("`{key}`: expected a ratio in [0, 1], got {x}")))
+    } else if !(x.is_finite() && x >= 0.0) {
+        Err(de::Error::custom(format!("`{key}`: expected a finite number ≥ 0, got {x}")))
     } else {
-        Err(de::Error::custom(format!("expected a finite number ≥ 0, got {x}")))
+        Ok(x)
     }
 }
 
-fn ratio<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
-    let x = f64::deserialize(d)?;
-    if (0.0..=1.0).contains(&x) {
-        Ok(x)
-    } else {
-        Err(de::Error::custom(format!("expected a ratio in [0, 1], got {x}")))
-    }
+fn atol<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+    checked(d, "atol", false)
+}
+fn rtol<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+    checked(d, "rtol", false)
+}
+fn margin<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+    checked(d, "near_tie_margin", false)
+}
+fn jaccard<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+    checked(d, "top10_jaccard_warn", true)
+}
+fn cosine<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+    checked(d, "cosine_similarity_warn", true)
+}
+fn token_ratio<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+    checked(d, "min_token_match_ratio", true)
 }
 
 /// L3 row: `|actual − ref| ≤ atol + rtol·|ref|`.
 #[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct L3Tolerance {
-    #[serde(deserialize_with = "nonneg")]
+    #[serde(deserialize_with = "atol")]
     pub atol: f64,
-    #[serde(deserialize_with = "nonneg")]
+    #[serde(deserialize_with = "rtol")]
     pub rtol: f64,
 }
 
@@ -61,11 +74,11 @@ pub struct L3Tolerance {
 #[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct L4Tolerance {
-    #[serde(deserialize_with = "nonneg")]
+    #[serde(deserialize_with = "margin")]
     pub near_tie_margin: f64,
-    #[serde(deserialize_with = "ratio")]
+    #[serde(deserialize_with = "jaccard")]
     pub top10_jaccard_warn: f64,
-    #[serde(deserialize_with = "ratio")]
+    #[serde(deserialize_with = "cosine")]
     pub cosine_similarity_warn: f64,
 }
 
@@ -73,7 +86,7 @@ pub struct L4Tolerance {
 #[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct L5Tolerance {
-    #[serde(deserialize_with = "ratio")]
+    #[serde(deserialize_with = "token_ratio")]
     pub min_token_match_ratio: f64,
 }
 
@@ -282,5 +295,7 @@ mod tests {
             assert!(e.is_err(), "{bad:?} should be rejected");
             assert!(e.unwrap_err().to_string().starts_with("tol.yaml: "));
         }
+        let e = Tolerances::from_yaml_str("L3:\n  float32: {atol: -1, rtol: 1}\n", Path::new("tol.yaml")).unwrap_err().to_string();
+        assert!(e.contains("`atol`") && e.contains("-1"), "the bad key is named: {e}");
     }
 }

@@ -201,6 +201,22 @@ impl Gemma4Unified {
         Ok(self.text.forward(&embeds, &rule, &mut cache)?.unsqueeze(0)?)
     }
 
+    /// Every decoder layer's output `[1, S, hidden]` for `inputs_embeds` (HF
+    /// `output_hidden_states` without the leading embeddings), for localising a divergence.
+    pub fn layer_outputs(
+        &self,
+        inputs_embeds: &Tensor,
+        mm_token_type_ids: Option<&[i64]>,
+        scope: BidirectionalScope,
+    ) -> Result<Vec<Tensor>> {
+        let embeds = inputs_embeds.squeeze(0)?;
+        let seq = embeds.dim(0)?;
+        let rule = self.mask_rule(seq, mm_token_type_ids, scope)?;
+        let mut cache = self.text.new_cache(seq)?;
+        let (_, states) = self.text.forward_collect(&embeds, &rule, &mut cache)?;
+        states.into_iter().map(|s| Ok(s.unsqueeze(0)?)).collect()
+    }
+
     /// Logits `[1, S, vocab]` for every prompt position (HF `model(**inputs).logits`).
     pub fn prefill(&self, inputs: &ModelInputs, scope: BidirectionalScope) -> Result<Tensor> {
         let embeds = self.embed(inputs)?;

@@ -364,6 +364,29 @@ impl TextModel {
 
     /// Decoder stack plus final norm: `[seq, hidden]`.
     pub fn forward_hidden(&self, embeds: &Tensor, mask_rule: &MaskRule, cache: &mut KvCache) -> Result<Tensor> {
+        self.forward_layers(embeds, mask_rule, cache, None)
+    }
+
+    /// Like [`Self::forward_hidden`], also collecting every decoder layer's output (HF
+    /// `output_hidden_states` order: layer 0 … layer L−1, before the final norm).
+    pub fn forward_collect(
+        &self,
+        embeds: &Tensor,
+        mask_rule: &MaskRule,
+        cache: &mut KvCache,
+    ) -> Result<(Tensor, Vec<Tensor>)> {
+        let mut states = Vec::with_capacity(self.layers.len());
+        let h = self.forward_layers(embeds, mask_rule, cache, Some(&mut states))?;
+        Ok((h, states))
+    }
+
+    fn forward_layers(
+        &self,
+        embeds: &Tensor,
+        mask_rule: &MaskRule,
+        cache: &mut KvCache,
+        mut collect: Option<&mut Vec<Tensor>>,
+    ) -> Result<Tensor> {
         let seq = embeds.dim(0)?;
         let start = cache.len();
         let positions: Vec<usize> = (start..start + seq).collect();
@@ -383,6 +406,9 @@ impl TextModel {
                 .find(|(t, ..)| t == lt)
                 .ok_or_else(|| Error::input(format!("no RoPE for {}", lt.as_str())))?;
             x = layer.forward(&x, cos, sin, mask.as_ref(), cache)?;
+            if let Some(states) = collect.as_deref_mut() {
+                states.push(x.clone());
+            }
         }
         cache.advance();
         self.norm.forward(&x)

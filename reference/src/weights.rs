@@ -17,6 +17,32 @@ use safetensors::{Dtype as StDtype, SafeTensors};
 
 use crate::error::{Error, Result};
 
+/// HF's checkpoint-conversion renames for `gemma4_unified` (`conversion_mapping.py`), as
+/// (module-name fragment, checkpoint-name fragment). `save_pretrained` writes the checkpoint
+/// form (`model.vision_embedder.patch_dense.weight`, `model.embed_vision.embedding_projection
+/// .weight`), `from_pretrained` accepts either form, and so does [`Weights::get`].
+const CHECKPOINT_RENAMES: &[(&str, &str)] = &[
+    ("embed_vision.patch_ln1", "vision_embedder.patch_ln1"),
+    ("embed_vision.patch_dense", "vision_embedder.patch_dense"),
+    ("embed_vision.patch_ln2", "vision_embedder.patch_ln2"),
+    ("embed_vision.pos_embedding", "vision_embedder.pos_embedding"),
+    ("embed_vision.pos_norm", "vision_embedder.pos_norm"),
+    (
+        "embed_vision.multimodal_embedder.embedding_projection",
+        "embed_vision.embedding_projection",
+    ),
+];
+
+/// The checkpoint-form name of a module parameter name (itself when no rename applies).
+pub fn checkpoint_name(module_name: &str) -> String {
+    for (module, ckpt) in CHECKPOINT_RENAMES {
+        if module_name.contains(module) {
+            return module_name.replacen(module, ckpt, 1);
+        }
+    }
+    module_name.to_string()
+}
+
 /// One mapped safetensors file.
 struct Shard {
     path: PathBuf,
@@ -144,12 +170,31 @@ impl Weights {
         self.used.lock().map(|m| m.clone()).unwrap_or_default()
     }
 
-    /// Reads `name`, checks it has shape `expected`, and returns it as an f32 tensor.
-    pub fn get(&self, name: &str, expected: &[usize]) -> Result<Tensor> {
-        let entry = self.entries.get(name).ok_or_else(|| Error::MissingTensor {
-            name: name.to_string(),
-            location: self.location(),
-        })?;
+    /// The name under which the module parameter `module_name` is stored: the checkpoint form
+    /// (HF `save_pretrained` output) if present, else the module form, else `None`.
+    fn stored_name(&self, module_name: &str) -> Option<String> {
+        let ckpt = checkpoint_name(module_name);
+        [ckpt, module_name.to_string()]
+            .into_iter()
+            .find(|n| self.entries.contains_key(n))
+    }
+
+    /// Reads the module parameter `module_name` (under its checkpoint or module name), checks
+    /// it has shape `expected`, and returns it as an f32 tensor.
+    pub fn get(&self, module_name: &str, expected: &[usize]) -> Result<Tensor> {
+        let Some(stored) = self.stored_name(module_name) else {
+            let ckpt = checkpoint_name(module_name);
+            return Err(Error::MissingTensor {
+                name: if ckpt == module_name {
+                    ckpt
+                } else {
+                    format!("{ckpt}` (module name `{module_name}")
+                },
+                location: self.location(),
+            });
+        };
+        let name = stored.as_str();
+        let entry = &self.entries[name];
         let shard = &self.shards[entry.shard];
         if entry.shape != expected {
             return Err(Error::TensorShape {
@@ -217,7 +262,7 @@ impl Weights {
 
     /// Reads `name` if present (shape-checked), `None` if absent.
     pub fn get_opt(&self, name: &str, expected: &[usize]) -> Result<Option<Tensor>> {
-        if self.contains(name) {
+        if self.stored_name(name).is_some() {
             self.get(name, expected).map(Some)
         } else {
             Ok(None)

@@ -54,7 +54,7 @@ fn missing_tensor_is_named() -> Result<()> {
 
 #[test]
 fn wrong_shape_is_named() -> Result<()> {
-    let name = "model.embed_vision.patch_dense.weight";
+    let name = "model.vision_embedder.patch_dense.weight";
     let dir = rewritten(|t| {
         let w = t.get(name).context("fixture lacks the tensor")?;
         let transposed = w.t()?.contiguous()?;
@@ -147,5 +147,32 @@ fn half_precision_weights_are_upcast() -> Result<()> {
         let d = max_abs_diff(&logits(half.path())?, &logits(rounded.path())?)?;
         assert_eq!(d, 0.0, "{dtype:?} upcast differs from rounded f32 weights");
     }
+    Ok(())
+}
+
+/// HF accepts the module-name form of the renamed vision tensors too
+/// (`model.embed_vision.patch_dense.weight`, `...multimodal_embedder.embedding_projection...`).
+#[test]
+fn module_names_load_identically() -> Result<()> {
+    let single = fixture_dir("unified-vision").join("checkpoint");
+    let renamed = rewritten(|t| {
+        let old: Vec<String> = t.keys().cloned().collect();
+        for k in old {
+            let new = k
+                .replace("model.vision_embedder.", "model.embed_vision.")
+                .replace("embed_vision.embedding_projection", "embed_vision.multimodal_embedder.embedding_projection");
+            if new != k {
+                let v = t.remove(&k).context("key vanished")?;
+                t.insert(new, v);
+            }
+        }
+        Ok(())
+    })?;
+    let px = Tensor::rand(0f32, 1f32, (1, 4, 48), &candle_core::Device::Cpu)?;
+    let pos = Tensor::new(&[[[0i64, 0], [1, 0], [0, 1], [-1, -1]]], &candle_core::Device::Cpu)?;
+    let a = Gemma4Unified::load(&single)?.image_features(&px, &pos)?;
+    let b = Gemma4Unified::load(renamed.path())?.image_features(&px, &pos)?;
+    assert_eq!(a.dims(), &[3, 64]);
+    assert_eq!(max_abs_diff(&a, &b)?, 0.0);
     Ok(())
 }

@@ -4,5 +4,6 @@
 pub mod contract;
 pub mod graph;
 pub mod package;
+pub mod pipeline;
 pub mod proto;
 pub mod runtime;

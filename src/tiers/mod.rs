@@ -6,11 +6,17 @@
 //! built: nextest counts a run-time skip as a pass, which would hide it.
 
 pub mod l1;
+pub mod l3;
+pub mod l4;
+pub mod l5;
 pub mod outcome;
 
 use std::path::PathBuf;
 
 use crate::case::{Case, Level};
+use crate::evaluation::CaseEvaluation;
+use crate::golden::{golden_paths, GenerationGolden, Golden};
+use crate::tolerance::{resolve, Thresholds, Tolerances};
 use outcome::TierOutcome;
 
 /// Every tier, in order; every case gets one trial per entry.
@@ -76,22 +82,112 @@ pub fn static_skip(case: &Case, level: Level, opts: &RunOptions) -> Option<Strin
             _ => {}
         }
     }
+    if matches!(level, Level::L4 | Level::L5) {
+        let (json, generation) = golden_paths(&opts.goldens_root, &case.category, &case.name);
+        let needed = if level == Level::L4 { json } else { generation };
+        if !needed.is_file() {
+            return Some(format!(
+                "golden {} is missing: run `onnx-parity golden {}` to make it from the reference",
+                needed.display(),
+                case.path.display()
+            ));
+        }
+    }
     None
 }
 
 /// Tiers this build can run; the others report `skipped`, never a pass.
 pub fn implemented(level: Level) -> bool {
-    matches!(level, Level::L1)
+    matches!(level, Level::L1 | Level::L3 | Level::L4 | Level::L5)
 }
 
-/// Runs one tier of one case (after [`static_skip`] said it may run).
-pub fn run_level(case: &Case, level: Level, _opts: &RunOptions) -> TierOutcome {
+/// Runs one tier of one case (after [`static_skip`] said it may run). `eval` holds the case's
+/// back-end runs, shared by its tiers.
+pub fn run_level(case: &Case, level: Level, opts: &RunOptions, eval: &CaseEvaluation) -> TierOutcome {
     let outcome = match level {
         Level::L1 => match (&case.checkpoint, &case.onnx) {
             (Some(ckpt), Some(onnx)) => l1::check(&ckpt.join("config.json"), onnx, case.dtype.onnx_elem_type()),
             _ => TierOutcome::skipped("L1 needs `checkpoint:` and `onnx:`"),
         },
-        other => TierOutcome::skipped(format!("{other} is not implemented yet")),
+        Level::L3 => run_l3(case, eval),
+        Level::L4 => run_l4(case, opts, eval),
+        Level::L5 => run_l5(case, opts, eval),
+        Level::L2 => TierOutcome::skipped("L2 is not implemented yet"),
     };
     outcome.with_expected_failure(case.xfail_for(level))
+}
+
+fn thresholds(case: &Case) -> Result<Thresholds, TierOutcome> {
+    resolve(&Tolerances::defaults(), case).map_err(|e| TierOutcome::fail(format!("tolerances: {e}")))
+}
+
+fn run_l3(case: &Case, eval: &CaseEvaluation) -> TierOutcome {
+    let tol = match thresholds(case).and_then(|t| t.require_l3().map_err(|e| TierOutcome::fail(e.to_string()))) {
+        Ok(t) => t,
+        Err(o) => return o,
+    };
+    let reference = match eval.reference(case) {
+        Ok(r) => r,
+        Err(e) => return TierOutcome::fail(e),
+    };
+    match eval.onnx(case) {
+        Ok(onnx) => l3::compare(reference, onnx, &tol),
+        Err(e) => TierOutcome::fail(e),
+    }
+}
+
+fn run_l4(case: &Case, opts: &RunOptions, eval: &CaseEvaluation) -> TierOutcome {
+    let tol = match thresholds(case) {
+        Ok(t) => t.l4,
+        Err(o) => return o,
+    };
+    let (path, _) = golden_paths(&opts.goldens_root, &case.category, &case.name);
+    let golden = match Golden::load(&path) {
+        Ok(Some(g)) => g,
+        Ok(None) => return TierOutcome::skipped(format!("golden {} is missing", path.display())),
+        Err(e) => return TierOutcome::fail(e.to_string()),
+    };
+    let inputs = match eval.inputs(case) {
+        Ok(i) => i,
+        Err(e) => return TierOutcome::fail(e),
+    };
+    let onnx = match eval.onnx(case) {
+        Ok(o) => o,
+        Err(e) => return TierOutcome::fail(e),
+    };
+    let logits = &onnx.prefill.logits;
+    let v = logits.shape.last().copied().unwrap_or(0);
+    if v == 0 || logits.data.len() < v {
+        return TierOutcome::fail(format!("ONNX logits have shape {:?}", logits.shape));
+    }
+    let last = &logits.data[logits.data.len() - v..];
+    let live = live_golden(case, eval);
+    l4::compare(last, &inputs.input_ids, &golden, live.as_ref(), &tol)
+}
+
+/// The reference's golden for the case's inputs, when the reference can run.
+fn live_golden(case: &Case, eval: &CaseEvaluation) -> Option<Golden> {
+    let r = eval.reference(case).ok()?;
+    let v = *r.logits.shape.last()?;
+    let inputs = eval.inputs(case).ok()?;
+    Golden::from_logits(&r.logits.data[r.logits.data.len().checked_sub(v)?..], &inputs.input_ids).ok()
+}
+
+fn run_l5(case: &Case, opts: &RunOptions, eval: &CaseEvaluation) -> TierOutcome {
+    let tol = match thresholds(case) {
+        Ok(t) => t.l5,
+        Err(o) => return o,
+    };
+    let (_, path) = golden_paths(&opts.goldens_root, &case.category, &case.name);
+    let golden = match GenerationGolden::load(&path) {
+        Ok(Some(g)) => g,
+        Ok(None) => return TierOutcome::skipped(format!("golden {} is missing", path.display())),
+        Err(e) => return TierOutcome::fail(e.to_string()),
+    };
+    let onnx = match eval.onnx(case) {
+        Ok(o) => o,
+        Err(e) => return TierOutcome::fail(e),
+    };
+    let live = eval.reference(case).ok().map(|r| r.tokens.as_slice());
+    l5::compare(&onnx.free.tokens, &golden.generated_tokens, live, tol.min_token_match_ratio)
 }

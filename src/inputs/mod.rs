@@ -1,0 +1,139 @@
+//! `ModelInputs`: the one set of tensors both back ends receive (DESIGN §3), in the HF processor
+//! layout of DESIGN §4. Built from a case's explicit `input_ids`, its `tensors:` safetensors file,
+//! or (see `processor`) prompts, a tokenizer and images.
+
+pub mod processor;
+
+use std::path::{Path, PathBuf};
+
+use safetensors::{Dtype, SafeTensors};
+
+/// Why inputs could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum InputsError {
+    #[error("reading {path}: {source}")]
+    Read { path: PathBuf, source: std::io::Error },
+    #[error("{path} is not a safetensors file: {message}")]
+    Format { path: PathBuf, message: String },
+    #[error("{path}: tensor `{name}`: {expected}")]
+    Tensor { path: PathBuf, name: String, expected: String },
+    #[error("the case gives no inputs: set `inputs.input_ids`, `inputs.tensors`, or prompts with a tokenizer")]
+    NoInputs,
+    #[error("{0}")]
+    Invalid(String),
+}
+
+/// A dense row-major tensor: shape and data.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Dense<T> {
+    pub shape: Vec<usize>,
+    pub data: Vec<T>,
+}
+
+impl<T> Dense<T> {
+    pub fn new(shape: Vec<usize>, data: Vec<T>) -> Self {
+        debug_assert_eq!(shape.iter().product::<usize>(), data.len());
+        Dense { shape, data }
+    }
+}
+
+/// Token ids and (for image prompts) the processor's pixel tensors, batch size 1.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ModelInputs {
+    /// `input_ids` [1, S], image tokens already expanded.
+    pub input_ids: Vec<i64>,
+    /// `pixel_values` [n_img, max_patches, patch_dim].
+    pub pixel_values: Option<Dense<f32>>,
+    /// `image_position_ids` [n_img, max_patches, 2]; (-1, -1) marks padding patches.
+    pub image_position_ids: Option<Dense<i64>>,
+    /// `mm_token_type_ids` [1, S]: 1 for image tokens.
+    pub mm_token_type_ids: Option<Vec<i64>>,
+}
+
+impl ModelInputs {
+    pub fn from_ids(ids: Vec<i64>) -> Self {
+        ModelInputs { input_ids: ids, ..Default::default() }
+    }
+
+    pub fn has_images(&self) -> bool {
+        self.pixel_values.is_some()
+    }
+
+    /// Reads a safetensors file with `input_ids` [1,S] and optional `pixel_values`,
+    /// `image_position_ids`, `mm_token_type_ids`.
+    pub fn load_safetensors(path: &Path) -> Result<Self, InputsError> {
+        let bytes = std::fs::read(path).map_err(|source| InputsError::Read { path: path.into(), source })?;
+        let st = SafeTensors::deserialize(&bytes).map_err(|e| InputsError::Format { path: path.into(), message: e.to_string() })?;
+        let err = |name: &str, expected: String| InputsError::Tensor { path: path.into(), name: name.into(), expected };
+        let ids = read_i64(&st, "input_ids", path)?.ok_or_else(|| err("input_ids", "required, i64 [1, S]".into()))?;
+        if ids.shape.len() != 2 || ids.shape[0] != 1 || ids.shape[1] == 0 {
+            return Err(err("input_ids", format!("shape [1, S] with S > 0, found {:?}", ids.shape)));
+        }
+        let seq = ids.shape[1];
+        let pixel_values = read_f32(&st, "pixel_values", path)?;
+        let image_position_ids = read_i64(&st, "image_position_ids", path)?;
+        let mm = read_i64(&st, "mm_token_type_ids", path)?;
+        match (&pixel_values, &image_position_ids) {
+            (Some(p), Some(q)) => {
+                if p.shape.len() != 3 {
+                    return Err(err("pixel_values", format!("rank 3 [n_img, max_patches, patch_dim], found {:?}", p.shape)));
+                }
+                if q.shape != [p.shape[0], p.shape[1], 2] {
+                    return Err(err("image_position_ids", format!("shape [{}, {}, 2] to match pixel_values, found {:?}", p.shape[0], p.shape[1], q.shape)));
+                }
+            }
+            (None, None) => {}
+            (Some(_), None) => return Err(err("image_position_ids", "required when pixel_values is given".into())),
+            (None, Some(_)) => return Err(err("pixel_values", "required when image_position_ids is given".into())),
+        }
+        if let Some(m) = &mm {
+            if m.shape != [1, seq] {
+                return Err(err("mm_token_type_ids", format!("shape [1, {seq}] like input_ids, found {:?}", m.shape)));
+            }
+        }
+        Ok(ModelInputs { input_ids: ids.data, pixel_values, image_position_ids, mm_token_type_ids: mm.map(|m| m.data) })
+    }
+}
+
+fn view<'a>(st: &'a SafeTensors<'a>, name: &str, path: &Path, want: Dtype) -> Result<Option<safetensors::tensor::TensorView<'a>>, InputsError> {
+    match st.tensor(name) {
+        Err(_) => Ok(None),
+        Ok(v) if v.dtype() == want => Ok(Some(v)),
+        Ok(v) => Err(InputsError::Tensor { path: path.into(), name: name.into(), expected: format!("dtype {want:?}, found {:?}", v.dtype()) }),
+    }
+}
+
+fn read_i64(st: &SafeTensors<'_>, name: &str, path: &Path) -> Result<Option<Dense<i64>>, InputsError> {
+    Ok(view(st, name, path, Dtype::I64)?.map(|v| {
+        let data = v.data().chunks_exact(8).map(|c| i64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]])).collect();
+        Dense::new(v.shape().to_vec(), data)
+    }))
+}
+
+fn read_f32(st: &SafeTensors<'_>, name: &str, path: &Path) -> Result<Option<Dense<f32>>, InputsError> {
+    Ok(view(st, name, path, Dtype::F32)?.map(|v| {
+        let data = v.data().chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect();
+        Dense::new(v.shape().to_vec(), data)
+    }))
+}
+
+/// The inputs a case describes: `inputs.tensors` (HF processor output), else explicit
+/// `inputs.input_ids`, else prompts (+ images) through the tokenizer and image processor.
+pub fn for_case(case: &crate::case::Case) -> Result<ModelInputs, InputsError> {
+    if let Some(path) = &case.inputs.tensors {
+        return ModelInputs::load_safetensors(path);
+    }
+    if let Some(ids) = &case.inputs.input_ids {
+        if ids.is_empty() {
+            return Err(InputsError::Invalid(format!("{}: inputs.input_ids is empty", case.path.display())));
+        }
+        return Ok(ModelInputs::from_ids(ids.clone()));
+    }
+    if !case.inputs.prompts.is_empty() {
+        return Err(InputsError::Invalid(format!(
+            "{}: prompts need a tokenizer (`tokenizer:` or tokenizer.json in the checkpoint); prompt processing is not implemented yet",
+            case.path.display()
+        )));
+    }
+    Err(InputsError::NoInputs)
+}

@@ -1,0 +1,1 @@
+//! Gemma4Unified prompt processing (stub; see issue).

@@ -1,0 +1,374 @@
+//! The ONNX Runtime side of a comparison: sessions for an export package, prefill with logits for
+//! every position, and greedy decoding with the KV cache.
+//!
+//! Protocol (DESIGN §7): vision_encoder(pixel_values, pixel_position_ids) → image_features;
+//! embedding(input_ids, image_features) → inputs_embeds; decoder(inputs_embeds, attention_mask,
+//! position_ids, input_ids, past_key_values.i.{key,value}) → logits, present.i.{key,value}. A
+//! text-only package is one model taking `input_ids`. Names, KV geometry and the float type are
+//! read from the sessions; `present.*` values are moved into the next step's `past_key_values.*`
+//! without copying.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use half::f16;
+use ort::session::{Session, SessionInputValue};
+use ort::value::{DynValue, Tensor, TensorElementType, ValueType};
+
+use super::package::{Layout, OnnxPackage, PackageError, DECODER, EMBEDDING, TEXT_MODEL, VISION_ENCODER};
+use super::runtime::{self, RuntimeError};
+use crate::inputs::{Dense, ModelInputs};
+
+/// Why the pipeline failed.
+#[derive(Debug, thiserror::Error)]
+pub enum PipelineError {
+    #[error(transparent)]
+    Runtime(#[from] RuntimeError),
+    #[error(transparent)]
+    Package(#[from] PackageError),
+    #[error("loading {path}: {message}")]
+    Load { path: PathBuf, message: String },
+    #[error("{role}: {message}")]
+    Run { role: &'static str, message: String },
+    #[error("{role}: {message}")]
+    Contract { role: &'static str, message: String },
+    #[error("the inputs have images but the package {0} has no vision_encoder")]
+    NoVision(PathBuf),
+}
+
+/// Session settings.
+#[derive(Debug, Clone)]
+pub struct SessionOptions {
+    /// ORT intra-op threads (0 = ORT's default).
+    pub intra_threads: usize,
+}
+
+impl Default for SessionOptions {
+    fn default() -> Self {
+        let intra_threads = std::env::var("ONNX_PARITY_ORT_THREADS").ok().and_then(|v| v.parse().ok()).unwrap_or(0);
+        SessionOptions { intra_threads }
+    }
+}
+
+/// Names and empty-cache geometry of one KV pair.
+#[derive(Debug, Clone)]
+struct KvSlot {
+    past_key: String,
+    past_value: String,
+    present_key: String,
+    present_value: String,
+    /// [heads, head_dim] of the key and value (static in the graph).
+    key_dims: [i64; 2],
+    value_dims: [i64; 2],
+}
+
+/// Prefill result: logits for every position and, for multimodal packages, the components.
+#[derive(Debug, Clone)]
+pub struct OnnxPrefill {
+    /// [1, S, V] as f32.
+    pub logits: Dense<f32>,
+    /// [n_tokens, hidden], when the inputs had images.
+    pub image_features: Option<Dense<f32>>,
+    /// [1, S, hidden], for packages with an embedding model.
+    pub inputs_embeds: Option<Dense<f32>>,
+}
+
+/// Greedy decoding result.
+#[derive(Debug, Clone, Default)]
+pub struct OnnxGeneration {
+    /// New tokens only.
+    pub tokens: Vec<i64>,
+    /// Logits that chose each token; entry 0 is the prefill's last position.
+    pub step_logits: Vec<Vec<f32>>,
+}
+
+/// Sessions of one export package.
+pub struct OnnxPipeline {
+    root: PathBuf,
+    decoder: Session,
+    decoder_role: &'static str,
+    embedding: Option<Session>,
+    vision: Option<Session>,
+    kv: Vec<KvSlot>,
+    /// Element type of activations (`inputs_embeds`, `image_features`, KV): f32 or f16.
+    float: TensorElementType,
+    hidden: i64,
+    decoder_inputs: Vec<String>,
+}
+
+impl OnnxPipeline {
+    /// Opens every sub-model the harness drives (CPU EP, or CUDA with TF32 off under `cuda`).
+    pub fn open(dir: &Path, opts: &SessionOptions) -> Result<Self, PipelineError> {
+        let package = OnnxPackage::open(dir)?;
+        let (decoder_role, decoder_path) = match package.layout {
+            Layout::TextOnly => (TEXT_MODEL, package.submodel(TEXT_MODEL)),
+            Layout::Multimodal => (DECODER, package.submodel(DECODER)),
+        };
+        let decoder_path = decoder_path.ok_or_else(|| PipelineError::Contract { role: DECODER, message: format!("missing from {}", dir.display()) })?;
+        let decoder = open_session(decoder_path, opts)?;
+        let embedding = package.submodel(EMBEDDING).map(|p| open_session(p, opts)).transpose()?;
+        let vision = package.submodel(VISION_ENCODER).map(|p| open_session(p, opts)).transpose()?;
+        if package.layout == Layout::Multimodal && embedding.is_none() {
+            return Err(PipelineError::Contract { role: EMBEDDING, message: format!("missing from {}", dir.display()) });
+        }
+        let decoder_inputs: Vec<String> = decoder.inputs().iter().map(|o| o.name().to_string()).collect();
+        let kv = kv_slots(&decoder, decoder_role)?;
+        let float = decoder
+            .outputs()
+            .iter()
+            .find(|o| o.name() == "logits")
+            .and_then(|o| o.dtype().tensor_type())
+            .ok_or_else(|| PipelineError::Contract { role: decoder_role, message: "no tensor output `logits`".into() })?;
+        if !matches!(float, TensorElementType::Float32 | TensorElementType::Float16) {
+            return Err(PipelineError::Contract { role: decoder_role, message: format!("logits are {float:?}; only float32 and float16 exports are driven") });
+        }
+        let hidden = match &embedding {
+            Some(e) => static_dim(e.outputs().iter().find(|o| o.name() == "inputs_embeds").map(|o| o.dtype()), 2)
+                .ok_or_else(|| PipelineError::Contract { role: EMBEDDING, message: "output `inputs_embeds` needs a static hidden size".into() })?,
+            None => 0,
+        };
+        Ok(OnnxPipeline { root: dir.into(), decoder, decoder_role, embedding, vision, kv, float, hidden, decoder_inputs })
+    }
+
+    /// `true` for an f16 export (inputs and outputs converted at the boundary).
+    pub fn is_f16(&self) -> bool {
+        self.float == TensorElementType::Float16
+    }
+
+    /// Number of KV pairs the decoder carries.
+    pub fn kv_pairs(&self) -> usize {
+        self.kv.len()
+    }
+
+    /// Prefill: logits for every position (and the components on the way).
+    pub fn prefill(&mut self, inputs: &ModelInputs) -> Result<OnnxPrefill, PipelineError> {
+        let (prefill, _cache) = self.prefill_with_cache(inputs)?;
+        Ok(prefill)
+    }
+
+    /// Greedy decoding of up to `max_new` tokens, stopping after an EOS token. With `forced`, the
+    /// given tokens are fed instead of the argmax (teacher forcing), so each step's logits can be
+    /// compared with another implementation's on identical histories.
+    pub fn greedy(&mut self, inputs: &ModelInputs, max_new: usize, eos: &[i64], forced: Option<&[i64]>) -> Result<(OnnxPrefill, OnnxGeneration), PipelineError> {
+        let (prefill, mut cache) = self.prefill_with_cache(inputs)?;
+        let mut gen = OnnxGeneration::default();
+        if max_new == 0 {
+            return Ok((prefill, gen));
+        }
+        let (s, v) = (prefill.logits.shape[1], prefill.logits.shape[2]);
+        let mut logits = prefill.logits.data[(s - 1) * v..].to_vec();
+        let limit = forced.map_or(max_new, |f| f.len().min(max_new));
+        let mut total = s;
+        for step in 0..limit {
+            let next = match forced {
+                Some(f) => f[step],
+                None => argmax(&logits),
+            };
+            gen.tokens.push(next);
+            gen.step_logits.push(std::mem::take(&mut logits));
+            if step + 1 == limit || (forced.is_none() && eos.contains(&next)) {
+                break;
+            }
+            total += 1;
+            let embeds = self.embed(&[next], None)?;
+            let (l, c) = self.run_decoder(&[next], embeds, total, cache)?;
+            cache = c;
+            logits = l.data;
+        }
+        Ok((prefill, gen))
+    }
+
+    fn prefill_with_cache(&mut self, inputs: &ModelInputs) -> Result<(OnnxPrefill, Vec<DynValue>), PipelineError> {
+        let image_features = match (&inputs.pixel_values, &inputs.image_position_ids) {
+            (Some(px), Some(pos)) => Some(self.image_features_value(px, pos)?),
+            _ => None,
+        };
+        let image_features_f32 = image_features.as_ref().map(|v| to_dense_f32(v, VISION_ENCODER)).transpose()?;
+        let embeds = self.embed(&inputs.input_ids, image_features)?;
+        let inputs_embeds = embeds.as_ref().map(|v| to_dense_f32(v, EMBEDDING)).transpose()?;
+        let empty = self.empty_cache()?;
+        let (logits, cache) = self.run_decoder(&inputs.input_ids, embeds, inputs.input_ids.len(), empty)?;
+        Ok((OnnxPrefill { logits, image_features: image_features_f32, inputs_embeds }, cache))
+    }
+
+    fn image_features_value(&mut self, px: &Dense<f32>, pos: &Dense<i64>) -> Result<DynValue, PipelineError> {
+        let float = self.float;
+        let vision = self.vision.as_mut().ok_or_else(|| PipelineError::NoVision(self.root.clone()))?;
+        let run = |m: String| PipelineError::Run { role: VISION_ENCODER, message: m };
+        let pixel_values = float_value(float, &px.shape, &px.data).map_err(run)?;
+        let pixel_position_ids = Tensor::from_array((pos.shape.clone(), pos.data.clone())).map_err(|e| run(e.to_string()))?;
+        let mut out = vision
+            .run(ort::inputs! { "pixel_values" => pixel_values, "pixel_position_ids" => pixel_position_ids })
+            .map_err(|e| run(e.to_string()))?;
+        out.remove("image_features").ok_or_else(|| run("no output `image_features`".into()))
+    }
+
+    /// Runs the embedding model (multimodal packages); `None` for text-only ones, whose decoder
+    /// embeds `input_ids` itself. Decode steps pass `image_features` of shape [0, hidden].
+    fn embed(&mut self, ids: &[i64], image_features: Option<DynValue>) -> Result<Option<DynValue>, PipelineError> {
+        let float = self.float;
+        let hidden = self.hidden;
+        let Some(embedding) = self.embedding.as_mut() else { return Ok(None) };
+        let run = |m: String| PipelineError::Run { role: EMBEDDING, message: m };
+        let input_ids = Tensor::from_array((vec![1usize, ids.len()], ids.to_vec())).map_err(|e| run(e.to_string()))?;
+        let wants_features = embedding.inputs().iter().any(|i| i.name() == "image_features");
+        let mut feed: Vec<(&str, SessionInputValue<'_>)> = vec![("input_ids", input_ids.into())];
+        if wants_features {
+            let features = match image_features {
+                Some(v) => v,
+                None => float_value(float, &[0, hidden as usize], &[]).map_err(run)?,
+            };
+            feed.push(("image_features", features.into()));
+        }
+        let mut out = embedding.run(feed).map_err(|e| run(e.to_string()))?;
+        out.remove("inputs_embeds").map(Some).ok_or_else(|| run("no output `inputs_embeds`".into()))
+    }
+
+    fn empty_cache(&self) -> Result<Vec<DynValue>, PipelineError> {
+        let mut cache = Vec::with_capacity(self.kv.len() * 2);
+        for slot in &self.kv {
+            for dims in [slot.key_dims, slot.value_dims] {
+                let shape = [1usize, dims[0] as usize, 0, dims[1] as usize];
+                cache.push(float_value(self.float, &shape, &[]).map_err(|m| PipelineError::Run { role: self.decoder_role, message: m })?);
+            }
+        }
+        Ok(cache)
+    }
+
+    /// One decoder call over `ids` (S new positions) with `total` = past + S positions; returns
+    /// logits [1, S, V] as f32 and the `present` values in KV order, moved out of the outputs.
+    fn run_decoder(&mut self, ids: &[i64], embeds: Option<DynValue>, total: usize, cache: Vec<DynValue>) -> Result<(Dense<f32>, Vec<DynValue>), PipelineError> {
+        let role = self.decoder_role;
+        let run = |m: String| PipelineError::Run { role, message: m };
+        let s = ids.len();
+        let past = total - s;
+        let mut feed: Vec<(String, SessionInputValue<'_>)> = Vec::with_capacity(self.decoder_inputs.len());
+        for name in &self.decoder_inputs {
+            if name.starts_with("past_key_values.") {
+                continue;
+            }
+            let value: DynValue = match name.as_str() {
+                "input_ids" => Tensor::from_array((vec![1usize, s], ids.to_vec())).map_err(|e| run(e.to_string()))?.into_dyn(),
+                "attention_mask" => Tensor::from_array((vec![1usize, total], vec![1i64; total])).map_err(|e| run(e.to_string()))?.into_dyn(),
+                "position_ids" => Tensor::from_array((vec![1usize, s], (past as i64..total as i64).collect::<Vec<_>>())).map_err(|e| run(e.to_string()))?.into_dyn(),
+                "inputs_embeds" => match &embeds {
+                    Some(_) => continue,
+                    None => return Err(run("needs `inputs_embeds` but the package has no embedding model".into())),
+                },
+                other => return Err(run(format!("input `{other}` is not part of the decoder protocol"))),
+            };
+            feed.push((name.clone(), value.into()));
+        }
+        if let Some(e) = embeds {
+            feed.push(("inputs_embeds".into(), e.into()));
+        }
+        let mut values = cache.into_iter();
+        for slot in &self.kv {
+            let (Some(k), Some(v)) = (values.next(), values.next()) else { return Err(run("KV cache shorter than the decoder's KV inputs".into())) };
+            feed.push((slot.past_key.clone(), k.into()));
+            feed.push((slot.past_value.clone(), v.into()));
+        }
+        let mut out = self.decoder.run(feed).map_err(|e| run(e.to_string()))?;
+        let logits = out.remove("logits").ok_or_else(|| run("no output `logits`".into()))?;
+        let logits = to_dense_f32(&logits, role)?;
+        let mut present = Vec::with_capacity(self.kv.len() * 2);
+        for slot in &self.kv {
+            for name in [&slot.present_key, &slot.present_value] {
+                present.push(out.remove(name.as_str()).ok_or_else(|| run(format!("no output `{name}`")))?);
+            }
+        }
+        Ok((logits, present))
+    }
+}
+
+fn open_session(path: &Path, opts: &SessionOptions) -> Result<Session, PipelineError> {
+    let env = runtime::environment()?;
+    let load = |m: String| PipelineError::Load { path: path.into(), message: m };
+    let mut builder = Session::builder(env).map_err(|e| load(e.to_string()))?;
+    if opts.intra_threads > 0 {
+        builder = builder.with_intra_threads(opts.intra_threads).map_err(|e| load(e.to_string()))?;
+    }
+    #[cfg(feature = "cuda")]
+    {
+        // TF32 would change f32 matmul results by ~1e-3 relative: parity checks need it off, and
+        // a silent fallback to CPU would report CPU numbers as GPU ones.
+        std::env::set_var("NVIDIA_TF32_OVERRIDE", "0");
+        builder = builder
+            .with_execution_providers([ort::ep::CUDA::default().with_tf32(false).build().error_on_failure()])
+            .map_err(|e| load(format!("CUDA execution provider unavailable: {e}")))?;
+    }
+    builder.commit_from_file(path).map_err(|e| load(e.to_string()))
+}
+
+/// KV pairs in index order, with the static [heads, head_dim] of each key and value.
+fn kv_slots(decoder: &Session, role: &'static str) -> Result<Vec<KvSlot>, PipelineError> {
+    let contract = |m: String| PipelineError::Contract { role, message: m };
+    let mut by_index: HashMap<usize, ()> = HashMap::new();
+    for i in decoder.inputs() {
+        if let Some(rest) = i.name().strip_prefix("past_key_values.") {
+            let idx = rest.split('.').next().and_then(|n| n.parse::<usize>().ok()).ok_or_else(|| contract(format!("cannot read the layer index of input `{}`", i.name())))?;
+            by_index.insert(idx, ());
+        }
+    }
+    let n = by_index.len();
+    let mut slots = Vec::with_capacity(n);
+    for idx in 0..n {
+        let dims_of = |name: &str| -> Result<[i64; 2], PipelineError> {
+            let ty = decoder.inputs().iter().find(|o| o.name() == name).map(|o| o.dtype()).ok_or_else(|| contract(format!("KV inputs are not numbered 0..{n}: `{name}` is missing")))?;
+            match (static_dim(Some(ty), 1), static_dim(Some(ty), 3)) {
+                (Some(h), Some(d)) => Ok([h, d]),
+                _ => Err(contract(format!("input `{name}` needs static heads and head_dim (dims 1 and 3)"))),
+            }
+        };
+        let past_key = format!("past_key_values.{idx}.key");
+        let past_value = format!("past_key_values.{idx}.value");
+        let present_key = format!("present.{idx}.key");
+        let present_value = format!("present.{idx}.value");
+        for name in [&present_key, &present_value] {
+            if !decoder.outputs().iter().any(|o| o.name() == name.as_str()) {
+                return Err(contract(format!("output `{name}` is missing")));
+            }
+        }
+        slots.push(KvSlot { key_dims: dims_of(&past_key)?, value_dims: dims_of(&past_value)?, past_key, past_value, present_key, present_value });
+    }
+    Ok(slots)
+}
+
+fn static_dim(ty: Option<&ValueType>, axis: usize) -> Option<i64> {
+    match ty? {
+        ValueType::Tensor { shape, .. } => shape.get(axis).copied().filter(|d| *d >= 0),
+        _ => None,
+    }
+}
+
+/// A float tensor in the export's activation type.
+fn float_value(float: TensorElementType, shape: &[usize], data: &[f32]) -> Result<DynValue, String> {
+    let shape = shape.to_vec();
+    match float {
+        TensorElementType::Float16 => {
+            Tensor::from_array((shape, data.iter().map(|&x| f16::from_f32(x)).collect::<Vec<_>>())).map(|t| t.into_dyn()).map_err(|e| e.to_string())
+        }
+        _ => Tensor::from_array((shape, data.to_vec())).map(|t| t.into_dyn()).map_err(|e| e.to_string()),
+    }
+}
+
+/// Reads a float32 or float16 output as f32 (f16 → f32 is exact).
+fn to_dense_f32(v: &DynValue, role: &'static str) -> Result<Dense<f32>, PipelineError> {
+    let run = |m: String| PipelineError::Run { role, message: m };
+    if let Ok((shape, data)) = v.try_extract_tensor::<f32>() {
+        return Ok(Dense::new(shape.iter().map(|&d| d as usize).collect(), data.to_vec()));
+    }
+    let (shape, data) = v.try_extract_tensor::<f16>().map_err(|e| run(format!("expected a float32 or float16 tensor: {e}")))?;
+    Ok(Dense::new(shape.iter().map(|&d| d as usize).collect(), data.iter().map(|x| x.to_f32()).collect()))
+}
+
+/// Index of the largest logit; ties go to the lowest index (like `torch.argmax`). NaN never wins.
+pub fn argmax(logits: &[f32]) -> i64 {
+    let mut best = 0usize;
+    for (i, &x) in logits.iter().enumerate() {
+        if x > logits[best] || (logits[best].is_nan() && !x.is_nan()) {
+            best = i;
+        }
+    }
+    best as i64
+}

@@ -1,0 +1,125 @@
+//! L3 synthetic tier: the export and the reference, on the same (random) weights and inputs, must
+//! give the same logits at every prefill position and every KV-cache decode step, within
+//! `atol + rtol·|ref|`. For multimodal cases the components are compared first (image features,
+//! then input embeddings, then logits) so the verdict names where divergence starts.
+
+use super::outcome::{Status, TierOutcome};
+use crate::compare::{allclose, AllcloseReport};
+use crate::evaluation::{OnnxRun, ReferenceRun};
+use crate::inputs::Dense;
+use crate::tolerance::L3Tolerance;
+
+/// Compares one stage; `Err` is a shape mismatch, itself a divergence.
+fn stage(name: &str, actual: &Dense<f32>, expected: &Dense<f32>, tol: &L3Tolerance) -> Result<AllcloseReport, String> {
+    if actual.shape != expected.shape {
+        return Err(format!("{name}: shape {:?} from ONNX vs {:?} from the reference", actual.shape, expected.shape));
+    }
+    allclose(&actual.data, &expected.data, &actual.shape, tol.atol, tol.rtol).map_err(|e| format!("{name}: {e}"))
+}
+
+fn describe(name: &str, r: &AllcloseReport) -> String {
+    format!(
+        "{name}: max_abs_diff {:.3e} at {:?} (onnx {} vs ref {}), {} of {} outside atol {:.0e} + rtol {:.0e}·|ref|{}",
+        r.max_abs_diff,
+        r.worst_index,
+        r.worst_actual,
+        r.worst_expected,
+        r.n_violations,
+        r.numel,
+        r.atol,
+        r.rtol,
+        if r.nonfinite_mismatch > 0 { format!(", {} non-finite", r.nonfinite_mismatch) } else { String::new() }
+    )
+}
+
+/// L3 verdict from the two runs.
+pub fn compare(reference: &ReferenceRun, onnx: &OnnxRun, tol: &L3Tolerance) -> TierOutcome {
+    let mut lines = Vec::new();
+    let mut first_divergence: Option<String> = None;
+    let mut metrics = serde_json::Map::new();
+    let mut note = |name: &str, result: Result<AllcloseReport, String>, metrics: &mut serde_json::Map<String, serde_json::Value>| -> bool {
+        match result {
+            Ok(r) => {
+                metrics.insert(format!("{name}_max_abs_diff"), r.max_abs_diff.into());
+                lines.push(describe(name, &r));
+                if !r.pass && first_divergence.is_none() {
+                    first_divergence = Some(name.to_string());
+                }
+                r.pass
+            }
+            Err(e) => {
+                lines.push(e);
+                if first_divergence.is_none() {
+                    first_divergence = Some(name.to_string());
+                }
+                false
+            }
+        }
+    };
+    // Components localise a divergence; they do not gate on their own (the gate is the logits).
+    if let (Some(a), Some(e)) = (&onnx.prefill.image_features, &reference.image_features) {
+        note("image_features", stage("image_features", a, e, tol), &mut metrics);
+    }
+    if let Some(a) = &onnx.prefill.inputs_embeds {
+        note("inputs_embeds", stage("inputs_embeds", a, &reference.inputs_embeds, tol), &mut metrics);
+    }
+    let prefill = stage("logits", &onnx.prefill.logits, &reference.logits, tol);
+    let prefill_report = prefill.as_ref().ok().cloned();
+    let mut pass = note("logits", prefill, &mut metrics);
+
+    // Decode steps: step 0 is the prefill's last position (already gated), steps 1.. are cached.
+    let steps = onnx.forced.step_logits.len().min(reference.step_logits.len());
+    let mut worst_step: Option<(usize, AllcloseReport)> = None;
+    let mut decode_pass = true;
+    for k in 1..steps {
+        let a = &onnx.forced.step_logits[k];
+        let e = &reference.step_logits[k];
+        match allclose(a, e, &[a.len()], tol.atol, tol.rtol) {
+            Ok(r) => {
+                decode_pass &= r.pass;
+                if worst_step.as_ref().is_none_or(|(_, w)| r.max_abs_diff > w.max_abs_diff || (!r.pass && w.pass)) {
+                    worst_step = Some((k, r));
+                }
+            }
+            Err(e) => {
+                decode_pass = false;
+                lines.push(format!("decode step {k}: {e}"));
+            }
+        }
+    }
+    if reference.step_logits.len() > 1 && steps < reference.step_logits.len() {
+        decode_pass = false;
+        lines.push(format!("decode: ONNX produced {} steps, the reference {}", onnx.forced.step_logits.len(), reference.step_logits.len()));
+    }
+    if let Some((k, r)) = &worst_step {
+        metrics.insert("decode_max_abs_diff".into(), r.max_abs_diff.into());
+        lines.push(describe(&format!("decode step {k} (worst of {})", steps.saturating_sub(1)), r));
+    }
+    if !decode_pass && first_divergence.is_none() {
+        first_divergence = Some(format!("decode step {}", worst_step.as_ref().map_or(0, |(k, _)| *k)));
+    }
+    pass &= decode_pass;
+
+    let status = if pass { Status::Pass } else { Status::Fail };
+    let mut out = TierOutcome::new(status, format!("scope {}; {}", reference.scope, lines.join("; ")));
+    out.metrics.extend(metrics);
+    out = out.metric("decode_steps", steps.saturating_sub(1)).metric("bidirectional_scope", reference.scope);
+    if let Some(r) = prefill_report {
+        out = out
+            .metric("max_abs_diff", r.max_abs_diff)
+            .metric("mean_abs_diff", r.mean_abs_diff)
+            .metric("cosine", r.cosine)
+            .metric("atol", r.atol)
+            .metric("rtol", r.rtol);
+        let v = reference.logits.shape.last().copied().unwrap_or(0);
+        if v > 0 {
+            let last = |d: &Dense<f32>| d.data[d.data.len() - v..].to_vec();
+            let same = crate::compare::argmax(&last(&onnx.prefill.logits)) == crate::compare::argmax(&last(&reference.logits));
+            out = out.metric("argmax_match", same);
+        }
+    }
+    if let Some(d) = first_divergence {
+        out = out.metric("first_divergence", d);
+    }
+    out
+}
