@@ -6,11 +6,13 @@
 
 pub mod case;
 pub mod compare;
+pub mod dump;
 pub mod evaluation;
 pub mod golden;
 pub mod hexfloat;
 pub mod inputs;
 pub mod onnx;
+pub mod regenerate;
 pub mod report;
 pub mod tiers;
 pub mod tolerance;

@@ -7,7 +7,11 @@ use std::time::Instant;
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 use onnx_parity::case::{discover, Level};
+use onnx_parity::dump::{self, Backend};
 use onnx_parity::evaluation::CaseEvaluation;
+use onnx_parity::inputs::ModelInputs;
+use onnx_parity::regenerate::{regenerate, GoldenChange};
+use onnx_parity_reference::BidirectionalScope as RefScope;
 use onnx_parity::report::{CaseReport, LevelReport, RunMetadata, RunReport};
 use onnx_parity::tiers::{self, outcome::TierOutcome, RunOptions, ALL_LEVELS};
 
@@ -38,6 +42,37 @@ enum Command {
         /// Folder with `<category>/<case>.json` goldens.
         #[arg(long)]
         goldens: Option<PathBuf>,
+    },
+    /// Write L4 and L5 goldens from the reference for the cases under PATHs. Refuses to replace
+    /// a golden that differs unless --force; prints what changed.
+    Golden {
+        paths: Vec<PathBuf>,
+        #[arg(long)]
+        force: bool,
+        #[arg(long)]
+        goldens: Option<PathBuf>,
+    },
+    /// Dump `logits` [1,S,V] (all positions), `greedy_tokens` and `image_features` from the
+    /// reference (--checkpoint) or ONNX Runtime (--onnx) for an inputs safetensors file.
+    Logits {
+        #[arg(long, conflicts_with = "onnx", required_unless_present = "onnx")]
+        checkpoint: Option<PathBuf>,
+        #[arg(long)]
+        onnx: Option<PathBuf>,
+        /// safetensors with `input_ids` [1,S] and optional `pixel_values`, `image_position_ids`, `mm_token_type_ids`.
+        #[arg(long)]
+        inputs: PathBuf,
+        #[arg(long)]
+        out: PathBuf,
+        /// Also greedy-decode this many tokens.
+        #[arg(long, default_value_t = 0)]
+        greedy: usize,
+        /// Reference mask scope: all-layers | sliding-windowed | none (default: what HF forward does).
+        #[arg(long)]
+        bidirectional: Option<String>,
+        /// EOS token ids that stop greedy decoding.
+        #[arg(long, value_delimiter = ',', default_value = "1")]
+        eos: Vec<i64>,
     },
 }
 
@@ -128,6 +163,70 @@ fn run(paths: Vec<PathBuf>, levels: Vec<String>, report: Option<PathBuf>, markdo
     Ok(if report_data.ok() { ExitCode::SUCCESS } else { ExitCode::FAILURE })
 }
 
+fn golden(paths: Vec<PathBuf>, force: bool, goldens: Option<PathBuf>) -> anyhow::Result<ExitCode> {
+    let root = goldens.unwrap_or_else(|| RunOptions::from_env().goldens_root);
+    let found = discover(&default_paths(paths));
+    if found.is_empty() {
+        anyhow::bail!("no case YAML found");
+    }
+    let mut ok = true;
+    for (path, parsed) in found {
+        let case = match parsed {
+            Ok(c) => c,
+            Err(e) => {
+                ok = false;
+                println!("ERROR {}: {e}", path.display());
+                continue;
+            }
+        };
+        if case.checkpoint.is_none() {
+            println!("skipped   {}: no `checkpoint:` for the reference", path.display());
+            continue;
+        }
+        match regenerate(&case, &root, force) {
+            Ok(changes) => {
+                for c in changes {
+                    ok &= !matches!(c, GoldenChange::Refused { .. });
+                    println!("{c}");
+                }
+            }
+            Err(e) => {
+                ok = false;
+                println!("ERROR {e}");
+            }
+        }
+    }
+    Ok(if ok { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+}
+
+#[allow(clippy::too_many_arguments)]
+fn logits(checkpoint: Option<PathBuf>, onnx: Option<PathBuf>, inputs: PathBuf, out: PathBuf, greedy: usize, bidirectional: Option<String>, eos: Vec<i64>) -> anyhow::Result<ExitCode> {
+    let model_inputs = ModelInputs::load_safetensors(&inputs)?;
+    let scope = match bidirectional.as_deref() {
+        None => None,
+        Some("all-layers") => Some(RefScope::AllLayers),
+        Some("sliding-windowed") => Some(RefScope::SlidingWindowed),
+        Some("none") => Some(RefScope::None),
+        Some(other) => anyhow::bail!("--bidirectional: expected all-layers, sliding-windowed or none, found {other:?}"),
+    };
+    let backend = match (&checkpoint, &onnx) {
+        (Some(c), _) => Backend::Reference { checkpoint: c, scope },
+        (None, Some(d)) => {
+            if scope.is_some() {
+                anyhow::bail!("--bidirectional applies to the reference (--checkpoint) only: an export has its mask built in");
+            }
+            Backend::Onnx { dir: d }
+        }
+        (None, None) => anyhow::bail!("give --checkpoint or --onnx"),
+    };
+    let dump = dump::run(backend, &model_inputs, greedy, &eos)?;
+    dump.save(&out)?;
+    if let Some(l) = &dump.logits {
+        eprintln!("wrote {} (logits {:?}{})", out.display(), l.shape, dump.greedy_tokens.as_ref().map(|t| format!(", greedy_tokens {t:?}")).unwrap_or_default());
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
 fn onnx_parity_execution_provider() -> &'static str {
     if cfg!(feature = "cuda") {
         "CUDAExecutionProvider (TF32 off)"
@@ -145,6 +244,8 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::List { paths } => list(paths),
         Command::Run { paths, levels, report, markdown, goldens } => run(paths, levels, report, markdown, goldens),
+        Command::Golden { paths, force, goldens } => golden(paths, force, goldens),
+        Command::Logits { checkpoint, onnx, inputs, out, greedy, bidirectional, eos } => logits(checkpoint, onnx, inputs, out, greedy, bidirectional, eos),
     };
     match result {
         Ok(code) => code,

@@ -39,15 +39,15 @@ pub type CacheLayout = Vec<Option<(usize, usize)>>;
 
 impl KvCache {
     /// An empty cache able to hold `capacity` positions without reallocating.
-    pub fn new(layout: &CacheLayout, capacity: usize, device: &Device) -> Result<Self> {
+    pub fn new(layout: &CacheLayout, capacity: usize, dtype: DType, device: &Device) -> Result<Self> {
         let capacity = capacity.max(1);
         let layers = layout
             .iter()
             .map(|g| {
                 g.map(|(heads, dim)| -> Result<LayerKv> {
                     Ok(LayerKv {
-                        k: Tensor::zeros((heads, capacity, dim), DType::F32, device)?,
-                        v: Tensor::zeros((heads, capacity, dim), DType::F32, device)?,
+                        k: Tensor::zeros((heads, capacity, dim), dtype, device)?,
+                        v: Tensor::zeros((heads, capacity, dim), dtype, device)?,
                     })
                 })
                 .transpose()
@@ -115,8 +115,8 @@ impl KvCache {
         let len = self.len;
         for entry in self.layers.iter_mut().flatten() {
             let (heads, _, dim) = entry.k.dims3()?;
-            let k = Tensor::zeros((heads, capacity, dim), DType::F32, entry.k.device())?;
-            let v = Tensor::zeros((heads, capacity, dim), DType::F32, entry.v.device())?;
+            let k = Tensor::zeros((heads, capacity, dim), entry.k.dtype(), entry.k.device())?;
+            let v = Tensor::zeros((heads, capacity, dim), entry.v.dtype(), entry.v.device())?;
             if len > 0 {
                 k.slice_set(&entry.k.narrow(1, 0, len)?.contiguous()?, 1, 0)?;
                 v.slice_set(&entry.v.narrow(1, 0, len)?.contiguous()?, 1, 0)?;
@@ -137,7 +137,7 @@ mod tests {
     #[test]
     fn append_view_grow() -> Result<()> {
         let dev = Device::Cpu;
-        let mut c = KvCache::new(&vec![Some((1, 2)), None], 2, &dev)?;
+        let mut c = KvCache::new(&vec![Some((1, 2)), None], 2, DType::F32, &dev)?;
         let k0 = Tensor::new(&[[[1.0f32, 2.0]]], &dev)?;
         let (k, _) = c.append(0, &k0, &k0)?;
         assert_eq!(k.to_vec3::<f32>()?, vec![vec![vec![1.0, 2.0]]]);

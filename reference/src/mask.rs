@@ -20,7 +20,7 @@
 use std::fmt;
 use std::str::FromStr;
 
-use candle_core::{Device, Tensor};
+use candle_core::{DType, Device, Tensor};
 
 use crate::config::LayerType;
 use crate::error::{Error, Result};
@@ -130,14 +130,15 @@ impl MaskRule {
     }
 
     /// Additive mask `[q_len, kv_len]` for queries at positions `q_start..q_start+q_len` over
-    /// keys at positions `0..kv_len`: 0 where visible, `f32::MIN` elsewhere. `None` when every
-    /// key is visible (nothing to add).
+    /// keys at positions `0..kv_len`: 0 where visible, the dtype's lowest finite value
+    /// elsewhere (`torch.finfo(dtype).min`). `None` when every key is visible (nothing to add).
     pub fn bias(
         &self,
         lt: LayerType,
         q_start: usize,
         q_len: usize,
         kv_len: usize,
+        dtype: DType,
         device: &Device,
     ) -> Result<Option<Tensor>> {
         let mut data = Vec::with_capacity(q_len * kv_len);
@@ -146,13 +147,18 @@ impl MaskRule {
             for k in 0..kv_len {
                 let v = self.visible(lt, q, k);
                 any_masked |= !v;
-                data.push(if v { 0.0f32 } else { f32::MIN });
+                data.push(v);
             }
         }
         if !any_masked {
             return Ok(None);
         }
-        Ok(Some(Tensor::from_vec(data, (q_len, kv_len), device)?))
+        let min = match dtype {
+            DType::F64 => f64::MIN,
+            _ => f32::MIN as f64,
+        };
+        let vals: Vec<f64> = data.into_iter().map(|v| if v { 0.0 } else { min }).collect();
+        Ok(Some(Tensor::from_vec(vals, (q_len, kv_len), device)?.to_dtype(dtype)?))
     }
 }
 
@@ -234,9 +240,9 @@ mod tests {
     #[test]
     fn bias_values() -> Result<()> {
         let r = rule(BidirectionalScope::None, 4, &[]);
-        let b = r.bias(Full, 0, 2, 2, &Device::Cpu)?.map(|t| t.to_vec2::<f32>());
+        let b = r.bias(Full, 0, 2, 2, DType::F32, &Device::Cpu)?.map(|t| t.to_vec2::<f32>());
         assert_eq!(b.transpose()?, Some(vec![vec![0.0, f32::MIN], vec![0.0, 0.0]]));
-        assert!(r.bias(Full, 1, 1, 2, &Device::Cpu)?.is_none());
+        assert!(r.bias(Full, 1, 1, 2, DType::F32, &Device::Cpu)?.is_none());
         Ok(())
     }
 

@@ -56,8 +56,15 @@ impl Gemma4Unified {
     /// Loads `config.json` and the safetensors weights (single file or sharded) of an HF
     /// checkpoint directory; weights are upcast once to f32.
     pub fn load(checkpoint_dir: &Path) -> Result<Self> {
+        Self::load_with_dtype(checkpoint_dir, DType::F32)
+    }
+
+    /// Like [`Gemma4Unified::load`] with compute dtype `dtype`: F32 (the reference) or F64 (a
+    /// precision reference: every op in f64 except RoPE's cos/sin, which HF always computes in
+    /// f32; unlike an HF `.double()` model, whose RMSNorms drop to f32 through `.float()`).
+    pub fn load_with_dtype(checkpoint_dir: &Path, dtype: DType) -> Result<Self> {
         let config = ModelConfig::from_file(&checkpoint_dir.join("config.json"))?;
-        let w = Weights::open(checkpoint_dir)?;
+        let w = Weights::open_with_dtype(checkpoint_dir, dtype)?;
         let text = TextModel::load(
             config.text(),
             &w,
@@ -149,7 +156,7 @@ impl Gemma4Unified {
         for (j, &pos) in slots.iter().enumerate() {
             index[pos] = (seq + j) as u32;
         }
-        let all = Tensor::cat(&[&embeds, &features.to_dtype(DType::F32)?], 0)?;
+        let all = Tensor::cat(&[&embeds, &features.to_dtype(embeds.dtype())?], 0)?;
         let index = Tensor::from_vec(index, seq, all.device())?;
         Ok(all.index_select(&index, 0)?.unsqueeze(0)?)
     }
@@ -250,7 +257,7 @@ impl Gemma4Unified {
         let hidden = self.text.forward_hidden(&embeds, &rule, &mut cache)?;
         let mut logits = self.text.logits(&hidden.narrow(0, seq - 1, 1)?)?;
         loop {
-            let row: Vec<f32> = logits.flatten_all()?.to_vec1()?;
+            let row: Vec<f32> = logits.flatten_all()?.to_dtype(DType::F32)?.to_vec1()?;
             let next = argmax(&row)?;
             out.tokens.push(next);
             out.step_logits.push(row);

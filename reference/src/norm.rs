@@ -1,6 +1,6 @@
 //! The two normalisations of Gemma4Unified, written as HF computes them (f32 throughout).
 
-use candle_core::{DType, Tensor, D};
+use candle_core::{Tensor, D};
 
 use crate::error::Result;
 use crate::weights::Weights;
@@ -10,6 +10,8 @@ use crate::weights::Weights;
 /// The weight multiplies as is (not `1 + weight` as in Gemma 1–3), and `with_scale = false`
 /// (the attention's `v_norm`, the multimodal embedder's pre-projection norm) has no weight at
 /// all. PyTorch evaluates `pow(·, -0.5)` as `1 / sqrt(·)`, which is what is computed here.
+/// Computed in the input's dtype (f32 normally; HF would compute an f64 model's norms in f32
+/// via `.float()`, the reference's f64 precision mode keeps f64).
 #[derive(Debug, Clone)]
 pub struct RmsNorm {
     weight: Option<Tensor>,
@@ -32,7 +34,6 @@ impl RmsNorm {
 
     /// Normalises over the last dimension.
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        let x = x.to_dtype(DType::F32)?;
         let mean_sq = x.sqr()?.mean_keepdim(D::Minus1)?;
         let inv = (mean_sq + self.eps)?.sqrt()?.recip()?;
         let normed = x.broadcast_mul(&inv)?;

@@ -6,7 +6,7 @@
 //! `x·cos + rotate_half(x)·sin` (candle's contiguous `rope_thd` kernel computes exactly
 //! `x1·cos − x2·sin`, `x1·sin + x2·cos` per half, with the half-width cos/sin).
 
-use candle_core::{Device, Tensor};
+use candle_core::{DType, Device, Tensor};
 
 use crate::config::{RopeKind, RopeSpec};
 use crate::error::Result;
@@ -32,7 +32,9 @@ impl Rope {
     }
 
     /// Half-width `(cos, sin)`, each `[positions.len(), dim / 2]`, for absolute positions.
-    pub fn cos_sin(&self, positions: &[usize], device: &Device) -> Result<(Tensor, Tensor)> {
+    /// Always computed in f32 (HF forces float32 here even for other model dtypes), then cast
+    /// to `dtype`.
+    pub fn cos_sin(&self, positions: &[usize], dtype: DType, device: &Device) -> Result<(Tensor, Tensor)> {
         let half = self.inv_freq.len();
         let mut cos = Vec::with_capacity(positions.len() * half);
         let mut sin = Vec::with_capacity(positions.len() * half);
@@ -48,8 +50,8 @@ impl Rope {
         }
         let shape = (positions.len(), half);
         Ok((
-            Tensor::from_vec(cos, shape, device)?,
-            Tensor::from_vec(sin, shape, device)?,
+            Tensor::from_vec(cos, shape, device)?.to_dtype(dtype)?,
+            Tensor::from_vec(sin, shape, device)?.to_dtype(dtype)?,
         ))
     }
 
@@ -129,7 +131,7 @@ mod tests {
     fn rotation_hand_values() -> Result<()> {
         let r = Rope::new(&spec(RopeKind::Proportional, 4, 0.5));
         // inv_freq = [1, 0]; position 1 → angle [1, 0].
-        let (cos, sin) = r.cos_sin(&[1], &Device::Cpu)?;
+        let (cos, sin) = r.cos_sin(&[1], DType::F32, &Device::Cpu)?;
         let x = Tensor::new(&[1.0f32, 2.0, 3.0, 4.0], &Device::Cpu)?.reshape((1, 1, 1, 4))?;
         let y = Rope::apply(&x, &cos, &sin)?.flatten_all()?.to_vec1::<f32>()?;
         let (c, s) = (1.0f32.cos(), 1.0f32.sin());

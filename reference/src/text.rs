@@ -9,7 +9,7 @@
 //!
 //! Activations are kept 2-D (`[seq, hidden]`): the reference runs one sequence (batch 1).
 
-use candle_core::{Device, Tensor, D};
+use candle_core::{DType, Device, Tensor, D};
 
 use crate::config::{Activation, Gemma4UnifiedTextConfig, LayerType};
 use crate::error::{Error, Result};
@@ -271,6 +271,7 @@ pub struct TextModel {
     sliding_window: usize,
     cache_layout: CacheLayout,
     vocab_size: usize,
+    dtype: DType,
     device: Device,
 }
 
@@ -323,6 +324,7 @@ impl TextModel {
             sliding_window: cfg.sliding_window,
             cache_layout,
             vocab_size: v,
+            dtype: w.dtype(),
             device: Device::Cpu,
         })
     }
@@ -352,7 +354,7 @@ impl TextModel {
 
     /// An empty cache sized for `capacity` positions.
     pub fn new_cache(&self, capacity: usize) -> Result<KvCache> {
-        KvCache::new(&self.cache_layout, capacity, &self.device)
+        KvCache::new(&self.cache_layout, capacity, self.dtype, &self.device)
     }
 
     /// Runs `embeds` (`[seq, hidden]`, positions `cache.len()..`) through the decoder, extends
@@ -395,8 +397,8 @@ impl TextModel {
 
         let mut per_type = Vec::with_capacity(self.ropes.len());
         for (lt, rope) in &self.ropes {
-            let (cos, sin) = rope.cos_sin(&positions, &self.device)?;
-            let mask = mask_rule.bias(*lt, start, seq, kv_len, &self.device)?;
+            let (cos, sin) = rope.cos_sin(&positions, self.dtype, &self.device)?;
+            let mask = mask_rule.bias(*lt, start, seq, kv_len, self.dtype, &self.device)?;
             per_type.push((*lt, cos, sin, mask));
         }
         let mut x = embeds.clone();
@@ -420,7 +422,7 @@ impl TextModel {
         Ok(match self.softcap {
             Some(c) => {
                 // HF divides by the Python float (f32 division, not a reciprocal multiply).
-                let c_t = Tensor::new(c as f32, &self.device)?;
+                let c_t = Tensor::new(c, &self.device)?.to_dtype(self.dtype)?;
                 logits.broadcast_div(&c_t)?.tanh()?.broadcast_mul(&c_t)?
             }
             None => logits,
@@ -430,6 +432,11 @@ impl TextModel {
     /// The sliding window the masks must use.
     pub fn sliding_window(&self) -> usize {
         self.sliding_window
+    }
+
+    /// The compute dtype (f32, or f64 in precision mode).
+    pub fn dtype(&self) -> DType {
+        self.dtype
     }
 
     /// The device the weights live on (CPU).

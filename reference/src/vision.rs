@@ -120,7 +120,7 @@ impl VisionEmbedder {
         let n = keep.len();
         let keep = Tensor::from_vec(keep, n, dev)?;
         let patches = pixel_values
-            .to_dtype(candle_core::DType::F32)?
+            .to_dtype(self.pos_x.dtype())?
             .reshape((n_img * max_patches, patch_dim))?
             .index_select(&keep, 0)?;
 
@@ -132,8 +132,8 @@ impl VisionEmbedder {
         // Step 2: + (pos[x, 0]·valid_x + pos[y, 1]·valid_y) → LN
         let ex = self.pos_x.index_select(&Tensor::from_vec(xs, n, dev)?, 0)?;
         let ey = self.pos_y.index_select(&Tensor::from_vec(ys, n, dev)?, 0)?;
-        let vx = Tensor::from_vec(vx, (n, 1), dev)?;
-        let vy = Tensor::from_vec(vy, (n, 1), dev)?;
+        let vx = Tensor::from_vec(vx, (n, 1), dev)?.to_dtype(self.pos_x.dtype())?;
+        let vy = Tensor::from_vec(vy, (n, 1), dev)?.to_dtype(self.pos_x.dtype())?;
         let pos_embs = (ex.broadcast_mul(&vx)? + ey.broadcast_mul(&vy)?)?;
         let h = (h + pos_embs)?;
         let h = self.pos_norm.forward(&h)?;

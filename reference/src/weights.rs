@@ -11,7 +11,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
-use candle_core::{Device, Tensor};
+use candle_core::{DType, Device, Tensor};
 use memmap2::Mmap;
 use safetensors::{Dtype as StDtype, SafeTensors};
 
@@ -67,6 +67,8 @@ pub struct Weights {
     dir: PathBuf,
     shards: Vec<Shard>,
     entries: HashMap<String, Entry>,
+    /// Dtype the tensors are returned in (f32, or f64 for a precision reference).
+    dtype: DType,
     /// Tensors read so far: name → shape (a manifest of what the model uses).
     used: Mutex<BTreeMap<String, Vec<usize>>>,
 }
@@ -77,8 +79,17 @@ struct ShardIndex {
 }
 
 impl Weights {
-    /// Opens `model.safetensors`, or every shard named by `model.safetensors.index.json`.
+    /// Opens `model.safetensors`, or every shard named by `model.safetensors.index.json`;
+    /// tensors are returned as f32.
     pub fn open(dir: &Path) -> Result<Self> {
+        Self::open_with_dtype(dir, DType::F32)
+    }
+
+    /// Like [`Weights::open`], returning tensors in `dtype` (F32 or F64).
+    pub fn open_with_dtype(dir: &Path, dtype: DType) -> Result<Self> {
+        if !matches!(dtype, DType::F32 | DType::F64) {
+            return Err(Error::input(format!("compute dtype {dtype:?}: only f32 and f64 are supported")));
+        }
         let single = dir.join("model.safetensors");
         let index = dir.join("model.safetensors.index.json");
         let files: Vec<PathBuf> = if index.exists() {
@@ -146,6 +157,7 @@ impl Weights {
             dir: dir.to_path_buf(),
             shards,
             entries,
+            dtype,
             used: Mutex::new(BTreeMap::new()),
         })
     }
@@ -158,6 +170,11 @@ impl Weights {
     /// Shape of `name` as stored, if present.
     pub fn shape_of(&self, name: &str) -> Option<&[usize]> {
         self.entries.get(name).map(|e| e.shape.as_slice())
+    }
+
+    /// The dtype tensors are returned in.
+    pub fn dtype(&self) -> DType {
+        self.dtype
     }
 
     /// Every tensor name in the checkpoint.
@@ -257,7 +274,8 @@ impl Weights {
         if let Ok(mut used) = self.used.lock() {
             used.insert(name.to_string(), expected.to_vec());
         }
-        Ok(Tensor::from_vec(data, expected, &Device::Cpu)?)
+        let t = Tensor::from_vec(data, expected, &Device::Cpu)?;
+        Ok(if self.dtype == DType::F32 { t } else { t.to_dtype(self.dtype)? })
     }
 
     /// Reads `name` if present (shape-checked), `None` if absent.

@@ -44,6 +44,8 @@ pub struct ExpectedTensor {
     pub name: String,
     pub elem: ElemType,
     pub dims: Vec<ExpectedDim>,
+    /// `false` for an input the export may take but need not (checked only when present).
+    pub required: bool,
 }
 
 /// The interface of one sub-model.
@@ -148,7 +150,7 @@ impl ExportContract {
 
         let any = ExpectedDim::Any;
         let fixed = ExpectedDim::Fixed;
-        let t_in = |name: &str, elem, dims: Vec<ExpectedDim>| ExpectedTensor { name: name.into(), elem, dims };
+        let t_in = |name: &str, elem, dims: Vec<ExpectedDim>| ExpectedTensor { name: name.into(), elem, dims, required: true };
         let mut past = Vec::new();
         let mut present = Vec::new();
         for (i, g) in kv.iter().enumerate() {
@@ -166,7 +168,13 @@ impl ExportContract {
         if multimodal {
             let embeds = || t_in("inputs_embeds", ElemType::Float, vec![any, any, fixed(hidden)]);
             let features = || t_in("image_features", ElemType::Float, vec![any, fixed(hidden)]);
-            let mut dec_in = vec![embeds(), mask(), pos(), ids()];
+            // The decoder derives the image-block mask from input_ids, so it needs them exactly
+            // when the config asks for bidirectional vision attention.
+            let bidirectional = text.get("use_bidirectional_attention").and_then(Value::as_str) == Some("vision")
+                || (text.get("use_bidirectional_attention").is_none() && model_type == "gemma4_unified");
+            let mut dec_ids = ids();
+            dec_ids.required = bidirectional && has_vision;
+            let mut dec_in = vec![embeds(), mask(), pos(), dec_ids];
             dec_in.extend(past);
             let mut dec_out = vec![logits];
             dec_out.extend(present);
