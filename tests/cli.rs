@@ -1,0 +1,255 @@
+//! End-to-end checks of the `onnx-parity` binary on the committed fixtures: listing, bad input,
+//! L1 contract violations, cases with absolute paths outside the repository, logits dumps, and
+//! golden regeneration refusing to overwrite.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use safetensors::SafeTensors;
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn cli(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_onnx-parity"))
+        .args(args)
+        .current_dir(root())
+        .env("ONNX_PARITY_LOG", "warn")
+        .output()
+        .expect("runs the onnx-parity binary")
+}
+
+fn text(o: &Output) -> String {
+    format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
+}
+
+fn tmpdir() -> tempfile::TempDir {
+    tempfile::tempdir().expect("temp dir")
+}
+
+fn fixture(rel: &str) -> String {
+    root().join("fixtures").join(rel).display().to_string()
+}
+
+/// Guards: every committed case parses and `list` exits 0.
+#[test]
+fn list_committed_cases() {
+    let o = cli(&["list"]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(text(&o).contains("vision-language/unified-vision"), "{}", text(&o));
+}
+
+/// Guards: mobius's own 14 Gemma 4 case files load unchanged (skipped without ../shared).
+#[test]
+fn list_mobius_anchor_cases() {
+    let anchors = root().join("../shared/anchors/mobius/cases");
+    if !anchors.is_dir() {
+        eprintln!("skipping: {} is absent", anchors.display());
+        return;
+    }
+    let o = cli(&["list", &anchors.display().to_string()]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(text(&o).contains("14 cases, 0 malformed"), "{}", text(&o));
+}
+
+/// Guards: an unknown key makes `list` fail, naming the key and the file.
+#[test]
+fn unknown_key_is_named() {
+    let dir = tmpdir();
+    let path = dir.path().join("bad.yaml");
+    std::fs::write(&path, "model_id: x\nmodel_type: gemma4_unified\ndtype: float32\nlevels: [L1]\nmax_new_tokenz: 3\n").expect("write");
+    let o = cli(&["list", &path.display().to_string()]);
+    assert!(!o.status.success(), "{}", text(&o));
+    let t = text(&o);
+    assert!(t.contains("max_new_tokenz") && t.contains("bad.yaml"), "{t}");
+}
+
+fn write_case(dir: &Path, name: &str, checkpoint: &str, onnx: &str, extra: &str) -> PathBuf {
+    let path = dir.join(format!("{name}.yaml"));
+    let yaml = format!(
+        "model_id: test\nmodel_type: gemma4_unified\ndtype: float32\ncheckpoint: {checkpoint}\nonnx: {onnx}\ngeneration:\n  max_new_tokens: 8\n  eos_token_id: 1\n{extra}"
+    );
+    std::fs::write(&path, yaml).expect("write case");
+    path
+}
+
+fn report_levels(path: &Path) -> Vec<(String, String, String)> {
+    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(path).expect("report")).expect("json");
+    v["cases"][0]["levels"]
+        .as_array()
+        .expect("levels")
+        .iter()
+        .map(|l| (l["level"].as_str().unwrap_or("").to_string(), l["status"].as_str().unwrap_or("").to_string(), l["message"].as_str().unwrap_or("").to_string()))
+        .collect()
+}
+
+/// Guards: L1 fails, naming the tensor and both values, when the config does not match the
+/// export (KV heads and vocabulary changed in a copy of the config).
+#[test]
+fn l1_names_the_mismatching_tensor() {
+    let dir = tmpdir();
+    let ckpt = dir.path().join("ckpt");
+    std::fs::create_dir_all(&ckpt).expect("mkdir");
+    let mut cfg: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(fixture("unified-vision/checkpoint/config.json")).expect("config")).expect("json");
+    cfg["text_config"]["num_global_key_value_heads"] = 2.into();
+    std::fs::write(ckpt.join("config.json"), cfg.to_string()).expect("write");
+    let case = write_case(dir.path(), "mismatch", &ckpt.display().to_string(), &fixture("unified-vision/onnx"), "levels: [L1]\n");
+    let report = dir.path().join("r.json");
+    let o = cli(&["run", &case.display().to_string(), "--levels", "L1", "--report", &report.display().to_string()]);
+    assert!(!o.status.success(), "{}", text(&o));
+    let levels = report_levels(&report);
+    assert_eq!(levels[0].1, "fail");
+    assert!(levels[0].2.contains("past_key_values.2.key") && levels[0].2.contains("contract expects 2"), "{}", levels[0].2);
+}
+
+/// Guards: another fixture's export (text-only package for a multimodal config) fails L1.
+#[test]
+fn l1_fails_on_another_fixtures_export() {
+    let dir = tmpdir();
+    let case = write_case(dir.path(), "swapped", &fixture("unified-vision/checkpoint"), &fixture("unified-text-kvshare/onnx"), "levels: [L1]\n");
+    let report = dir.path().join("r.json");
+    let o = cli(&["run", &case.display().to_string(), "--levels", "L1", "--report", &report.display().to_string()]);
+    assert!(!o.status.success(), "{}", text(&o));
+    let levels = report_levels(&report);
+    assert_eq!(levels[0].1, "fail", "{levels:?}");
+    assert!(levels[0].2.contains("decoder"), "{}", levels[0].2);
+}
+
+/// Guards: a case YAML outside the repository with absolute `checkpoint:`, `onnx:` and
+/// `inputs.tensors:` runs L3 and writes the report; the text-only fixture passes L3.
+#[test]
+fn absolute_paths_outside_the_repository() {
+    let dir = tmpdir();
+    let extra = format!("levels: [L3]\ninputs:\n  tensors: {}\n", fixture("unified-text-kvshare/inputs.safetensors"));
+    let case = write_case(dir.path(), "abs", &fixture("unified-text-kvshare/checkpoint"), &fixture("unified-text-kvshare/onnx"), &extra);
+    let report = dir.path().join("r.json");
+    let o = cli(&["run", &case.display().to_string(), "--levels", "L3", "--report", &report.display().to_string()]);
+    assert!(o.status.success(), "{}", text(&o));
+    let levels = report_levels(&report);
+    assert_eq!(levels[0].0, "L3");
+    assert_eq!(levels[0].1, "pass", "{levels:?}");
+}
+
+/// Guards: an xfail on a tier that passes is reported as a failure ("unexpected pass").
+#[test]
+fn unexpected_pass_fails() {
+    let dir = tmpdir();
+    let extra = format!("levels: [L3]\nxfail: \"pretend broken\"\ninputs:\n  tensors: {}\n", fixture("unified-text-kvshare/inputs.safetensors"));
+    let case = write_case(dir.path(), "unexpected", &fixture("unified-text-kvshare/checkpoint"), &fixture("unified-text-kvshare/onnx"), &extra);
+    let report = dir.path().join("r.json");
+    let o = cli(&["run", &case.display().to_string(), "--levels", "L3", "--report", &report.display().to_string()]);
+    assert!(!o.status.success(), "{}", text(&o));
+    let levels = report_levels(&report);
+    assert_eq!(levels[0].1, "fail");
+    assert!(levels[0].2.contains("unexpected pass"), "{}", levels[0].2);
+}
+
+fn read_f32(path: &Path, name: &str) -> (Vec<usize>, Vec<f32>) {
+    let bytes = std::fs::read(path).expect("read safetensors");
+    let st = SafeTensors::deserialize(&bytes).expect("safetensors");
+    let t = st.tensor(name).unwrap_or_else(|_| panic!("{name} in {}", path.display()));
+    (t.shape().to_vec(), t.data().chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect())
+}
+
+fn read_i64(path: &Path, name: &str) -> Vec<i64> {
+    let bytes = std::fs::read(path).expect("read safetensors");
+    let st = SafeTensors::deserialize(&bytes).expect("safetensors");
+    let t = st.tensor(name).unwrap_or_else(|_| panic!("{name} in {}", path.display()));
+    t.data().chunks_exact(8).map(|c| i64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]])).collect()
+}
+
+fn max_abs(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len());
+    a.iter().zip(b).map(|(x, y)| if x.is_finite() && y.is_finite() { (x - y).abs() } else { f32::INFINITY }).fold(0.0, f32::max)
+}
+
+/// Guards issue acceptance: `logits --checkpoint` on the two-image fixture equals the HF oracle
+/// (all-position logits ≤ 1e-4, image_features ≤ 1e-5, greedy tokens identical).
+#[test]
+fn reference_logits_dump_matches_hf_oracle() {
+    let dir = tmpdir();
+    let out = dir.path().join("x.safetensors");
+    let o = cli(&[
+        "logits",
+        "--checkpoint",
+        &fixture("unified-vision/checkpoint"),
+        "--inputs",
+        &fixture("unified-vision/inputs.safetensors"),
+        "--out",
+        &out.display().to_string(),
+        "--greedy",
+        "8",
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    let oracle = root().join("fixtures/unified-vision/oracle.safetensors");
+    let (shape, ours) = read_f32(&out, "logits");
+    let (oshape, hf) = read_f32(&oracle, "logits");
+    assert_eq!(shape, oshape);
+    let d = max_abs(&ours, &hf);
+    assert!(d <= 1e-4, "logits max abs diff {d}");
+    let d = max_abs(&read_f32(&out, "image_features").1, &read_f32(&oracle, "image_features").1);
+    assert!(d <= 1e-5, "image_features max abs diff {d}");
+    assert_eq!(read_i64(&out, "greedy_tokens"), read_i64(&oracle, "greedy_tokens"));
+}
+
+/// Guards: `logits --onnx` runs the export through ORT; on the text-only fixture it agrees with
+/// the HF oracle within the L3 tolerance and reproduces HF's greedy tokens.
+#[test]
+fn onnx_logits_dump_matches_hf_oracle() {
+    let dir = tmpdir();
+    let out = dir.path().join("o.safetensors");
+    let o = cli(&[
+        "logits",
+        "--onnx",
+        &fixture("unified-text-kvshare/onnx"),
+        "--inputs",
+        &fixture("unified-text-kvshare/inputs.safetensors"),
+        "--out",
+        &out.display().to_string(),
+        "--greedy",
+        "8",
+    ]);
+    assert!(o.status.success(), "{}", text(&o));
+    let oracle = root().join("fixtures/unified-text-kvshare/oracle.safetensors");
+    let d = max_abs(&read_f32(&out, "logits").1, &read_f32(&oracle, "logits").1);
+    assert!(d <= 1e-3, "ONNX vs HF logits max abs diff {d}");
+    assert_eq!(read_i64(&out, "greedy_tokens"), read_i64(&oracle, "greedy_tokens"));
+}
+
+/// Guards: `golden` writes new goldens, reports unchanged ones, and refuses to replace a golden
+/// that differs unless --force (then replaces it, byte-identical to a fresh write).
+#[test]
+fn golden_refuses_to_overwrite_without_force() {
+    let dir = tmpdir();
+    let goldens = dir.path().join("goldens");
+    let extra = format!("levels: [L4, L5]\ninputs:\n  tensors: {}\n", fixture("unified-text-kvshare/inputs.safetensors"));
+    let case_dir = dir.path().join("cat");
+    std::fs::create_dir_all(&case_dir).expect("mkdir");
+    let case = write_case(&case_dir, "g", &fixture("unified-text-kvshare/checkpoint"), &fixture("unified-text-kvshare/onnx"), &extra);
+    let args = |force: bool| {
+        let mut v = vec!["golden".to_string(), case.display().to_string(), "--goldens".into(), goldens.display().to_string()];
+        if force {
+            v.push("--force".into());
+        }
+        v
+    };
+    let run = |force: bool| {
+        let a = args(force);
+        cli(&a.iter().map(String::as_str).collect::<Vec<_>>())
+    };
+    let o = run(false);
+    assert!(o.status.success() && text(&o).contains("created"), "{}", text(&o));
+    let path = goldens.join("cat/g_generation.json");
+    let fresh = std::fs::read_to_string(&path).expect("golden");
+    let o = run(false);
+    assert!(o.status.success() && text(&o).contains("unchanged"), "{}", text(&o));
+    std::fs::write(&path, fresh.replace("486", "487")).expect("tamper");
+    let o = run(false);
+    assert!(!o.status.success() && text(&o).contains("REFUSED"), "{}", text(&o));
+    assert_ne!(std::fs::read_to_string(&path).expect("golden"), fresh);
+    let o = run(true);
+    assert!(o.status.success() && text(&o).contains("replaced"), "{}", text(&o));
+    assert_eq!(std::fs::read_to_string(&path).expect("golden"), fresh);
+}
