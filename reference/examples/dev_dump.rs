@@ -5,7 +5,8 @@ fn main() -> anyhow::Result<()> {
     let name = std::env::args().nth(1).unwrap();
     let scope: BidirectionalScope = std::env::args().nth(2).unwrap_or("none".into()).parse()?;
     let d = std::path::Path::new("fixtures").join(&name);
-    let m = Gemma4Unified::load(&d.join("checkpoint"))?;
+    let dt = if std::env::args().nth(3).as_deref() == Some("f64") { candle_core::DType::F64 } else { candle_core::DType::F32 };
+    let m = Gemma4Unified::load_with_dtype(&d.join("checkpoint"), dt)?;
     let inp = candle_core::safetensors::load(d.join("inputs.safetensors"), &candle_core::Device::Cpu)?;
     let ids = |k: &str| inp.get(k).map(|t| t.flatten_all().unwrap().to_vec1::<i64>().unwrap());
     let inputs = ModelInputs { input_ids: ids("input_ids").unwrap(), pixel_values: inp.get("pixel_values").cloned(), image_position_ids: inp.get("image_position_ids").cloned(), mm_token_type_ids: ids("mm_token_type_ids") };
@@ -17,6 +18,6 @@ fn main() -> anyhow::Result<()> {
         out.insert(format!("layer{i}"), s);
     }
     out.insert("embeds".to_string(), e);
-    candle_core::safetensors::save(&out, format!("/tmp/{name}-candle.safetensors"))?;
+    candle_core::safetensors::save(&out, format!("/tmp/{name}-candle{}.safetensors", if dt == candle_core::DType::F64 { "64" } else { "" }))?;
     Ok(())
 }

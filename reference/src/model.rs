@@ -60,8 +60,8 @@ impl Gemma4Unified {
     }
 
     /// Like [`Gemma4Unified::load`] with compute dtype `dtype`: F32 (the reference) or F64 (a
-    /// precision reference: every op in f64 except RoPE's cos/sin, which HF always computes in
-    /// f32; unlike an HF `.double()` model, whose RMSNorms drop to f32 through `.float()`).
+    /// precision reference with every op in f64 — unlike an HF `.double()` model, whose RMSNorms
+    /// drop to f32 through `.float()` and whose RoPE cos/sin are forced to f32).
     pub fn load_with_dtype(checkpoint_dir: &Path, dtype: DType) -> Result<Self> {
         let config = ModelConfig::from_file(&checkpoint_dir.join("config.json"))?;
         let w = Weights::open_with_dtype(checkpoint_dir, dtype)?;

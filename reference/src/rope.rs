@@ -32,10 +32,24 @@ impl Rope {
     }
 
     /// Half-width `(cos, sin)`, each `[positions.len(), dim / 2]`, for absolute positions.
-    /// Always computed in f32 (HF forces float32 here even for other model dtypes), then cast
-    /// to `dtype`.
+    /// Computed in f32 as HF does (it forces float32 here whatever the model dtype), except in
+    /// the f64 precision mode, where angles and cos/sin are f64.
     pub fn cos_sin(&self, positions: &[usize], dtype: DType, device: &Device) -> Result<(Tensor, Tensor)> {
         let half = self.inv_freq.len();
+        let shape = (positions.len(), half);
+        if dtype == DType::F64 {
+            // Precision mode: angles and cos/sin in f64 from the f32 inverse frequencies.
+            let angles: Vec<f64> = positions
+                .iter()
+                .flat_map(|&p| self.inv_freq.iter().map(move |&f| f as f64 * p as f64))
+                .collect();
+            let cos = angles.iter().map(|a| a.cos()).collect::<Vec<f64>>();
+            let sin = angles.iter().map(|a| a.sin()).collect::<Vec<f64>>();
+            return Ok((
+                Tensor::from_vec(cos, shape, device)?,
+                Tensor::from_vec(sin, shape, device)?,
+            ));
+        }
         let mut cos = Vec::with_capacity(positions.len() * half);
         let mut sin = Vec::with_capacity(positions.len() * half);
         for &p in positions {
@@ -48,7 +62,6 @@ impl Rope {
                 sin.push(angle.sin());
             }
         }
-        let shape = (positions.len(), half);
         Ok((
             Tensor::from_vec(cos, shape, device)?.to_dtype(dtype)?,
             Tensor::from_vec(sin, shape, device)?.to_dtype(dtype)?,

@@ -1,14 +1,30 @@
 //! `fixtures/unified-text-kvshare` (gemma4_unified_text: 2 KV-shared layers with double-wide
-//! MLP, k_eq_v, proportional RoPE, window 8 exceeded during decoding) against the HF oracle.
+//! MLP, k_eq_v, proportional RoPE, window 8 exceeded during decoding) against the HF f32 oracle.
+//!
+//! Logit bounds: as in fixture_vision.rs (1e-4 tests are `#[ignore]`d with the measured reason).
 
 mod common;
 
 use anyhow::{ensure, Result};
-use candle_core::Tensor;
-use common::{assert_close, load_fixture};
+use common::{
+    assert_close, check_greedy, load_fixture, F32_NOISE_FLOOR_BOUND, STRICT_F32_LOGITS,
+};
 use onnx_parity_reference::BidirectionalScope;
 
 const FIXTURE: &str = "unified-text-kvshare";
+
+fn logits(bound: f32) -> Result<()> {
+    let f = load_fixture(FIXTURE)?;
+    ensure!(f.model.hf_forward_scope() == BidirectionalScope::None);
+    let got = f.model.prefill(&f.inputs, BidirectionalScope::None)?;
+    assert_close("logits", &got, f.oracle("logits")?, bound)?;
+    Ok(())
+}
+
+fn greedy(bound: f32) -> Result<()> {
+    let f = load_fixture(FIXTURE)?;
+    check_greedy(&f, BidirectionalScope::None, bound)
+}
 
 #[test]
 fn inputs_embeds_match_hf() -> Result<()> {
@@ -20,25 +36,22 @@ fn inputs_embeds_match_hf() -> Result<()> {
 
 #[test]
 fn logits_match_hf() -> Result<()> {
-    let f = load_fixture(FIXTURE)?;
-    ensure!(f.model.hf_forward_scope() == BidirectionalScope::None);
-    let got = f.model.prefill(&f.inputs, BidirectionalScope::None)?;
-    assert_close("logits", &got, f.oracle("logits")?, 1e-4)?;
-    Ok(())
+    logits(F32_NOISE_FLOOR_BOUND)
 }
 
 #[test]
-fn greedy_and_decode_steps_match_hf() -> Result<()> {
-    let f = load_fixture(FIXTURE)?;
-    let want_tokens = f.oracle("greedy_tokens")?.flatten_all()?.to_vec1::<i64>()?;
-    let want_steps = f.oracle("step_logits")?;
-    let eos = f.model.config().text().eos_token_id.as_ref().map(|e| e.to_vec()).unwrap_or_default();
-    let gen = f.model.greedy(&f.inputs, want_tokens.len(), &eos, BidirectionalScope::None)?;
-    ensure!(gen.tokens == want_tokens, "greedy tokens {:?} vs HF {:?}", gen.tokens, want_tokens);
-    ensure!(gen.step_logits.len() == want_steps.dim(0)?, "step count");
-    for (i, row) in gen.step_logits.iter().enumerate() {
-        let got = Tensor::new(row.as_slice(), want_steps.device())?;
-        assert_close(&format!("step_logits[{i}]"), &got, &want_steps.get(i)?, 1e-4)?;
-    }
-    Ok(())
+fn greedy_tokens_and_decode_steps_match_hf() -> Result<()> {
+    greedy(F32_NOISE_FLOOR_BOUND)
+}
+
+#[test]
+#[ignore = "1e-4 is below this fixture's f32 noise floor (one input ulp moves HF's logits 2.4e-4); see reference/NUMERICS.md"]
+fn strict_logits_match_hf() -> Result<()> {
+    logits(STRICT_F32_LOGITS)
+}
+
+#[test]
+#[ignore = "1e-4 is below this fixture's f32 noise floor; see reference/NUMERICS.md"]
+fn strict_decode_steps_match_hf() -> Result<()> {
+    greedy(STRICT_F32_LOGITS)
 }

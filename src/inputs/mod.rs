@@ -17,8 +17,17 @@ pub enum InputsError {
     Format { path: PathBuf, message: String },
     #[error("{path}: tensor `{name}`: {expected}")]
     Tensor { path: PathBuf, name: String, expected: String },
-    #[error("the case gives no inputs: set `inputs.input_ids`, `inputs.tensors`, or prompts with a tokenizer")]
+    #[error("the case gives no inputs: set `inputs.input_ids`, `inputs.tensors`, or `inputs.prompts` with a `checkpoint:`")]
     NoInputs,
+    /// A checkpoint/processor configuration file that is missing, malformed or inconsistent.
+    #[error("{path}: {message}")]
+    Config { path: PathBuf, message: String },
+    /// The tokenizer file, or what the processor needs from it.
+    #[error("tokenizer {path}: {message}")]
+    Tokenizer { path: PathBuf, message: String },
+    /// An image file that cannot be opened, decoded or processed.
+    #[error("image {path}: {message}")]
+    Image { path: PathBuf, message: String },
     #[error("{0}")]
     Invalid(String),
 }
@@ -129,11 +138,69 @@ pub fn for_case(case: &crate::case::Case) -> Result<ModelInputs, InputsError> {
         }
         return Ok(ModelInputs::from_ids(ids.clone()));
     }
-    if !case.inputs.prompts.is_empty() {
-        return Err(InputsError::Invalid(format!(
-            "{}: prompts need a tokenizer (`tokenizer:` or tokenizer.json in the checkpoint); prompt processing is not implemented yet",
-            case.path.display()
-        )));
+    if !case.inputs.prompts.is_empty() || !case.inputs.images.is_empty() {
+        return from_prompt(case);
     }
     Err(InputsError::NoInputs)
+}
+
+/// Prompt (+ images) through the checkpoint's processor ([`processor::Processor`]). Image paths
+/// are resolved against the case YAML's folder, like every other path of a case. Only one prompt
+/// is supported: the back ends run batch size 1 (mobius cases have one prompt).
+fn from_prompt(case: &crate::case::Case) -> Result<ModelInputs, InputsError> {
+    let file = case.path.display();
+    if case.inputs.prompts.len() > 1 {
+        return Err(InputsError::Invalid(format!(
+            "{file}: inputs.prompts has {} prompts; only one is supported (inputs are batch size 1)",
+            case.inputs.prompts.len()
+        )));
+    }
+    if !case.inputs.audio.is_empty() {
+        return Err(InputsError::Invalid(format!("{file}: inputs.audio is not supported by the prompt processor (only text and images)")));
+    }
+    let checkpoint = case.checkpoint.as_deref().ok_or_else(|| {
+        InputsError::Invalid(format!(
+            "{file}: prompts need `checkpoint:` (its tokenizer.json, tokenizer_config.json, processor_config.json and config.json)"
+        ))
+    })?;
+    let processor = processor::Processor::load(checkpoint, case.tokenizer.as_deref())?;
+    let base = case.path.parent().unwrap_or(Path::new(""));
+    let images: Vec<PathBuf> = case.inputs.images.iter().map(|p| base.join(p)).collect();
+    let prompt = case.inputs.prompts.first().map(String::as_str).unwrap_or("");
+    processor.process(prompt, &images)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::case::Case;
+
+    /// A case written next to the fixture (so its relative paths resolve like a real case's).
+    fn case(body: &str) -> Case {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/unified-vision");
+        let yaml = format!(
+            "model_id: m\nmodel_type: gemma4_unified\nrevision: r\ntask_type: image-text-to-text\ndtype: float32\nlevel: L3\n{body}"
+        );
+        Case::from_yaml_str(&yaml, &dir.join("prompt-case.yaml")).unwrap()
+    }
+
+    #[test]
+    fn prompt_case_goes_through_the_checkpoint_processor() {
+        let text = "dado bupa bipi didu bomo <|image|> bese dedu beku <|image|> dega buna bebi xni";
+        let c = case(&format!("checkpoint: checkpoint\ninputs:\n  prompts: [\"{text}\"]\n  images: [images/a.png, images/b.png]\n"));
+        let got = for_case(&c).unwrap();
+        let want = ModelInputs::load_safetensors(&c.path.parent().unwrap().join("processor.safetensors")).unwrap();
+        assert_eq!(got, want);
+    }
+
+    #[test]
+    fn prompt_case_errors_are_clear() {
+        let two = case("checkpoint: checkpoint\ninputs:\n  prompts: [a, b]\n");
+        assert!(for_case(&two).unwrap_err().to_string().contains("2 prompts; only one is supported"));
+        let no_ckpt = case("inputs:\n  prompts: [a]\n");
+        assert!(for_case(&no_ckpt).unwrap_err().to_string().contains("prompts need `checkpoint:`"));
+        let missing = case("checkpoint: checkpoint\ninputs:\n  prompts: [\"x <|image|>\"]\n  images: [images/nope.png]\n");
+        let e = for_case(&missing).unwrap_err().to_string();
+        assert!(e.contains("images/nope.png") && e.contains("cannot open"), "{e}");
+    }
 }
