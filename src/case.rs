@@ -239,6 +239,27 @@ fn de_one_or_many<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Vec<i64>>, D
     d.deserialize_any(V)
 }
 
+/// Removes `.` and `name/..` pairs lexically, so messages show `fixtures/x` rather than
+/// `cases/cat/../../fixtures/x` (no filesystem access: the path may not exist yet).
+fn normalize(p: &Path) -> PathBuf {
+    use std::path::Component;
+    let mut out: Vec<Component<'_>> = Vec::new();
+    for c in p.components() {
+        match c {
+            Component::CurDir => {}
+            Component::ParentDir if matches!(out.last(), Some(Component::Normal(_))) => {
+                out.pop();
+            }
+            other => out.push(other),
+        }
+    }
+    if out.is_empty() {
+        PathBuf::from(".")
+    } else {
+        out.iter().collect()
+    }
+}
+
 /// `xfail:` a measured, known divergence. A string applies to every tier of the case; a map
 /// (`{L3: "...", L5: "..."}`) to the tiers it names.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -454,7 +475,7 @@ impl Case {
         }
 
         let base = path.parent().unwrap_or(Path::new(""));
-        let resolve = |p: Option<PathBuf>| p.map(|p| if p.is_absolute() { p } else { base.join(p) });
+        let resolve = |p: Option<PathBuf>| p.map(|p| if p.is_absolute() { p } else { normalize(&base.join(p)) });
         let mut inputs = raw.inputs.unwrap_or_default();
         inputs.tensors = resolve(inputs.tensors.take());
         let name = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();

@@ -62,11 +62,14 @@ pub fn cache_dir() -> PathBuf {
 
 /// Locates the ONNX Runtime shared library, fetching it on first use.
 pub fn locate_library() -> Result<PathBuf, RuntimeError> {
-    if let Some(p) = std::env::var_os("ORT_DYLIB_PATH") {
-        let p = PathBuf::from(p);
+    locate(std::env::var_os("ORT_DYLIB_PATH").map(PathBuf::from), cache_dir())
+}
+
+/// [`locate_library`] with its inputs explicit (testable without touching the environment).
+fn locate(override_path: Option<PathBuf>, dir: PathBuf) -> Result<PathBuf, RuntimeError> {
+    if let Some(p) = override_path {
         return if p.is_file() { Ok(p) } else { Err(RuntimeError::BadOverride(p)) };
     }
-    let dir = cache_dir();
     let lib = dir.join(library_file_name());
     if lib.is_file() {
         return Ok(lib);
@@ -175,4 +178,22 @@ pub fn environment() -> Result<&'static ort::environment::Environment, RuntimeEr
             .map_err(|e| format!("creating the ONNX Runtime environment: {e}"))
     });
     env.as_ref().map_err(|e| RuntimeError::Environment(e.clone()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Guards: a wrong ORT_DYLIB_PATH is an error naming it (never a silent fallback to another
+    /// library); a library already in the cache is used without fetching.
+    #[test]
+    fn override_and_cache_lookup() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let missing = dir.path().join("nope.so");
+        let e = locate(Some(missing.clone()), dir.path().into()).expect_err("bad override must fail").to_string();
+        assert!(e.contains("ORT_DYLIB_PATH") && e.contains("nope.so"), "{e}");
+        let cached = dir.path().join(library_file_name());
+        std::fs::write(&cached, b"not really a library").expect("write");
+        assert_eq!(locate(None, dir.path().into()).expect("cache hit"), cached);
+    }
 }
