@@ -85,7 +85,6 @@ impl Dump {
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| werr(e.to_string()))?;
         let bytes = safetensors::serialize(views, None).map_err(|e| werr(e.to_string()))?;
-        let tmp = path.with_extension("safetensors.tmp");
-        std::fs::write(&tmp, bytes).and_then(|_| std::fs::rename(&tmp, path)).map_err(|e| werr(e.to_string()))
+        crate::atomic::write_atomic(path, &bytes).map_err(|e| werr(e.to_string()))
     }
 }

@@ -8,10 +8,8 @@
 //! Python `float.hex()` strings ([`crate::hexfloat`]). Reading is strict: an unknown key is an
 //! error, because a key we dropped could not be written back.
 
-use std::fs::{self, File, OpenOptions};
-use std::io::Write;
+use std::fs;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde::de::{self, Deserializer, MapAccess, Visitor};
 use serde::Deserialize;
@@ -406,34 +404,10 @@ fn write_str(s: &str, out: &mut String) {
     out.push('"');
 }
 
-static TMP_COUNTER: AtomicU64 = AtomicU64::new(0);
-
 /// Temp file beside `path`, fsync, rename over `path`, then fsync the folder (best effort), so a
 /// crash leaves either the old file or the new one, never a torn golden.
 fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), GoldenError> {
-    let io = |source| GoldenError::Io { path: path.to_path_buf(), source };
-    let dir = match path.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
-        _ => PathBuf::from("."),
-    };
-    let name = path.file_name().ok_or_else(|| io(std::io::Error::new(std::io::ErrorKind::InvalidInput, "path has no file name")))?;
-    fs::create_dir_all(&dir).map_err(io)?;
-    let tmp = dir.join(format!(".{}.tmp-{}-{}", name.to_string_lossy(), std::process::id(), TMP_COUNTER.fetch_add(1, Ordering::Relaxed)));
-    let result = (|| {
-        let mut f = OpenOptions::new().write(true).create_new(true).open(&tmp)?;
-        f.write_all(bytes)?;
-        f.sync_all()?;
-        drop(f);
-        fs::rename(&tmp, path)
-    })();
-    if let Err(e) = result {
-        let _ = fs::remove_file(&tmp);
-        return Err(io(e));
-    }
-    if let Ok(d) = File::open(&dir) {
-        let _ = d.sync_all();
-    }
-    Ok(())
+    crate::atomic::write_atomic(path, bytes).map_err(|source| GoldenError::Io { path: path.to_path_buf(), source })
 }
 
 #[cfg(test)]

@@ -4,6 +4,7 @@
 //! and the ONNX Runtime pipeline) see the same inputs; [`compare`] turns their difference into a
 //! verdict per tier.
 
+pub mod atomic;
 pub mod case;
 pub mod compare;
 pub mod dump;

@@ -1,6 +1,5 @@
 //! Run reports: JSON (DESIGN §4), a Markdown table, and the one-screen console summary.
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;
@@ -78,6 +77,19 @@ impl RunReport {
         self.cases.iter().flat_map(|c| &c.levels).filter(|l| l.outcome.status == status).count()
     }
 
+    /// `N passed, N failed, ... in T s`.
+    pub fn totals(&self) -> String {
+        format!(
+            "{} passed, {} failed, {} xfail, {} ambiguous, {} skipped in {:.2} s",
+            self.count(Status::Pass),
+            self.count(Status::Fail),
+            self.count(Status::Xfail),
+            self.count(Status::Ambiguous),
+            self.count(Status::Skipped),
+            self.metadata.wall_s
+        )
+    }
+
     pub fn write_json(&self, path: &Path) -> Result<(), ReportError> {
         let mut text = serde_json::to_string_pretty(self)?;
         text.push('\n');
@@ -105,16 +117,7 @@ impl RunReport {
                 ));
             }
         }
-        s.push_str(&format!(
-            "\n{} passed, {} failed, {} xfail, {} ambiguous, {} skipped ({:.2} s, {})\n",
-            self.count(Status::Pass),
-            self.count(Status::Fail),
-            self.count(Status::Xfail),
-            self.count(Status::Ambiguous),
-            self.count(Status::Skipped),
-            self.metadata.wall_s,
-            self.metadata.execution_provider
-        ));
+        s.push_str(&format!("\n{} ({})\n", self.totals(), self.metadata.execution_provider));
         s
     }
 
@@ -130,15 +133,8 @@ impl RunReport {
                 s.push_str(&format!("{:<9} {}::{}  {}  {}\n", l.outcome.status.as_str().to_uppercase(), c.name, l.level, key_metrics(&l.outcome), msg));
             }
         }
-        s.push_str(&format!(
-            "{} passed, {} failed, {} xfail, {} ambiguous, {} skipped in {:.2} s\n",
-            self.count(Status::Pass),
-            self.count(Status::Fail),
-            self.count(Status::Xfail),
-            self.count(Status::Ambiguous),
-            self.count(Status::Skipped),
-            self.metadata.wall_s
-        ));
+        s.push_str(&self.totals());
+        s.push('\n');
         s
     }
 }
@@ -162,18 +158,6 @@ fn key_metrics(o: &TierOutcome) -> String {
         .join(" ")
 }
 
-/// Writes through a temp file in the same folder and renames, so a report is never half-written.
 fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), ReportError> {
-    let io = |source| ReportError::Io { path: path.into(), source };
-    let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    let mut tmp = tempfile_in(dir, path).map_err(io)?;
-    tmp.1.write_all(bytes).map_err(io)?;
-    tmp.1.sync_all().map_err(io)?;
-    std::fs::rename(&tmp.0, path).map_err(io)
-}
-
-fn tempfile_in(dir: &Path, path: &Path) -> std::io::Result<(PathBuf, std::fs::File)> {
-    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "report".into());
-    let tmp = dir.join(format!(".{name}.{}.tmp", std::process::id()));
-    Ok((tmp.clone(), std::fs::File::create(tmp)?))
+    crate::atomic::write_atomic(path, bytes).map_err(|source| ReportError::Io { path: path.into(), source })
 }

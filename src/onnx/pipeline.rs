@@ -290,9 +290,9 @@ fn open_session(path: &Path, opts: &SessionOptions) -> Result<Session, PipelineE
     }
     #[cfg(feature = "cuda")]
     {
-        // TF32 would change f32 matmul results by ~1e-3 relative: parity checks need it off, and
-        // a silent fallback to CPU would report CPU numbers as GPU ones.
-        std::env::set_var("NVIDIA_TF32_OVERRIDE", "0");
+        // TF32 would change f32 matmul results by ~1e-3 relative: parity checks need it off
+        // (NVIDIA_TF32_OVERRIDE=0 is set when the environment is created), and a silent fallback
+        // to CPU would report CPU numbers as GPU ones.
         builder = builder
             .with_execution_providers([ort::ep::CUDA::default().with_tf32(false).build().error_on_failure()])
             .map_err(|e| load(format!("CUDA execution provider unavailable: {e}")))?;

@@ -8,7 +8,7 @@
 //! starting at once neither race nor see a half-written library.
 
 use std::fs;
-use std::io::{self, Read, Write};
+use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
@@ -146,21 +146,12 @@ fn extract_capi_libraries(wheel: &Path, dir: &Path) -> Result<usize, String> {
             continue;
         }
         let target = dir.join(base);
-        let tmp = dir.join(format!(".{base}.{}.tmp", std::process::id()));
         let mut bytes = Vec::with_capacity(member.size() as usize);
         member.read_to_end(&mut bytes).map_err(|e| format!("extracting {name}: {e}"))?;
-        write_then_rename(&tmp, &target, &bytes).map_err(|e| format!("writing {}: {e}", target.display()))?;
+        crate::atomic::write_atomic(&target, &bytes).map_err(|e| format!("writing {}: {e}", target.display()))?;
         n += 1;
     }
     Ok(n)
-}
-
-fn write_then_rename(tmp: &Path, target: &Path, bytes: &[u8]) -> io::Result<()> {
-    let mut f = fs::File::create(tmp)?;
-    f.write_all(bytes)?;
-    f.sync_all()?;
-    drop(f);
-    fs::rename(tmp, target)
 }
 
 static ENVIRONMENT: OnceLock<Result<ort::environment::Environment, String>> = OnceLock::new();
@@ -168,6 +159,10 @@ static ENVIRONMENT: OnceLock<Result<ort::environment::Environment, String>> = On
 /// The process-wide ORT environment (ONNX Runtime allows one per process), created on first use.
 pub fn environment() -> Result<&'static ort::environment::Environment, RuntimeError> {
     let env = ENVIRONMENT.get_or_init(|| {
+        if cfg!(feature = "cuda") {
+            // Before any CUDA context exists: cuBLAS/cuDNN read it once.
+            std::env::set_var("NVIDIA_TF32_OVERRIDE", "0");
+        }
         let lib = locate_library().map_err(|e| e.to_string())?;
         tracing::debug!("loading ONNX Runtime from {}", lib.display());
         let builder = ort::init_from(&lib).map_err(|e| format!("loading ONNX Runtime from {}: {e}", lib.display()))?;
