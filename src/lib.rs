@@ -13,6 +13,7 @@ pub mod golden;
 pub mod hexfloat;
 pub mod inputs;
 pub mod onnx;
+pub mod plan;
 pub mod regenerate;
 pub mod report;
 pub mod tiers;

@@ -1,0 +1,118 @@
+//! The trial list of the `parity` test target: one trial per discovered case × tier, named
+//! `<category>/<case>::L<n>`, decided from the YAML alone (models load inside the trial).
+//!
+//! A malformed YAML becomes a failing trial naming the file and field; finding no case at all is
+//! a failing trial; skips known before running become ignored trials with their reason.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use crate::case::{discover, Case, Level};
+use crate::evaluation::CaseEvaluation;
+use crate::tiers::{static_skip, RunOptions, ALL_LEVELS};
+
+/// What a planned trial does.
+pub enum TrialKind {
+    /// Run `level` of `case`; trials of one case share `eval`.
+    Run { case: Arc<Case>, level: Level, eval: Arc<CaseEvaluation> },
+    /// Not run, for this reason.
+    Ignored { reason: String },
+    /// Fails with this message without running anything (malformed YAML, no cases).
+    Failing { message: String },
+}
+
+/// One trial: its name and what it does.
+pub struct PlannedTrial {
+    pub name: String,
+    pub kind: TrialKind,
+}
+
+/// Plans the trials for the cases under `roots`.
+pub fn plan(roots: &[PathBuf], opts: &RunOptions) -> Vec<PlannedTrial> {
+    let found = discover(roots);
+    let mut trials = Vec::new();
+    if found.is_empty() {
+        let where_ = roots.iter().map(|r| r.display().to_string()).collect::<Vec<_>>().join(", ");
+        trials.push(PlannedTrial { name: "discovery::no-cases".into(), kind: TrialKind::Failing { message: format!("no case YAML found under {where_}") } });
+    }
+    for (path, parsed) in found {
+        match parsed {
+            Err(e) => trials.push(PlannedTrial { name: format!("malformed::{}", path.display()), kind: TrialKind::Failing { message: e.to_string() } }),
+            Ok(case) => {
+                let case = Arc::new(case);
+                let eval = Arc::new(CaseEvaluation::default());
+                for level in ALL_LEVELS {
+                    let name = format!("{}/{}::{}", case.category, case.name, level);
+                    let kind = match static_skip(&case, level, opts) {
+                        Some(reason) => TrialKind::Ignored { reason },
+                        None => TrialKind::Run { case: Arc::clone(&case), level, eval: Arc::clone(&eval) },
+                    };
+                    trials.push(PlannedTrial { name, kind });
+                }
+            }
+        }
+    }
+    trials
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn opts(ci: bool) -> RunOptions {
+        RunOptions { goldens_root: PathBuf::from("/nonexistent-goldens"), ci }
+    }
+
+    fn kinds(trials: &[PlannedTrial]) -> Vec<(String, &'static str, String)> {
+        trials
+            .iter()
+            .map(|t| match &t.kind {
+                TrialKind::Run { .. } => (t.name.clone(), "run", String::new()),
+                TrialKind::Ignored { reason } => (t.name.clone(), "ignored", reason.clone()),
+                TrialKind::Failing { message } => (t.name.clone(), "failing", message.clone()),
+            })
+            .collect()
+    }
+
+    /// Guards: zero discovered cases is a failing trial, never an empty (green) run.
+    #[test]
+    fn no_cases_is_a_failure() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let k = kinds(&plan(&[dir.path().to_path_buf()], &opts(false)));
+        assert_eq!(k.len(), 1);
+        assert_eq!(k[0].1, "failing");
+    }
+
+    /// Guards: a malformed YAML is a failing trial whose message names the file and the key.
+    #[test]
+    fn malformed_yaml_is_a_failing_trial() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        std::fs::write(dir.path().join("bad.yaml"), "model_id: x\nmodel_type: gemma4_unified\ndtype: float32\nlevels: [L1]\nbogus: 1\n").expect("write");
+        let k = kinds(&plan(&[dir.path().to_path_buf()], &opts(false)));
+        assert_eq!(k.len(), 1);
+        assert_eq!(k[0].1, "failing");
+        assert!(k[0].0.contains("bad.yaml") && k[0].2.contains("bogus"), "{k:?}");
+    }
+
+    /// Guards: five trials per case with the `<category>/<case>::L<n>` names; skip_reason and
+    /// (under CI only) ci_skip_reason ignore the trial with that reason; levels the case does not
+    /// request are ignored, never run.
+    #[test]
+    fn names_and_static_skips() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let cat = dir.path().join("vision-language");
+        std::fs::create_dir_all(&cat).expect("mkdir");
+        let base = "model_id: x\nmodel_type: gemma4_unified\ndtype: float32\nlevel: \"L4+L5\"\n";
+        std::fs::write(cat.join("a.yaml"), format!("{base}ci_skip_reason: too big for CI\n")).expect("write");
+        std::fs::write(cat.join("b.yaml"), format!("{base}skip_reason: gated\n")).expect("write");
+        let local = kinds(&plan(&[dir.path().to_path_buf()], &opts(false)));
+        let names: Vec<_> = local.iter().map(|k| k.0.as_str()).collect();
+        assert_eq!(&names[..5], &["vision-language/a::L1", "vision-language/a::L2", "vision-language/a::L3", "vision-language/a::L4", "vision-language/a::L5"]);
+        assert!(local.iter().all(|k| k.1 == "ignored"), "{local:?}");
+        assert!(local[0].2.contains("does not request L1") || local[0].2.contains("not implemented"), "{local:?}");
+        assert!(local[8].2.contains("gated"), "{local:?}");
+        assert!(!local[3].2.contains("too big for CI"), "ci_skip_reason must not apply outside CI: {local:?}");
+        let ci = kinds(&plan(&[dir.path().to_path_buf()], &opts(true)));
+        assert!(ci[3].2.contains("too big for CI"), "{ci:?}");
+    }
+}
