@@ -123,3 +123,61 @@ pub fn compare(reference: &ReferenceRun, onnx: &OnnxRun, tol: &L3Tolerance) -> T
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::onnx::pipeline::{OnnxGeneration, OnnxPrefill};
+
+    fn runs(onnx_logits: Vec<f32>, onnx_step: Vec<f32>) -> (ReferenceRun, OnnxRun) {
+        let reference = ReferenceRun {
+            scope: "none",
+            logits: Dense::new(vec![1, 2, 3], vec![0.0, 1.0, 2.0, 3.0, 4.0, 5.0]),
+            image_features: None,
+            inputs_embeds: Dense::new(vec![1, 2, 1], vec![0.5, 0.5]),
+            tokens: vec![2, 2],
+            step_logits: vec![vec![3.0, 4.0, 5.0], vec![1.0, 1.0, 9.0]],
+        };
+        let onnx = OnnxRun {
+            prefill: OnnxPrefill { logits: Dense::new(vec![1, 2, 3], onnx_logits), image_features: None, inputs_embeds: None },
+            forced: OnnxGeneration { tokens: vec![2, 2], step_logits: vec![vec![3.0, 4.0, 5.0], onnx_step] },
+            free: OnnxGeneration::default(),
+        };
+        (reference, onnx)
+    }
+
+    const TOL: L3Tolerance = L3Tolerance { atol: 1e-3, rtol: 1e-3 };
+
+    /// Guards: identical runs pass; the gate is live (the same runs with one bad logit fail).
+    #[test]
+    fn equal_runs_pass() {
+        let (r, o) = runs(vec![0.0, 1.0, 2.0, 3.0, 4.0, 5.0], vec![1.0, 1.0, 9.0]);
+        assert_eq!(compare(&r, &o, &TOL).status, Status::Pass);
+    }
+
+    /// Guards: a NaN in the export's prefill logits fails L3 (NaN never passes).
+    #[test]
+    fn nan_prefill_fails() {
+        let (r, o) = runs(vec![0.0, 1.0, f32::NAN, 3.0, 4.0, 5.0], vec![1.0, 1.0, 9.0]);
+        let out = compare(&r, &o, &TOL);
+        assert_eq!(out.status, Status::Fail, "{}", out.message);
+        assert_eq!(out.metrics.get("first_divergence").and_then(|v| v.as_str()), Some("logits"));
+    }
+
+    /// Guards: a prefill that agrees does not hide a KV-cache decode step that does not.
+    #[test]
+    fn diverging_decode_step_fails() {
+        let (r, o) = runs(vec![0.0, 1.0, 2.0, 3.0, 4.0, 5.0], vec![1.0, 1.0, 9.1]);
+        let out = compare(&r, &o, &TOL);
+        assert_eq!(out.status, Status::Fail, "{}", out.message);
+        assert_eq!(out.metrics.get("first_divergence").and_then(|v| v.as_str()), Some("decode step 1"));
+    }
+
+    /// Guards: an export that stops producing decode steps early fails.
+    #[test]
+    fn missing_decode_steps_fail() {
+        let (r, mut o) = runs(vec![0.0, 1.0, 2.0, 3.0, 4.0, 5.0], vec![1.0, 1.0, 9.0]);
+        o.forced.step_logits.truncate(1);
+        assert_eq!(compare(&r, &o, &TOL).status, Status::Fail);
+    }
+}

@@ -3,7 +3,7 @@
 //! reference can run, against the live reference too.
 
 use super::outcome::{Status, TierOutcome};
-use crate::compare::{l4_verdict, L4Status, L4Verdict};
+use crate::compare::{cosine_similarity, l4_verdict, L4Status, L4Verdict};
 use crate::golden::Golden;
 use crate::tolerance::L4Tolerance;
 
@@ -29,8 +29,10 @@ fn worse(a: Status, b: Status) -> Status {
     }
 }
 
-/// L4 verdict. `live` is the reference's own golden for the same inputs, when available.
-pub fn compare(onnx_last_logits: &[f32], input_ids: &[i64], golden: &Golden, live: Option<&Golden>, tol: &L4Tolerance) -> TierOutcome {
+/// L4 verdict. `live_logits` are the reference's last-position logits for the same inputs, when
+/// the reference can run: the export is then also judged against them, and their cosine with
+/// the export's logits is reported (a warning below `cosine_similarity_warn`).
+pub fn compare(onnx_last_logits: &[f32], input_ids: &[i64], golden: &Golden, live_logits: Option<&[f32]>, tol: &L4Tolerance) -> TierOutcome {
     if golden.input_ids != input_ids {
         return TierOutcome::fail(format!(
             "the golden was made for other input_ids ({} tokens) than the case's inputs ({} tokens): regenerate it with `onnx-parity golden --force`",
@@ -55,7 +57,20 @@ pub fn compare(onnx_last_logits: &[f32], input_ids: &[i64], golden: &Golden, liv
                 .metric("argmax_match", v.top1 == v.golden_top1);
         }
     }
-    if let Some(live) = live {
+    if let Some(live_logits) = live_logits {
+        let live = match Golden::from_logits(live_logits, input_ids) {
+            Ok(g) => g,
+            Err(e) => return TierOutcome::fail(format!("reference logits: {e}")),
+        };
+        match cosine_similarity(onnx_last_logits, live_logits) {
+            Ok(c) => {
+                out = out.metric("cosine", c);
+                if !(c >= tol.cosine_similarity_warn) {
+                    parts.push(format!("warning: cosine {c:.6} with the reference's logits < warn threshold {}", tol.cosine_similarity_warn));
+                }
+            }
+            Err(e) => return TierOutcome::fail(format!("live reference comparison: {e}")),
+        }
         match l4_verdict(onnx_last_logits, &live.top_ids(), tol.near_tie_margin, tol.top10_jaccard_warn) {
             Err(e) => return TierOutcome::fail(format!("live reference comparison: {e}")),
             Ok(v) => {
@@ -71,4 +86,36 @@ pub fn compare(onnx_last_logits: &[f32], input_ids: &[i64], golden: &Golden, liv
     out.status = out_status;
     out.message = parts.join("; ");
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn golden(logits: &[f32], ids: &[i64]) -> Golden {
+        Golden::from_logits(logits, ids).expect("golden")
+    }
+
+    const TOL: L4Tolerance = L4Tolerance { near_tie_margin: 0.01, top10_jaccard_warn: 0.7, cosine_similarity_warn: 0.999 };
+
+    /// Guards: a golden made for other input_ids is a failure, never compared as if it fit.
+    #[test]
+    fn other_input_ids_fail() {
+        let l = [0.0, 2.0, 1.0];
+        let out = compare(&l, &[1, 2], &golden(&l, &[1, 3]), None, &TOL);
+        assert_eq!(out.status, Status::Fail);
+    }
+
+    /// Guards: agreeing with the golden is not enough when the live reference disagrees, and a
+    /// low cosine with the reference warns.
+    #[test]
+    fn live_reference_can_fail_the_tier() {
+        let onnx = [0.0, 2.0, 1.0];
+        let live = [5.0, 0.0, 1.0];
+        let ok = compare(&onnx, &[1], &golden(&onnx, &[1]), None, &TOL);
+        assert_eq!(ok.status, Status::Pass);
+        let out = compare(&onnx, &[1], &golden(&onnx, &[1]), Some(&live), &TOL);
+        assert_eq!(out.status, Status::Fail, "{}", out.message);
+        assert!(out.message.contains("cosine"), "{}", out.message);
+    }
 }

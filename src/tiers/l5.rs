@@ -40,3 +40,23 @@ pub fn compare(onnx_tokens: &[i64], golden_tokens: &[i64], live_tokens: Option<&
     out.message = format!("onnx tokens {onnx_tokens:?}; {}", parts.join("; "));
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Guards: equal tokens pass; one wrong token at f32's ratio 1.0 fails; the live reference
+    /// is a second gate.
+    #[test]
+    fn token_gates() {
+        assert_eq!(compare(&[5, 6, 7], &[5, 6, 7], None, 1.0).status, Status::Pass);
+        assert_eq!(compare(&[5, 6, 8], &[5, 6, 7], None, 1.0).status, Status::Fail);
+        assert_eq!(compare(&[5, 6, 7], &[5, 6, 7], Some(&[5, 9, 7]), 1.0).status, Status::Fail);
+    }
+
+    /// Guards: an empty golden is an error, never a pass.
+    #[test]
+    fn empty_golden_fails() {
+        assert_eq!(compare(&[1], &[], None, 1.0).status, Status::Fail);
+    }
+}

@@ -161,16 +161,8 @@ fn run_l4(case: &Case, opts: &RunOptions, eval: &CaseEvaluation) -> TierOutcome 
         return TierOutcome::fail(format!("ONNX logits have shape {:?}", logits.shape));
     }
     let last = &logits.data[logits.data.len() - v..];
-    let live = live_golden(case, eval);
-    l4::compare(last, &inputs.input_ids, &golden, live.as_ref(), &tol)
-}
-
-/// The reference's golden for the case's inputs, when the reference can run.
-fn live_golden(case: &Case, eval: &CaseEvaluation) -> Option<Golden> {
-    let r = eval.reference(case).ok()?;
-    let v = *r.logits.shape.last()?;
-    let inputs = eval.inputs(case).ok()?;
-    Golden::from_logits(&r.logits.data[r.logits.data.len().checked_sub(v)?..], &inputs.input_ids).ok()
+    let live = eval.reference(case).ok().and_then(|r| r.logits.data.len().checked_sub(v).map(|start| &r.logits.data[start..]));
+    l4::compare(last, &inputs.input_ids, &golden, live, &tol)
 }
 
 fn run_l5(case: &Case, opts: &RunOptions, eval: &CaseEvaluation) -> TierOutcome {
