@@ -7,6 +7,13 @@
 //! ```
 //! Prints load time, median prefill wall time, peak RSS (VmHWM) and its ratio to the f32
 //! weight bytes.
+//!
+//! Allocator note: glibc raises its mmap threshold dynamically each time a large block is
+//! freed, after which freed activation buffers stay in the heap instead of going back to the
+//! OS, and peak RSS counts them (~30 MiB here). `--fixed-mmap-threshold` pins the threshold
+//! (`mallopt(M_MMAP_THRESHOLD, 64 KiB)`, as a long-running service would) so that peak RSS
+//! measures what the reference keeps alive rather than allocator policy; both are reported in
+//! reference/NUMERICS.md. The library itself never touches process-wide allocator settings.
 
 use std::path::PathBuf;
 use std::time::Instant;
@@ -16,11 +23,15 @@ use onnx_parity_reference::{BidirectionalScope, Gemma4Unified, ModelInputs};
 const SEQ: usize = 256;
 
 fn peak_rss_mib() -> f64 {
+    status_mib("VmHWM:")
+}
+
+fn status_mib(key: &str) -> f64 {
     std::fs::read_to_string("/proc/self/status")
         .ok()
         .and_then(|s| {
             s.lines()
-                .find(|l| l.starts_with("VmHWM:"))
+                .find(|l| l.starts_with(key))
                 .and_then(|l| l.split_whitespace().nth(1))
                 .and_then(|kb| kb.parse::<f64>().ok())
         })
@@ -32,13 +43,21 @@ fn main() -> anyhow::Result<()> {
     if std::env::var_os("RAYON_NUM_THREADS").is_none() {
         std::env::set_var("RAYON_NUM_THREADS", "2");
     }
-    let mut args = std::env::args().skip(1);
+    let fixed_threshold = std::env::args().any(|a| a == "--fixed-mmap-threshold");
+    if fixed_threshold {
+        // SAFETY: mallopt only adjusts glibc's allocator parameters; called before any threads.
+        unsafe {
+            libc::mallopt(libc::M_MMAP_THRESHOLD, 64 * 1024);
+        }
+    }
+    let mut args = std::env::args().skip(1).filter(|a| !a.starts_with("--"));
     let dir = PathBuf::from(args.next().unwrap_or_else(|| "/tmp/gemma4-bench".into()));
     let runs: usize = args.next().map(|r| r.parse()).transpose()?.unwrap_or(5);
 
     let t0 = Instant::now();
     let model = Gemma4Unified::load(&dir)?;
     let load_s = t0.elapsed().as_secs_f64();
+    let (rss_after_load, hwm_after_load) = (status_mib("VmRSS:"), status_mib("VmHWM:"));
     let weight_bytes: usize = model
         .weight_manifest()
         .values()
@@ -55,6 +74,8 @@ fn main() -> anyhow::Result<()> {
     };
     let scope = BidirectionalScope::AllLayers;
     let logits = model.prefill(&inputs, scope)?; // warm-up
+    let last = logits.squeeze(0)?.get(SEQ - 1)?.contiguous()?;
+    drop(logits);
     let mut times = Vec::with_capacity(runs);
     for _ in 0..runs {
         let t = Instant::now();
@@ -64,14 +85,14 @@ fn main() -> anyhow::Result<()> {
     }
     times.sort_by(f64::total_cmp);
     let median = times[times.len() / 2];
-    let last = logits.squeeze(0)?.get(SEQ - 1)?;
     let top1 = last.argmax(0)?.to_scalar::<u32>()?;
     let max = last.max(0)?.to_scalar::<f32>()?;
     let weights_mib = weight_bytes as f64 / (1 << 20) as f64;
     let rss = peak_rss_mib();
     println!(
-        "candle threads={} load {load_s:.2}s",
-        candle_core::utils::get_num_threads()
+        "candle threads={} load {load_s:.2}s{}",
+        candle_core::utils::get_num_threads(),
+        if fixed_threshold { " (fixed mmap threshold)" } else { "" }
     );
     println!(
         "prefill {SEQ} tokens: median {:.1} ms (runs: {})",
@@ -81,6 +102,10 @@ fn main() -> anyhow::Result<()> {
     println!(
         "peak RSS {rss:.0} MiB, f32 weights {weights_mib:.0} MiB, ratio {:.2}",
         rss / weights_mib
+    );
+    println!(
+        "after load: RSS {rss_after_load:.0} MiB, peak {hwm_after_load:.0} MiB; now RSS {:.0} MiB",
+        status_mib("VmRSS:")
     );
     println!("last-token top1 {top1} max {max:.4}");
     Ok(())

@@ -21,6 +21,8 @@ pub mod kv_cache;
 pub mod mask;
 pub mod model;
 pub mod norm;
+mod ops;
+mod reduce;
 pub mod rope;
 pub mod text;
 pub mod vision;

@@ -1,6 +1,9 @@
 //! The two normalisations of Gemma4Unified, written as HF computes them (f32 throughout).
 
-use candle_core::{Tensor, D};
+use candle_core::{CpuStorage, DType, Layout, Shape, Tensor, D};
+use rayon::prelude::*;
+
+use crate::reduce::{torch_moments, torch_sum};
 
 use crate::error::Result;
 use crate::weights::Weights;
@@ -15,25 +18,51 @@ use crate::weights::Weights;
 #[derive(Debug, Clone)]
 pub struct RmsNorm {
     weight: Option<Tensor>,
+    /// The weight as a host vector for the fused f32 kernel.
+    weight_f32: Option<Vec<f32>>,
     eps: f64,
 }
 
 impl RmsNorm {
     /// A norm with a learned `weight` of length `dim`, read from `{prefix}.weight`.
     pub fn load(w: &Weights, prefix: &str, dim: usize, eps: f64) -> Result<Self> {
+        let weight = w.get(&format!("{prefix}.weight"), &[dim])?;
         Ok(Self {
-            weight: Some(w.get(&format!("{prefix}.weight"), &[dim])?),
+            weight_f32: Some(weight.to_dtype(DType::F32)?.to_vec1()?),
+            weight: Some(weight),
+            eps,
+        })
+    }
+
+    /// A norm with the given `weight` (length = normalised dim).
+    pub fn from_weight(weight: Tensor, eps: f64) -> Result<Self> {
+        Ok(Self {
+            weight_f32: Some(weight.to_dtype(DType::F32)?.to_vec1()?),
+            weight: Some(weight),
             eps,
         })
     }
 
     /// A scale-free norm (`with_scale=False`).
     pub fn scale_free(eps: f64) -> Self {
-        Self { weight: None, eps }
+        Self {
+            weight: None,
+            weight_f32: None,
+            eps,
+        }
     }
 
     /// Normalises over the last dimension.
+    ///
+    /// f32 runs a fused row kernel that sums the squares in PyTorch's order
+    /// ([`crate::reduce::torch_sum`]); other dtypes (the f64 precision mode) use candle ops.
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        if x.dtype() == DType::F32 {
+            return Ok(x.contiguous()?.apply_op1_no_bwd(&FusedRmsNorm {
+                weight: self.weight_f32.as_deref(),
+                eps: self.eps as f32,
+            })?);
+        }
         let mean_sq = x.sqr()?.mean_keepdim(D::Minus1)?;
         let inv = (mean_sq + self.eps)?.sqrt()?.recip()?;
         let normed = x.broadcast_mul(&inv)?;
@@ -44,12 +73,96 @@ impl RmsNorm {
     }
 }
 
+/// One pass per row: `x · 1/sqrt(Σx²/n + eps) [· w]`, rows in parallel.
+struct FusedRmsNorm<'a> {
+    weight: Option<&'a [f32]>,
+    eps: f32,
+}
+
+impl candle_core::CustomOp1 for FusedRmsNorm<'_> {
+    fn name(&self) -> &'static str {
+        "rms-norm-torch-order"
+    }
+
+    fn cpu_fwd(&self, storage: &CpuStorage, layout: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
+        let (CpuStorage::F32(data), Some((start, end))) = (storage, layout.contiguous_offsets()) else {
+            candle_core::bail!("fused rms norm expects a contiguous f32 tensor");
+        };
+        let dim = layout.dims().last().copied().unwrap_or(1).max(1);
+        if self.weight.is_some_and(|w| w.len() != dim) {
+            candle_core::bail!("rms norm weight length differs from the last dim {dim}");
+        }
+        let src = &data[start..end];
+        let mut out = vec![0f32; src.len()];
+        out.par_chunks_mut(dim)
+            .zip(src.par_chunks(dim))
+            .for_each_init(
+                || Vec::with_capacity(dim),
+                |squares, (o, x)| {
+                    squares.clear();
+                    squares.extend(x.iter().map(|v| v * v));
+                    let mean = torch_sum(squares) / dim as f32;
+                    let inv = 1.0 / (mean + self.eps).sqrt();
+                    match self.weight {
+                        Some(w) => {
+                            for ((o, &x), &w) in o.iter_mut().zip(x).zip(w) {
+                                *o = x * inv * w;
+                            }
+                        }
+                        None => {
+                            for (o, &x) in o.iter_mut().zip(x) {
+                                *o = x * inv;
+                            }
+                        }
+                    }
+                },
+            );
+        Ok((CpuStorage::F32(out), layout.shape().clone()))
+    }
+}
+
+/// One pass per row: torch-order moments, `rstd = 1/sqrt(var + eps)`, then
+/// `fma((x − mean)·rstd, w, b)`; rows in parallel.
+struct FusedLayerNorm<'a> {
+    weight: &'a [f32],
+    bias: &'a [f32],
+    eps: f32,
+}
+
+impl candle_core::CustomOp1 for FusedLayerNorm<'_> {
+    fn name(&self) -> &'static str {
+        "layer-norm-torch-order"
+    }
+
+    fn cpu_fwd(&self, storage: &CpuStorage, layout: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
+        let (CpuStorage::F32(data), Some((start, end))) = (storage, layout.contiguous_offsets()) else {
+            candle_core::bail!("fused layer norm expects a contiguous f32 tensor");
+        };
+        let dim = layout.dims().last().copied().unwrap_or(1).max(1);
+        if self.weight.len() != dim || self.bias.len() != dim {
+            candle_core::bail!("layer norm parameters differ from the last dim {dim}");
+        }
+        let src = &data[start..end];
+        let mut out = vec![0f32; src.len()];
+        out.par_chunks_mut(dim).zip(src.par_chunks(dim)).for_each(|(o, x)| {
+            let (mean, var) = torch_moments(x);
+            let rstd = 1.0 / (var + self.eps).sqrt();
+            for (((o, &x), &w), &b) in o.iter_mut().zip(x).zip(self.weight).zip(self.bias) {
+                *o = ((x - mean) * rstd).mul_add(w, b);
+            }
+        });
+        Ok((CpuStorage::F32(out), layout.shape().clone()))
+    }
+}
+
 /// `nn.LayerNorm` with affine weight and bias; the vision embedder uses PyTorch's default
 /// `eps = 1e-5` (it never passes one).
 #[derive(Debug, Clone)]
 pub struct LayerNorm {
     weight: Tensor,
     bias: Tensor,
+    weight_f32: Vec<f32>,
+    bias_f32: Vec<f32>,
     eps: f64,
 }
 
@@ -59,15 +172,41 @@ pub const TORCH_LAYER_NORM_EPS: f64 = 1e-5;
 impl LayerNorm {
     /// Reads `{prefix}.weight` and `{prefix}.bias`, both of length `dim`.
     pub fn load(w: &Weights, prefix: &str, dim: usize, eps: f64) -> Result<Self> {
+        let weight = w.get(&format!("{prefix}.weight"), &[dim])?;
+        let bias = w.get(&format!("{prefix}.bias"), &[dim])?;
         Ok(Self {
-            weight: w.get(&format!("{prefix}.weight"), &[dim])?,
-            bias: w.get(&format!("{prefix}.bias"), &[dim])?,
+            weight_f32: weight.to_dtype(DType::F32)?.to_vec1()?,
+            bias_f32: bias.to_dtype(DType::F32)?.to_vec1()?,
+            weight,
+            bias,
+            eps,
+        })
+    }
+
+    /// A LayerNorm from its parameters.
+    pub fn from_parts(weight: Tensor, bias: Tensor, eps: f64) -> Result<Self> {
+        Ok(Self {
+            weight_f32: weight.to_dtype(DType::F32)?.to_vec1()?,
+            bias_f32: bias.to_dtype(DType::F32)?.to_vec1()?,
+            weight,
+            bias,
             eps,
         })
     }
 
     /// `(x − mean) / sqrt(var_biased + eps) · weight + bias` over the last dimension.
+    ///
+    /// f32 runs a fused row kernel computing the moments in torch's order
+    /// ([`crate::reduce::torch_moments`]) and `fma((x − mean)·rstd, weight, bias)` as torch's
+    /// kernel does; other dtypes use candle ops.
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        if x.dtype() == DType::F32 {
+            return Ok(x.contiguous()?.apply_op1_no_bwd(&FusedLayerNorm {
+                weight: &self.weight_f32,
+                bias: &self.bias_f32,
+                eps: self.eps as f32,
+            })?);
+        }
         let mean = x.mean_keepdim(D::Minus1)?;
         let centered = x.broadcast_sub(&mean)?;
         let var = centered.sqr()?.mean_keepdim(D::Minus1)?;
@@ -94,6 +233,7 @@ mod tests {
         assert_eq!(free, vec![vec![3.0 / r, 4.0 / r]]);
         let scaled = RmsNorm {
             weight: Some(Tensor::new(&[2.0f32, 0.5], &Device::Cpu)?),
+            weight_f32: Some(vec![2.0, 0.5]),
             eps: 0.0,
         };
         let got = scaled.forward(&x)?.to_vec2::<f32>()?;
@@ -108,6 +248,8 @@ mod tests {
         let ln = LayerNorm {
             weight: Tensor::new(&[1.0f32, 1.0], &Device::Cpu)?,
             bias: Tensor::new(&[0.5f32, 0.5], &Device::Cpu)?,
+            weight_f32: vec![1.0, 1.0],
+            bias_f32: vec![0.5, 0.5],
             eps: 0.0,
         };
         // mean 2, biased var 1 → [-1, 1] + 0.5

@@ -16,20 +16,23 @@ use crate::error::{Error, Result};
 use crate::kv_cache::{CacheLayout, KvCache};
 use crate::mask::MaskRule;
 use crate::norm::RmsNorm;
+use crate::ops::{gated_activation, SoftCap};
 use crate::rope::Rope;
 use crate::weights::Weights;
 
-/// `nn.Linear`: `x · Wᵀ (+ b)` with `W` stored `[out, in]`.
+/// `nn.Linear`: `x · Wᵀ (+ b)`. `W` is stored `[out, in]` in the checkpoint and kept
+/// transposed, `weight_t = Wᵀ` (`[in, out]`, contiguous), so the matmul reads a row-major
+/// right-hand side (see [`Weights::get_t`]).
 #[derive(Debug, Clone)]
 pub(crate) struct Linear {
-    weight: Tensor,
+    weight_t: Tensor,
     bias: Option<Tensor>,
 }
 
 impl Linear {
     pub(crate) fn load(w: &Weights, prefix: &str, in_dim: usize, out_dim: usize, bias: bool) -> Result<Self> {
         Ok(Self {
-            weight: w.get(&format!("{prefix}.weight"), &[out_dim, in_dim])?,
+            weight_t: w.get_t(&format!("{prefix}.weight"), [out_dim, in_dim])?,
             bias: if bias {
                 Some(w.get(&format!("{prefix}.bias"), &[out_dim])?)
             } else {
@@ -38,28 +41,19 @@ impl Linear {
         })
     }
 
-    pub(crate) fn from_weight(weight: Tensor) -> Self {
-        Self { weight, bias: None }
+    /// A bias-free Linear from an already transposed weight `[in, out]`.
+    pub(crate) fn from_weight_t(weight_t: Tensor) -> Self {
+        Self { weight_t, bias: None }
     }
 
-    /// `x`: `[n, in]` → `[n, out]`. The transposed weight is a stride view (no copy); the gemm
-    /// kernel reads it in place.
+    /// `x`: `[n, in]` → `[n, out]`.
     pub(crate) fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        let y = x.matmul(&self.weight.t()?)?;
+        let y = x.matmul(&self.weight_t)?;
         Ok(match &self.bias {
             Some(b) => y.broadcast_add(b)?,
             None => y,
         })
     }
-}
-
-fn activate(act: Activation, x: &Tensor) -> Result<Tensor> {
-    Ok(match act {
-        Activation::GeluPytorchTanh => x.gelu()?,
-        Activation::Gelu => x.gelu_erf()?,
-        Activation::Silu => x.silu()?,
-        Activation::Relu => x.relu()?,
-    })
 }
 
 /// Where a layer's keys and values come from.
@@ -202,10 +196,12 @@ impl Mlp {
         })
     }
 
-    /// `down(act(gate(x)) · up(x))`.
+    /// `down(act(gate(x)) · up(x))`; `act(gate)·up` is fused in place into the gate output.
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        let gate = activate(self.act, &self.gate_proj.forward(x)?)?;
-        self.down_proj.forward(&(gate * self.up_proj.forward(x)?)?)
+        let gate = self.gate_proj.forward(x)?;
+        let up = self.up_proj.forward(x)?;
+        let hidden = gated_activation(self.act, gate, &up)?;
+        self.down_proj.forward(&hidden)
     }
 }
 
@@ -260,7 +256,9 @@ impl DecoderLayer {
 /// Embedding, decoder stack, final norm, tied `lm_head`, final logit softcapping.
 #[derive(Debug)]
 pub struct TextModel {
-    embed_tokens: Tensor,
+    /// `embed_tokens.weight` transposed, `[hidden, vocab]`: shared with a tied `lm_head`
+    /// (whose matmul wants this layout); token lookups gather columns.
+    embed_t: Tensor,
     embed_scale: f32,
     layers: Vec<DecoderLayer>,
     norm: RmsNorm,
@@ -281,13 +279,13 @@ impl TextModel {
     /// ties symmetrically and skips tying when both exist with different values).
     pub fn load(cfg: &Gemma4UnifiedTextConfig, w: &Weights, prefix: &str, tie: bool) -> Result<Self> {
         let (v, h) = (cfg.vocab_size, cfg.hidden_size);
-        let embed_tokens = w.get(&format!("{prefix}.embed_tokens.weight"), &[v, h])?;
+        let embed_t = w.get_t(&format!("{prefix}.embed_tokens.weight"), [v, h])?;
         let layers = (0..cfg.num_hidden_layers)
             .map(|i| DecoderLayer::load(cfg, w, &format!("{prefix}.layers.{i}"), i))
             .collect::<Result<Vec<_>>>()?;
-        let lm_head = match w.get_opt("lm_head.weight", &[v, h])? {
-            Some(t) => Linear::from_weight(t),
-            None if tie => Linear::from_weight(embed_tokens.clone()),
+        let lm_head = match w.get_opt_t("lm_head.weight", [v, h])? {
+            Some(t) => Linear::from_weight_t(t),
+            None if tie => Linear::from_weight_t(embed_t.clone()),
             None => {
                 return Err(Error::MissingTensor {
                     name: "lm_head.weight".into(),
@@ -313,7 +311,7 @@ impl TextModel {
             })
             .collect::<Result<Vec<_>>>()?;
         Ok(Self {
-            embed_tokens,
+            embed_t,
             embed_scale: cfg.embed_scale(),
             layers,
             norm: RmsNorm::load(w, &format!("{prefix}.norm"), h, cfg.rms_norm_eps)?,
@@ -348,7 +346,7 @@ impl TextModel {
             })
             .collect::<Result<Vec<u32>>>()?;
         let idx = Tensor::from_vec(idx, ids.len(), &self.device)?;
-        let rows = self.embed_tokens.index_select(&idx, 0)?;
+        let rows = self.embed_t.index_select(&idx, 1)?.t()?.contiguous()?;
         Ok(rows.affine(self.embed_scale as f64, 0.0)?)
     }
 
@@ -416,17 +414,15 @@ impl TextModel {
         self.norm.forward(&x)
     }
 
-    /// `lm_head` and final logit softcapping `tanh(x / c) · c`: `[seq, vocab]`.
+    /// `lm_head` and final logit softcapping `tanh(x / c) · c`: `[seq, vocab]`. The softcap
+    /// runs in place on the fresh matmul output: the logits are the largest activation
+    /// (`seq × vocab`), so no second copy is made.
     pub fn logits(&self, hidden: &Tensor) -> Result<Tensor> {
         let logits = self.lm_head.forward(hidden)?;
-        Ok(match self.softcap {
-            Some(c) => {
-                // HF divides by the Python float (f32 division, not a reciprocal multiply).
-                let c_t = Tensor::new(c, &self.device)?.to_dtype(self.dtype)?;
-                logits.broadcast_div(&c_t)?.tanh()?.broadcast_mul(&c_t)?
-            }
-            None => logits,
-        })
+        if let Some(c) = self.softcap {
+            logits.inplace_op1(&SoftCap(c))?;
+        }
+        Ok(logits)
     }
 
     /// The sliding window the masks must use.

@@ -13,6 +13,7 @@ use std::sync::Mutex;
 
 use candle_core::{DType, Device, Tensor};
 use memmap2::Mmap;
+use rayon::prelude::*;
 use safetensors::{Dtype as StDtype, SafeTensors};
 
 use crate::error::{Error, Result};
@@ -41,6 +42,79 @@ pub fn checkpoint_name(module_name: &str) -> String {
         }
     }
     module_name.to_string()
+}
+
+/// Element order of a decoded tensor.
+#[derive(Debug, Clone, Copy)]
+enum Order {
+    RowMajor,
+    /// Stored `[rows, cols]`, produced `[cols, rows]`.
+    Transposed { rows: usize, cols: usize },
+}
+
+/// A little-endian stored element type.
+trait Elem {
+    const SIZE: usize;
+    fn get(bytes: &[u8], i: usize) -> f32;
+}
+
+struct F32Le;
+struct F16Le;
+struct Bf16Le;
+
+impl Elem for F32Le {
+    const SIZE: usize = 4;
+    #[inline(always)]
+    fn get(b: &[u8], i: usize) -> f32 {
+        f32::from_le_bytes([b[4 * i], b[4 * i + 1], b[4 * i + 2], b[4 * i + 3]])
+    }
+}
+
+impl Elem for F16Le {
+    const SIZE: usize = 2;
+    #[inline(always)]
+    fn get(b: &[u8], i: usize) -> f32 {
+        half::f16::from_le_bytes([b[2 * i], b[2 * i + 1]]).to_f32()
+    }
+}
+
+impl Elem for Bf16Le {
+    const SIZE: usize = 2;
+    #[inline(always)]
+    fn get(b: &[u8], i: usize) -> f32 {
+        half::bf16::from_le_bytes([b[2 * i], b[2 * i + 1]]).to_f32()
+    }
+}
+
+/// Upcasts `bytes` (`out.len()` elements of `E`) into `out` in `order`, in parallel.
+fn decode<E: Elem>(bytes: &[u8], out: &mut [f32], order: Order) {
+    debug_assert_eq!(bytes.len(), out.len() * E::SIZE);
+    const B: usize = 32;
+    match order {
+        Order::RowMajor => {
+            out.par_chunks_mut(1 << 16).enumerate().for_each(|(k, part)| {
+                let base = k << 16;
+                for (i, o) in part.iter_mut().enumerate() {
+                    *o = E::get(bytes, base + i);
+                }
+            });
+        }
+        Order::Transposed { rows, cols } => {
+            // Each task writes B output rows (= B stored columns), walking the stored rows in
+            // blocks of B so that reads and writes stay in cache.
+            out.par_chunks_mut(rows * B).enumerate().for_each(|(k, part)| {
+                let c0 = k * B;
+                let c1 = (c0 + B).min(cols);
+                for r0 in (0..rows).step_by(B) {
+                    for r in r0..(r0 + B).min(rows) {
+                        for c in c0..c1 {
+                            part[(c - c0) * rows + r] = E::get(bytes, r * cols + c);
+                        }
+                    }
+                }
+            });
+        }
+    }
 }
 
 /// One mapped safetensors file.
@@ -197,8 +271,31 @@ impl Weights {
     }
 
     /// Reads the module parameter `module_name` (under its checkpoint or module name), checks
-    /// it has shape `expected`, and returns it as an f32 tensor.
+    /// it has shape `expected`, and returns it as a tensor of the compute dtype.
     pub fn get(&self, module_name: &str, expected: &[usize]) -> Result<Tensor> {
+        let data = self.read(module_name, expected)?;
+        let t = Tensor::from_vec(data, expected, &Device::Cpu)?;
+        Ok(if self.dtype == DType::F32 { t } else { t.to_dtype(self.dtype)? })
+    }
+
+    /// Reads a 2-D parameter stored `[rows, cols]` (`expected`) and returns it transposed,
+    /// `[cols, rows]` and contiguous. Linear weights are kept this way: the gemm kernel runs
+    /// ~20% faster on a row-major right-hand side than on a transposed view. The transpose
+    /// happens while decoding from the mapping, so no intermediate copy is made.
+    pub fn get_t(&self, module_name: &str, expected: [usize; 2]) -> Result<Tensor> {
+        let [rows, cols] = expected;
+        let data = self.read_with(module_name, &expected, Order::Transposed { rows, cols })?;
+        let t = Tensor::from_vec(data, (cols, rows), &Device::Cpu)?;
+        Ok(if self.dtype == DType::F32 { t } else { t.to_dtype(self.dtype)? })
+    }
+
+    /// Shape-checks `module_name` and decodes it to f32 values (row-major).
+    fn read(&self, module_name: &str, expected: &[usize]) -> Result<Vec<f32>> {
+        self.read_with(module_name, expected, Order::RowMajor)
+    }
+
+    /// Shape-checks `module_name` and decodes it to f32 values in `order`.
+    fn read_with(&self, module_name: &str, expected: &[usize], order: Order) -> Result<Vec<f32>> {
         let Some(stored) = self.stored_name(module_name) else {
             let ckpt = checkpoint_name(module_name);
             return Err(Error::MissingTensor {
@@ -245,24 +342,16 @@ impl Weights {
                 source: safetensors::SafeTensorError::InvalidOffset(name.to_string()),
             });
         }
-        let data: Vec<f32> = match entry.dtype {
-            StDtype::F32 => bytes
-                .chunks_exact(4)
-                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-                .collect(),
-            StDtype::F16 => bytes
-                .chunks_exact(2)
-                .map(|c| half::f16::from_le_bytes([c[0], c[1]]).to_f32())
-                .collect(),
-            _ => bytes
-                .chunks_exact(2)
-                .map(|c| half::bf16::from_le_bytes([c[0], c[1]]).to_f32())
-                .collect(),
-        };
+        let mut data = vec![0f32; n];
+        match entry.dtype {
+            StDtype::F32 => decode::<F32Le>(bytes, &mut data, order),
+            StDtype::F16 => decode::<F16Le>(bytes, &mut data, order),
+            _ => decode::<Bf16Le>(bytes, &mut data, order),
+        }
         // Release the mapped pages we just converted: they are clean file-backed pages of a
         // read-only mapping, so the kernel simply drops them (a later read would fault them back
         // in from the file). Best effort: failure only costs memory.
-        // SAFETY: nothing borrows this byte range any more (`bytes` is dead after the collect);
+        // SAFETY: nothing borrows this byte range any more (`bytes` is dead after the fill);
         // MADV_DONTNEED on a clean, never-written private file mapping does not change contents.
         unsafe {
             let _ = shard.mmap.unchecked_advise_range(
@@ -274,14 +363,22 @@ impl Weights {
         if let Ok(mut used) = self.used.lock() {
             used.insert(name.to_string(), expected.to_vec());
         }
-        let t = Tensor::from_vec(data, expected, &Device::Cpu)?;
-        Ok(if self.dtype == DType::F32 { t } else { t.to_dtype(self.dtype)? })
+        Ok(data)
     }
 
     /// Reads `name` if present (shape-checked), `None` if absent.
     pub fn get_opt(&self, name: &str, expected: &[usize]) -> Result<Option<Tensor>> {
         if self.stored_name(name).is_some() {
             self.get(name, expected).map(Some)
+        } else {
+            Ok(None)
+        }
+    }
+
+    /// [`Weights::get_t`] if present, `None` if absent.
+    pub fn get_opt_t(&self, name: &str, expected: [usize; 2]) -> Result<Option<Tensor>> {
+        if self.stored_name(name).is_some() {
+            self.get_t(name, expected).map(Some)
         } else {
             Ok(None)
         }

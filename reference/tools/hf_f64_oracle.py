@@ -17,6 +17,7 @@ Masks for the three bidirectional scopes come from the same HF functions the f32
 writes reference/tests/data/<fixture>-f64.safetensors (read by reference/tests/f64_semantics.rs).
 """
 
+import hashlib
 import json
 import sys
 from pathlib import Path
@@ -128,6 +129,9 @@ def main() -> None:
                 print(f"{name} {k}: HF f32 oracle vs HF pure-f64 {float((ref.double() - v).abs().max()):.3e}")
     dest = ROOT / "reference" / "tests" / "data" / f"{name}-f64.safetensors"
     meta = {
+        # The Rust test refuses a stale oracle: fixtures are regenerated with new weights.
+        "checkpoint_sha256": hashlib.sha256((fdir / "checkpoint" / "model.safetensors").read_bytes()).hexdigest(),
+        "inputs_sha256": hashlib.sha256((fdir / "inputs.safetensors").read_bytes()).hexdigest(),
         "transformers": transformers.__version__,
         "torch": torch.__version__,
         "patches": "RMSNorm without .float(); RoPE cos/sin in f64; eager softmax in f64",
