@@ -285,7 +285,7 @@ def mobius_export(ckpt_dir: Path, out_dir: Path, dtype: str) -> None:
             os.chmod(p, 0o644)
 
 
-_ST_DTYPE = {torch.float32: "F32", torch.float16: "F16", torch.int64: "I64", torch.int32: "I32",
+_ST_DTYPE = {torch.float64: "F64", torch.float32: "F32", torch.float16: "F16", torch.int64: "I64", torch.int32: "I32",
              torch.bool: "BOOL", torch.bfloat16: "BF16"}
 
 

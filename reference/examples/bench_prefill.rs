@@ -13,7 +13,7 @@
 //! OS, and peak RSS counts them (~30 MiB here). `--fixed-mmap-threshold` pins the threshold
 //! (`mallopt(M_MMAP_THRESHOLD, 64 KiB)`, as a long-running service would) so that peak RSS
 //! measures what the reference keeps alive rather than allocator policy; both are reported in
-//! reference/NUMERICS.md. The library itself never touches process-wide allocator settings.
+//! reference/README.md. The library itself never touches process-wide allocator settings.
 
 use std::path::PathBuf;
 use std::time::Instant;
@@ -74,8 +74,10 @@ fn main() -> anyhow::Result<()> {
     };
     let scope = BidirectionalScope::AllLayers;
     let logits = model.prefill(&inputs, scope)?; // warm-up
-    let last = logits.squeeze(0)?.get(SEQ - 1)?.contiguous()?;
+                                                 // Copy the last row out: a view would keep the whole logits buffer alive.
+    let last: Vec<f32> = logits.squeeze(0)?.get(SEQ - 1)?.to_vec1()?;
     drop(logits);
+    let hwm_after_warmup = peak_rss_mib();
     let mut times = Vec::with_capacity(runs);
     for _ in 0..runs {
         let t = Instant::now();
@@ -85,26 +87,42 @@ fn main() -> anyhow::Result<()> {
     }
     times.sort_by(f64::total_cmp);
     let median = times[times.len() / 2];
-    let top1 = last.argmax(0)?.to_scalar::<u32>()?;
-    let max = last.max(0)?.to_scalar::<f32>()?;
+    let (top1, max) = last
+        .iter()
+        .enumerate()
+        .fold((0, f32::NEG_INFINITY), |(bi, bv), (i, &v)| {
+            if v > bv {
+                (i, v)
+            } else {
+                (bi, bv)
+            }
+        });
     let weights_mib = weight_bytes as f64 / (1 << 20) as f64;
     let rss = peak_rss_mib();
     println!(
         "candle threads={} load {load_s:.2}s{}",
         candle_core::utils::get_num_threads(),
-        if fixed_threshold { " (fixed mmap threshold)" } else { "" }
+        if fixed_threshold {
+            " (fixed mmap threshold)"
+        } else {
+            ""
+        }
     );
     println!(
         "prefill {SEQ} tokens: median {:.1} ms (runs: {})",
         median * 1e3,
-        times.iter().map(|t| format!("{:.1}", t * 1e3)).collect::<Vec<_>>().join(", ")
+        times
+            .iter()
+            .map(|t| format!("{:.1}", t * 1e3))
+            .collect::<Vec<_>>()
+            .join(", ")
     );
     println!(
         "peak RSS {rss:.0} MiB, f32 weights {weights_mib:.0} MiB, ratio {:.2}",
         rss / weights_mib
     );
     println!(
-        "after load: RSS {rss_after_load:.0} MiB, peak {hwm_after_load:.0} MiB; now RSS {:.0} MiB",
+        "after load: RSS {rss_after_load:.0} MiB, peak {hwm_after_load:.0} MiB; peak after warm-up {hwm_after_warmup:.0} MiB; now RSS {:.0} MiB",
         status_mib("VmRSS:")
     );
     println!("last-token top1 {top1} max {max:.4}");

@@ -37,7 +37,9 @@ pub enum Error {
     },
 
     /// `config.json` names a model type this crate does not implement.
-    #[error("unsupported model_type {0:?}: expected \"gemma4_unified\" or \"gemma4_unified_text\"")]
+    #[error(
+        "unsupported model_type {0:?}: expected \"gemma4_unified\" or \"gemma4_unified_text\""
+    )]
     UnsupportedModelType(String),
 
     /// A config field has a value that changes the computed function in a way this reference

@@ -39,7 +39,12 @@ pub type CacheLayout = Vec<Option<(usize, usize)>>;
 
 impl KvCache {
     /// An empty cache able to hold `capacity` positions without reallocating.
-    pub fn new(layout: &CacheLayout, capacity: usize, dtype: DType, device: &Device) -> Result<Self> {
+    pub fn new(
+        layout: &CacheLayout,
+        capacity: usize,
+        dtype: DType,
+        device: &Device,
+    ) -> Result<Self> {
         let capacity = capacity.max(1);
         let layers = layout
             .iter()

@@ -72,7 +72,12 @@ impl Gemma4Unified {
             config.tie_word_embeddings(),
         )?;
         let vision = match config.vision() {
-            Some(v) => Some(VisionEmbedder::load(v, config.text(), &w, "model.embed_vision")?),
+            Some(v) => Some(VisionEmbedder::load(
+                v,
+                config.text(),
+                &w,
+                "model.embed_vision",
+            )?),
             None => None,
         };
         let manifest = w.manifest();
@@ -110,7 +115,11 @@ impl Gemma4Unified {
     }
 
     /// Vision embedder output for the non-padding patches: `[n_tokens, hidden]`.
-    pub fn image_features(&self, pixel_values: &Tensor, image_position_ids: &Tensor) -> Result<Tensor> {
+    pub fn image_features(
+        &self,
+        pixel_values: &Tensor,
+        image_position_ids: &Tensor,
+    ) -> Result<Tensor> {
         let vision = self.vision.as_ref().ok_or_else(|| {
             Error::input("image inputs given but the checkpoint has no vision_config")
         })?;
@@ -119,14 +128,20 @@ impl Gemma4Unified {
 
     /// Token embeddings × √hidden with placeholders embedded as `pad_token_id`, and
     /// `image_features` rows scattered into the image-token positions in order: `[1, S, hidden]`.
-    pub fn inputs_embeds(&self, input_ids: &[i64], image_features: Option<&Tensor>) -> Result<Tensor> {
+    pub fn inputs_embeds(
+        &self,
+        input_ids: &[i64],
+        image_features: Option<&Tensor>,
+    ) -> Result<Tensor> {
         let placeholders = self.config.placeholder_ids();
         let pad = self.config.text().pad_token_id;
         let llm_ids = input_ids
             .iter()
             .map(|&id| {
                 if placeholders.contains(&id) {
-                    pad.ok_or_else(|| Error::input("placeholder token present but pad_token_id is null"))
+                    pad.ok_or_else(|| {
+                        Error::input("placeholder token present but pad_token_id is null")
+                    })
                 } else {
                     Ok(id)
                 }
@@ -143,7 +158,9 @@ impl Gemma4Unified {
         let hidden = self.config.text().hidden_size;
         expect_last_dim(features, hidden, "image_features")?;
         let n_feat = features.dim(0)?;
-        let slots: Vec<usize> = (0..input_ids.len()).filter(|&i| input_ids[i] == image_id).collect();
+        let slots: Vec<usize> = (0..input_ids.len())
+            .filter(|&i| input_ids[i] == image_id)
+            .collect();
         if slots.len() != n_feat {
             return Err(Error::input(format!(
                 "Image features and image tokens do not match, tokens: {}, features: {n_feat}",
@@ -166,14 +183,21 @@ impl Gemma4Unified {
         let features = match (&inputs.pixel_values, &inputs.image_position_ids) {
             (Some(px), Some(pos)) => Some(self.image_features(px, pos)?),
             (Some(_), None) => {
-                return Err(Error::input("pixel_values given without image_position_ids"))
+                return Err(Error::input(
+                    "pixel_values given without image_position_ids",
+                ))
             }
             (None, _) => None,
         };
         self.inputs_embeds(&inputs.input_ids, features.as_ref())
     }
 
-    fn mask_rule(&self, inputs_len: usize, mm_token_type_ids: Option<&[i64]>, scope: BidirectionalScope) -> Result<MaskRule> {
+    fn mask_rule(
+        &self,
+        inputs_len: usize,
+        mm_token_type_ids: Option<&[i64]>,
+        scope: BidirectionalScope,
+    ) -> Result<MaskRule> {
         let block_ids = match mm_token_type_ids {
             Some(t) if t.len() != inputs_len => {
                 return Err(Error::input(format!(
@@ -205,7 +229,10 @@ impl Gemma4Unified {
         }
         let rule = self.mask_rule(seq, mm_token_type_ids, scope)?;
         let mut cache = self.text.new_cache(seq)?;
-        Ok(self.text.forward(&embeds, &rule, &mut cache)?.unsqueeze(0)?)
+        Ok(self
+            .text
+            .forward(&embeds, &rule, &mut cache)?
+            .unsqueeze(0)?)
     }
 
     /// Every decoder layer's output `[1, S, hidden]` for `inputs_embeds` (HF
@@ -281,7 +308,8 @@ fn argmax(row: &[f32]) -> Result<i64> {
             best = Some((i, v));
         }
     }
-    best.map(|(i, _)| i as i64).ok_or_else(|| Error::input("empty logits"))
+    best.map(|(i, _)| i as i64)
+        .ok_or_else(|| Error::input("empty logits"))
 }
 
 #[cfg(test)]

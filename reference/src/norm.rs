@@ -84,8 +84,13 @@ impl candle_core::CustomOp1 for FusedRmsNorm<'_> {
         "rms-norm-torch-order"
     }
 
-    fn cpu_fwd(&self, storage: &CpuStorage, layout: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
-        let (CpuStorage::F32(data), Some((start, end))) = (storage, layout.contiguous_offsets()) else {
+    fn cpu_fwd(
+        &self,
+        storage: &CpuStorage,
+        layout: &Layout,
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
+        let (CpuStorage::F32(data), Some((start, end))) = (storage, layout.contiguous_offsets())
+        else {
             candle_core::bail!("fused rms norm expects a contiguous f32 tensor");
         };
         let dim = layout.dims().last().copied().unwrap_or(1).max(1);
@@ -134,8 +139,13 @@ impl candle_core::CustomOp1 for FusedLayerNorm<'_> {
         "layer-norm-torch-order"
     }
 
-    fn cpu_fwd(&self, storage: &CpuStorage, layout: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
-        let (CpuStorage::F32(data), Some((start, end))) = (storage, layout.contiguous_offsets()) else {
+    fn cpu_fwd(
+        &self,
+        storage: &CpuStorage,
+        layout: &Layout,
+    ) -> candle_core::Result<(CpuStorage, Shape)> {
+        let (CpuStorage::F32(data), Some((start, end))) = (storage, layout.contiguous_offsets())
+        else {
             candle_core::bail!("fused layer norm expects a contiguous f32 tensor");
         };
         let dim = layout.dims().last().copied().unwrap_or(1).max(1);
@@ -144,13 +154,15 @@ impl candle_core::CustomOp1 for FusedLayerNorm<'_> {
         }
         let src = &data[start..end];
         let mut out = vec![0f32; src.len()];
-        out.par_chunks_mut(dim).zip(src.par_chunks(dim)).for_each(|(o, x)| {
-            let (mean, var) = torch_moments(x);
-            let rstd = 1.0 / (var + self.eps).sqrt();
-            for (((o, &x), &w), &b) in o.iter_mut().zip(x).zip(self.weight).zip(self.bias) {
-                *o = ((x - mean) * rstd).mul_add(w, b);
-            }
-        });
+        out.par_chunks_mut(dim)
+            .zip(src.par_chunks(dim))
+            .for_each(|(o, x)| {
+                let (mean, var) = torch_moments(x);
+                let rstd = 1.0 / (var + self.eps).sqrt();
+                for (((o, &x), &w), &b) in o.iter_mut().zip(x).zip(self.weight).zip(self.bias) {
+                    *o = ((x - mean) * rstd).mul_add(w, b);
+                }
+            });
         Ok((CpuStorage::F32(out), layout.shape().clone()))
     }
 }

@@ -51,10 +51,10 @@ fn multi_row_sum<const L: usize>(xs: &[f32], size: usize) -> [[f32; L]; ILP] {
             i += 1;
         }
         for j in 1..LEVELS {
-            for k in 0..ILP {
-                let lower = acc[j - 1][k];
-                add(&mut acc[j][k], &lower);
-                acc[j - 1][k] = [0.0; L];
+            let (lower, upper) = acc.split_at_mut(j);
+            for (up, low) in upper[0].iter_mut().zip(lower[j - 1].iter_mut()) {
+                add(up, low);
+                *low = [0.0; L];
             }
             let mask = level_mask << (j * level_power);
             if i & mask != 0 {
@@ -68,13 +68,13 @@ fn multi_row_sum<const L: usize>(xs: &[f32], size: usize) -> [[f32; L]; ILP] {
         }
         i += 1;
     }
-    for j in 1..LEVELS {
-        for k in 0..ILP {
-            let upper = acc[j][k];
-            add(&mut acc[0][k], &upper);
+    let (first, rest) = acc.split_at_mut(1);
+    for level in rest.iter() {
+        for (a, u) in first[0].iter_mut().zip(level) {
+            add(a, u);
         }
     }
-    acc[0]
+    first[0]
 }
 
 /// `row_sum<acc, L-lane load>` over the first `n` loads of `xs`.

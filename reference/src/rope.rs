@@ -34,7 +34,12 @@ impl Rope {
     /// Half-width `(cos, sin)`, each `[positions.len(), dim / 2]`, for absolute positions.
     /// Computed in f32 as HF does (it forces float32 here whatever the model dtype), except in
     /// the f64 precision mode, where angles and cos/sin are f64.
-    pub fn cos_sin(&self, positions: &[usize], dtype: DType, device: &Device) -> Result<(Tensor, Tensor)> {
+    pub fn cos_sin(
+        &self,
+        positions: &[usize],
+        dtype: DType,
+        device: &Device,
+    ) -> Result<(Tensor, Tensor)> {
         let half = self.inv_freq.len();
         let shape = (positions.len(), half);
         if dtype == DType::F64 {
@@ -146,7 +151,9 @@ mod tests {
         // inv_freq = [1, 0]; position 1 → angle [1, 0].
         let (cos, sin) = r.cos_sin(&[1], DType::F32, &Device::Cpu)?;
         let x = Tensor::new(&[1.0f32, 2.0, 3.0, 4.0], &Device::Cpu)?.reshape((1, 1, 1, 4))?;
-        let y = Rope::apply(&x, &cos, &sin)?.flatten_all()?.to_vec1::<f32>()?;
+        let y = Rope::apply(&x, &cos, &sin)?
+            .flatten_all()?
+            .to_vec1::<f32>()?;
         let (c, s) = (1.0f32.cos(), 1.0f32.sin());
         // pair (x0, x2) rotates by 1 rad; pair (x1, x3) by 0.
         let want = [1.0 * c - 3.0 * s, 2.0, 1.0 * s + 3.0 * c, 4.0];

@@ -30,7 +30,13 @@ pub(crate) struct Linear {
 }
 
 impl Linear {
-    pub(crate) fn load(w: &Weights, prefix: &str, in_dim: usize, out_dim: usize, bias: bool) -> Result<Self> {
+    pub(crate) fn load(
+        w: &Weights,
+        prefix: &str,
+        in_dim: usize,
+        out_dim: usize,
+        bias: bool,
+    ) -> Result<Self> {
         Ok(Self {
             weight_t: w.get_t(&format!("{prefix}.weight"), [out_dim, in_dim])?,
             bias: if bias {
@@ -43,7 +49,15 @@ impl Linear {
 
     /// A bias-free Linear from an already transposed weight `[in, out]`.
     pub(crate) fn from_weight_t(weight_t: Tensor) -> Self {
-        Self { weight_t, bias: None }
+        Self {
+            weight_t,
+            bias: None,
+        }
+    }
+
+    /// Output columns `start..start + cols` only (no bias): `[n, cols]`.
+    pub(crate) fn forward_columns(&self, x: &Tensor, start: usize, cols: usize) -> Result<Tensor> {
+        Ok(x.matmul(&self.weight_t.narrow(1, start, cols)?)?)
     }
 
     /// `x`: `[n, in]` → `[n, out]`.
@@ -84,7 +98,12 @@ struct Attention {
 }
 
 impl Attention {
-    fn load(cfg: &Gemma4UnifiedTextConfig, w: &Weights, prefix: &str, layer: usize) -> Result<Self> {
+    fn load(
+        cfg: &Gemma4UnifiedTextConfig,
+        w: &Weights,
+        prefix: &str,
+        layer: usize,
+    ) -> Result<Self> {
         let lt = cfg.layer_type(layer);
         let hd = cfg.head_dim(lt);
         let nh = cfg.num_attention_heads;
@@ -99,7 +118,13 @@ impl Attention {
                 v_proj: if cfg.uses_k_eq_v(lt) {
                     None
                 } else {
-                    Some(Linear::load(w, &format!("{prefix}.v_proj"), hidden, nkv * hd, bias)?)
+                    Some(Linear::load(
+                        w,
+                        &format!("{prefix}.v_proj"),
+                        hidden,
+                        nkv * hd,
+                        bias,
+                    )?)
                 },
                 k_norm: RmsNorm::load(w, &format!("{prefix}.k_norm"), hd, eps)?,
                 v_norm: RmsNorm::scale_free(eps),
@@ -132,7 +157,10 @@ impl Attention {
         // q: proj → view [seq, heads, hd] → q_norm → RoPE → [heads, seq, hd]
         let q = self.q_proj.forward(x)?.reshape((1, seq, nh, hd))?;
         let q = self.q_norm.forward(&q)?;
-        let q = Rope::apply(&q, cos, sin)?.squeeze(0)?.transpose(0, 1)?.contiguous()?;
+        let q = Rope::apply(&q, cos, sin)?
+            .squeeze(0)?
+            .transpose(0, 1)?
+            .contiguous()?;
 
         let (k, v) = match &self.kv {
             KvSource::Shared { source } => cache.view(*source, cache.len() + seq)?,
@@ -185,7 +213,12 @@ struct Mlp {
 }
 
 impl Mlp {
-    fn load(cfg: &Gemma4UnifiedTextConfig, w: &Weights, prefix: &str, layer: usize) -> Result<Self> {
+    fn load(
+        cfg: &Gemma4UnifiedTextConfig,
+        w: &Weights,
+        prefix: &str,
+        layer: usize,
+    ) -> Result<Self> {
         let h = cfg.hidden_size;
         let i = cfg.intermediate_size_for(layer);
         Ok(Self {
@@ -218,7 +251,12 @@ struct DecoderLayer {
 }
 
 impl DecoderLayer {
-    fn load(cfg: &Gemma4UnifiedTextConfig, w: &Weights, prefix: &str, layer: usize) -> Result<Self> {
+    fn load(
+        cfg: &Gemma4UnifiedTextConfig,
+        w: &Weights,
+        prefix: &str,
+        layer: usize,
+    ) -> Result<Self> {
         let h = cfg.hidden_size;
         let eps = cfg.rms_norm_eps;
         let norm = |name: &str| RmsNorm::load(w, &format!("{prefix}.{name}"), h, eps);
@@ -253,6 +291,9 @@ impl DecoderLayer {
     }
 }
 
+/// Vocabulary columns per `lm_head` call in a prefill (see [`TextModel::logits`]).
+const VOCAB_SLICE: usize = 4096;
+
 /// Embedding, decoder stack, final norm, tied `lm_head`, final logit softcapping.
 #[derive(Debug)]
 pub struct TextModel {
@@ -277,7 +318,12 @@ impl TextModel {
     /// Loads the decoder under `prefix` (`model.language_model` or `model`). `lm_head.weight`
     /// is used when present; otherwise, when `tie_word_embeddings`, the token embedding (HF
     /// ties symmetrically and skips tying when both exist with different values).
-    pub fn load(cfg: &Gemma4UnifiedTextConfig, w: &Weights, prefix: &str, tie: bool) -> Result<Self> {
+    pub fn load(
+        cfg: &Gemma4UnifiedTextConfig,
+        w: &Weights,
+        prefix: &str,
+        tie: bool,
+    ) -> Result<Self> {
         let (v, h) = (cfg.vocab_size, cfg.hidden_size);
         let embed_t = w.get_t(&format!("{prefix}.embed_tokens.weight"), [v, h])?;
         let layers = (0..cfg.num_hidden_layers)
@@ -341,7 +387,10 @@ impl TextModel {
                     .ok()
                     .filter(|&i| (i as usize) < self.vocab_size)
                     .ok_or_else(|| {
-                        Error::input(format!("token id {id} outside vocabulary 0..{}", self.vocab_size))
+                        Error::input(format!(
+                            "token id {id} outside vocabulary 0..{}",
+                            self.vocab_size
+                        ))
                     })
             })
             .collect::<Result<Vec<u32>>>()?;
@@ -357,13 +406,23 @@ impl TextModel {
 
     /// Runs `embeds` (`[seq, hidden]`, positions `cache.len()..`) through the decoder, extends
     /// the cache, and returns logits `[seq, vocab]` (after softcapping) for every position.
-    pub fn forward(&self, embeds: &Tensor, mask_rule: &MaskRule, cache: &mut KvCache) -> Result<Tensor> {
+    pub fn forward(
+        &self,
+        embeds: &Tensor,
+        mask_rule: &MaskRule,
+        cache: &mut KvCache,
+    ) -> Result<Tensor> {
         let hidden = self.forward_hidden(embeds, mask_rule, cache)?;
         self.logits(&hidden)
     }
 
     /// Decoder stack plus final norm: `[seq, hidden]`.
-    pub fn forward_hidden(&self, embeds: &Tensor, mask_rule: &MaskRule, cache: &mut KvCache) -> Result<Tensor> {
+    pub fn forward_hidden(
+        &self,
+        embeds: &Tensor,
+        mask_rule: &MaskRule,
+        cache: &mut KvCache,
+    ) -> Result<Tensor> {
         self.forward_layers(embeds, mask_rule, cache, None)
     }
 
@@ -414,15 +473,34 @@ impl TextModel {
         self.norm.forward(&x)
     }
 
-    /// `lm_head` and final logit softcapping `tanh(x / c) · c`: `[seq, vocab]`. The softcap
-    /// runs in place on the fresh matmul output: the logits are the largest activation
-    /// (`seq × vocab`), so no second copy is made.
+    /// `lm_head` and final logit softcapping `tanh(x / c) · c`: `[seq, vocab]`.
+    ///
+    /// The logits are the largest activation of a prefill (`seq × vocab`). For more than a few
+    /// rows they are computed in vocabulary slices of [`VOCAB_SLICE`] columns written into one
+    /// preallocated output: the gemm kernel's packing buffer scales with the columns of a call
+    /// (a full-vocabulary call packs as much as the logits themselves), and each slice is
+    /// softcapped in place while it is hot in cache. Slicing columns does not change any
+    /// element's accumulation order, so the result is identical.
     pub fn logits(&self, hidden: &Tensor) -> Result<Tensor> {
-        let logits = self.lm_head.forward(hidden)?;
-        if let Some(c) = self.softcap {
-            logits.inplace_op1(&SoftCap(c))?;
+        let seq = hidden.dim(0)?;
+        let vocab = self.vocab_size;
+        if seq < 16 || vocab <= VOCAB_SLICE {
+            let logits = self.lm_head.forward(hidden)?;
+            if let Some(c) = self.softcap {
+                logits.inplace_op1(&SoftCap(c))?;
+            }
+            return Ok(logits);
         }
-        Ok(logits)
+        let out = Tensor::zeros((seq, vocab), self.dtype, &self.device)?;
+        for start in (0..vocab).step_by(VOCAB_SLICE) {
+            let cols = VOCAB_SLICE.min(vocab - start);
+            let part = self.lm_head.forward_columns(hidden, start, cols)?;
+            if let Some(c) = self.softcap {
+                part.inplace_op1(&SoftCap(c))?;
+            }
+            out.slice_set(&part, 1, start)?;
+        }
+        Ok(out)
     }
 
     /// The sliding window the masks must use.
@@ -445,7 +523,9 @@ impl TextModel {
 pub(crate) fn expect_last_dim(t: &Tensor, want: usize, what: &str) -> Result<()> {
     let got = t.dim(D::Minus1)?;
     if got != want {
-        return Err(Error::input(format!("{what}: last dim {got}, expected {want}")));
+        return Err(Error::input(format!(
+            "{what}: last dim {got}, expected {want}"
+        )));
     }
     Ok(())
 }

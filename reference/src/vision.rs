@@ -45,7 +45,10 @@ impl VisionEmbedder {
         let patch_dim = vcfg.patch_dim();
         let mm = vcfg.mm_embed_dim;
         let eps = TORCH_LAYER_NORM_EPS;
-        let pos = w.get(&format!("{prefix}.pos_embedding"), &[vcfg.mm_posemb_size, 2, mm])?;
+        let pos = w.get(
+            &format!("{prefix}.pos_embedding"),
+            &[vcfg.mm_posemb_size, 2, mm],
+        )?;
         Ok(Self {
             patch_ln1: LayerNorm::load(w, &format!("{prefix}.patch_ln1"), patch_dim, eps)?,
             patch_dense: Linear::load(w, &format!("{prefix}.patch_dense"), patch_dim, mm, true)?,

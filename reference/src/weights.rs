@@ -26,7 +26,10 @@ const CHECKPOINT_RENAMES: &[(&str, &str)] = &[
     ("embed_vision.patch_ln1", "vision_embedder.patch_ln1"),
     ("embed_vision.patch_dense", "vision_embedder.patch_dense"),
     ("embed_vision.patch_ln2", "vision_embedder.patch_ln2"),
-    ("embed_vision.pos_embedding", "vision_embedder.pos_embedding"),
+    (
+        "embed_vision.pos_embedding",
+        "vision_embedder.pos_embedding",
+    ),
     ("embed_vision.pos_norm", "vision_embedder.pos_norm"),
     (
         "embed_vision.multimodal_embedder.embedding_projection",
@@ -49,7 +52,10 @@ pub fn checkpoint_name(module_name: &str) -> String {
 enum Order {
     RowMajor,
     /// Stored `[rows, cols]`, produced `[cols, rows]`.
-    Transposed { rows: usize, cols: usize },
+    Transposed {
+        rows: usize,
+        cols: usize,
+    },
 }
 
 /// A little-endian stored element type.
@@ -92,27 +98,31 @@ fn decode<E: Elem>(bytes: &[u8], out: &mut [f32], order: Order) {
     const B: usize = 32;
     match order {
         Order::RowMajor => {
-            out.par_chunks_mut(1 << 16).enumerate().for_each(|(k, part)| {
-                let base = k << 16;
-                for (i, o) in part.iter_mut().enumerate() {
-                    *o = E::get(bytes, base + i);
-                }
-            });
+            out.par_chunks_mut(1 << 16)
+                .enumerate()
+                .for_each(|(k, part)| {
+                    let base = k << 16;
+                    for (i, o) in part.iter_mut().enumerate() {
+                        *o = E::get(bytes, base + i);
+                    }
+                });
         }
         Order::Transposed { rows, cols } => {
             // Each task writes B output rows (= B stored columns), walking the stored rows in
             // blocks of B so that reads and writes stay in cache.
-            out.par_chunks_mut(rows * B).enumerate().for_each(|(k, part)| {
-                let c0 = k * B;
-                let c1 = (c0 + B).min(cols);
-                for r0 in (0..rows).step_by(B) {
-                    for r in r0..(r0 + B).min(rows) {
-                        for c in c0..c1 {
-                            part[(c - c0) * rows + r] = E::get(bytes, r * cols + c);
+            out.par_chunks_mut(rows * B)
+                .enumerate()
+                .for_each(|(k, part)| {
+                    let c0 = k * B;
+                    let c1 = (c0 + B).min(cols);
+                    for r0 in (0..rows).step_by(B) {
+                        for r in r0..(r0 + B).min(rows) {
+                            for c in c0..c1 {
+                                part[(c - c0) * rows + r] = E::get(bytes, r * cols + c);
+                            }
                         }
                     }
-                }
-            });
+                });
         }
     }
 }
@@ -162,7 +172,9 @@ impl Weights {
     /// Like [`Weights::open`], returning tensors in `dtype` (F32 or F64).
     pub fn open_with_dtype(dir: &Path, dtype: DType) -> Result<Self> {
         if !matches!(dtype, DType::F32 | DType::F64) {
-            return Err(Error::input(format!("compute dtype {dtype:?}: only f32 and f64 are supported")));
+            return Err(Error::input(format!(
+                "compute dtype {dtype:?}: only f32 and f64 are supported"
+            )));
         }
         let single = dir.join("model.safetensors");
         let index = dir.join("model.safetensors.index.json");
@@ -275,7 +287,11 @@ impl Weights {
     pub fn get(&self, module_name: &str, expected: &[usize]) -> Result<Tensor> {
         let data = self.read(module_name, expected)?;
         let t = Tensor::from_vec(data, expected, &Device::Cpu)?;
-        Ok(if self.dtype == DType::F32 { t } else { t.to_dtype(self.dtype)? })
+        Ok(if self.dtype == DType::F32 {
+            t
+        } else {
+            t.to_dtype(self.dtype)?
+        })
     }
 
     /// Reads a 2-D parameter stored `[rows, cols]` (`expected`) and returns it transposed,
@@ -286,7 +302,11 @@ impl Weights {
         let [rows, cols] = expected;
         let data = self.read_with(module_name, &expected, Order::Transposed { rows, cols })?;
         let t = Tensor::from_vec(data, (cols, rows), &Device::Cpu)?;
-        Ok(if self.dtype == DType::F32 { t } else { t.to_dtype(self.dtype)? })
+        Ok(if self.dtype == DType::F32 {
+            t
+        } else {
+            t.to_dtype(self.dtype)?
+        })
     }
 
     /// Shape-checks `module_name` and decodes it to f32 values (row-major).
@@ -320,10 +340,13 @@ impl Weights {
         }
         let begin = shard.data_start + entry.begin;
         let end = shard.data_start + entry.end;
-        let bytes = shard.mmap.get(begin..end).ok_or_else(|| Error::Safetensors {
-            path: shard.path.clone(),
-            source: safetensors::SafeTensorError::InvalidOffset(name.to_string()),
-        })?;
+        let bytes = shard
+            .mmap
+            .get(begin..end)
+            .ok_or_else(|| Error::Safetensors {
+                path: shard.path.clone(),
+                source: safetensors::SafeTensorError::InvalidOffset(name.to_string()),
+            })?;
         let n: usize = expected.iter().product();
         let elem = match entry.dtype {
             StDtype::F32 => 4,

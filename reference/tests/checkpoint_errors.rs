@@ -12,7 +12,9 @@ use common::{fixture_dir, max_abs_diff, read_safetensors};
 use onnx_parity_reference::{BidirectionalScope, Error, Gemma4Unified, ModelInputs};
 
 /// Copies the unified-vision checkpoint into a temp dir with its tensors rewritten by `edit`.
-fn rewritten(edit: impl FnOnce(&mut HashMap<String, Tensor>) -> Result<()>) -> Result<tempfile::TempDir> {
+fn rewritten(
+    edit: impl FnOnce(&mut HashMap<String, Tensor>) -> Result<()>,
+) -> Result<tempfile::TempDir> {
     let src = fixture_dir("unified-vision").join("checkpoint");
     let dir = tempfile::tempdir()?;
     std::fs::copy(src.join("config.json"), dir.path().join("config.json"))?;
@@ -64,7 +66,10 @@ fn wrong_shape_is_named() -> Result<()> {
     match Gemma4Unified::load(dir.path()) {
         Err(e @ Error::TensorShape { .. }) => {
             let msg = e.to_string();
-            assert!(msg.contains(name) && msg.contains("model.safetensors"), "{msg}");
+            assert!(
+                msg.contains(name) && msg.contains("model.safetensors"),
+                "{msg}"
+            );
             Ok(())
         }
         other => bail!("expected TensorShape, got {other:?}"),
@@ -79,7 +84,9 @@ fn missing_layer_scalar_is_named() -> Result<()> {
         t.remove(name).context("fixture lacks layer_scalar")?;
         Ok(())
     })?;
-    let err = Gemma4Unified::load(dir.path()).err().context("load should fail")?;
+    let err = Gemma4Unified::load(dir.path())
+        .err()
+        .context("load should fail")?;
     assert!(err.to_string().contains(name), "{err}");
     Ok(())
 }
@@ -94,16 +101,24 @@ fn sharded_checkpoint_loads_identically() -> Result<()> {
     names.sort();
     let (a, b) = names.split_at(names.len() / 2);
     let mut map = serde_json::Map::new();
-    for (file, part) in [("model-00001-of-00002.safetensors", a), ("model-00002-of-00002.safetensors", b)] {
-        let shard: HashMap<String, Tensor> =
-            part.iter().map(|n| ((*n).clone(), tensors[*n].clone())).collect();
+    for (file, part) in [
+        ("model-00001-of-00002.safetensors", a),
+        ("model-00002-of-00002.safetensors", b),
+    ] {
+        let shard: HashMap<String, Tensor> = part
+            .iter()
+            .map(|n| ((*n).clone(), tensors[*n].clone()))
+            .collect();
         candle_core::safetensors::save(&shard, dir.path().join(file))?;
         for n in part {
             map.insert((*n).clone(), serde_json::Value::String(file.to_string()));
         }
     }
     let index = serde_json::json!({ "metadata": {}, "weight_map": map });
-    std::fs::write(dir.path().join("model.safetensors.index.json"), index.to_string())?;
+    std::fs::write(
+        dir.path().join("model.safetensors.index.json"),
+        index.to_string(),
+    )?;
     let d = max_abs_diff(&logits(dir.path())?, &logits(&single)?)?;
     assert_eq!(d, 0.0, "sharded load must be bit-identical");
     Ok(())
@@ -117,13 +132,21 @@ fn sharded_missing_tensor_is_named() -> Result<()> {
         t.remove(name).context("fixture lacks the tensor")?;
         Ok(())
     })?;
-    std::fs::rename(dir.path().join("model.safetensors"), dir.path().join("model-00001-of-00001.safetensors"))?;
+    std::fs::rename(
+        dir.path().join("model.safetensors"),
+        dir.path().join("model-00001-of-00001.safetensors"),
+    )?;
     std::fs::write(
         dir.path().join("model.safetensors.index.json"),
         r#"{"metadata":{},"weight_map":{"lm_head.weight":"model-00001-of-00001.safetensors"}}"#,
     )?;
-    let err = Gemma4Unified::load(dir.path()).err().context("load should fail")?;
-    assert!(matches!(err, Error::MissingTensor { .. }) && err.to_string().contains(name), "{err}");
+    let err = Gemma4Unified::load(dir.path())
+        .err()
+        .context("load should fail")?;
+    assert!(
+        matches!(err, Error::MissingTensor { .. }) && err.to_string().contains(name),
+        "{err}"
+    );
     Ok(())
 }
 
@@ -160,7 +183,10 @@ fn module_names_load_identically() -> Result<()> {
         for k in old {
             let new = k
                 .replace("model.vision_embedder.", "model.embed_vision.")
-                .replace("embed_vision.embedding_projection", "embed_vision.multimodal_embedder.embedding_projection");
+                .replace(
+                    "embed_vision.embedding_projection",
+                    "embed_vision.multimodal_embedder.embedding_projection",
+                );
             if new != k {
                 let v = t.remove(&k).context("key vanished")?;
                 t.insert(new, v);
@@ -169,7 +195,10 @@ fn module_names_load_identically() -> Result<()> {
         Ok(())
     })?;
     let px = Tensor::rand(0f32, 1f32, (1, 4, 48), &candle_core::Device::Cpu)?;
-    let pos = Tensor::new(&[[[0i64, 0], [1, 0], [0, 1], [-1, -1]]], &candle_core::Device::Cpu)?;
+    let pos = Tensor::new(
+        &[[[0i64, 0], [1, 0], [0, 1], [-1, -1]]],
+        &candle_core::Device::Cpu,
+    )?;
     let a = Gemma4Unified::load(&single)?.image_features(&px, &pos)?;
     let b = Gemma4Unified::load(renamed.path())?.image_features(&px, &pos)?;
     assert_eq!(a.dims(), &[3, 64]);

@@ -14,9 +14,18 @@ const FIXTURE: &str = "unified-vision";
 fn image_features_match_hf() -> Result<()> {
     let f = load_fixture(FIXTURE)?;
     let px = f.inputs.pixel_values.as_ref().context("no pixel_values")?;
-    let pos = f.inputs.image_position_ids.as_ref().context("no image_position_ids")?;
+    let pos = f
+        .inputs
+        .image_position_ids
+        .as_ref()
+        .context("no image_position_ids")?;
     let got = f.model.image_features(px, pos)?;
-    assert_close("image_features", &got, f.oracle("image_features")?, FEATURES_BOUND)?;
+    assert_close(
+        "image_features",
+        &got,
+        f.oracle("image_features")?,
+        FEATURES_BOUND,
+    )?;
     Ok(())
 }
 
@@ -24,7 +33,12 @@ fn image_features_match_hf() -> Result<()> {
 fn inputs_embeds_match_hf() -> Result<()> {
     let f = load_fixture(FIXTURE)?;
     let got = f.model.embed(&f.inputs)?;
-    assert_close("inputs_embeds", &got, f.oracle("inputs_embeds")?, FEATURES_BOUND)?;
+    assert_close(
+        "inputs_embeds",
+        &got,
+        f.oracle("inputs_embeds")?,
+        FEATURES_BOUND,
+    )?;
     Ok(())
 }
 
@@ -39,7 +53,12 @@ fn logits_default_scope_match_hf() -> Result<()> {
         f.metadata.get("default_scope")
     );
     let got = f.model.prefill(&f.inputs, scope)?;
-    assert_close("logits (default scope)", &got, f.oracle("logits")?, LOGITS_BOUND)?;
+    assert_close(
+        "logits (default scope)",
+        &got,
+        f.oracle("logits")?,
+        LOGITS_BOUND,
+    )?;
     Ok(())
 }
 

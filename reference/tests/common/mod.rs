@@ -10,7 +10,10 @@ use onnx_parity_reference::{Gemma4Unified, ModelInputs};
 
 /// `fixtures/<name>` of the workspace.
 pub fn fixture_dir(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join("fixtures").join(name)
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("..")
+        .join("fixtures")
+        .join(name)
 }
 
 /// A fixture: the loaded reference, its inputs and the oracle tensors with metadata.
@@ -43,7 +46,9 @@ pub fn load_fixture(name: &str) -> Result<Fixture> {
     let (inp, _) = read_safetensors(&dir.join("inputs.safetensors"))?;
     let (oracle, metadata) = read_safetensors(&dir.join("oracle.safetensors"))?;
     let ids = |k: &str| -> Result<Option<Vec<i64>>> {
-        inp.get(k).map(|t| Ok(t.flatten_all()?.to_vec1::<i64>()?)).transpose()
+        inp.get(k)
+            .map(|t| Ok(t.flatten_all()?.to_vec1::<i64>()?))
+            .transpose()
     };
     let inputs = ModelInputs {
         input_ids: ids("input_ids")?.context("inputs.safetensors lacks input_ids")?,
@@ -115,7 +120,11 @@ pub fn check_greedy(
         bail!("greedy tokens {:?} vs HF {:?}", gen.tokens, want_tokens);
     }
     if gen.step_logits.len() != want_steps.dim(0)? {
-        bail!("{} step logits vs HF {}", gen.step_logits.len(), want_steps.dim(0)?);
+        bail!(
+            "{} step logits vs HF {}",
+            gen.step_logits.len(),
+            want_steps.dim(0)?
+        );
     }
     let mut worst = 0f32;
     for (i, row) in gen.step_logits.iter().enumerate() {

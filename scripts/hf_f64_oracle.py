@@ -13,7 +13,7 @@ model dtype (nothing else changes):
   * eager_attention_forward: `softmax(..., dtype=torch.float32)` → softmax in f64
 Masks for the three bidirectional scopes come from the same HF functions the f32 fixture used.
 
-    ~/.cache/onnx-parity/fixture-venv/bin/python reference/tools/hf_f64_oracle.py unified-vision
+    ~/.cache/onnx-parity/fixture-venv/bin/python scripts/hf_f64_oracle.py unified-vision
 writes reference/tests/data/<fixture>-f64.safetensors (read by reference/tests/f64_semantics.rs).
 """
 
@@ -25,11 +25,11 @@ from pathlib import Path
 import torch
 import transformers
 import transformers.models.gemma4_unified.modeling_gemma4_unified as M
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
 from transformers import masking_utils
 
 torch.set_num_threads(1)
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def patch_pure_f64() -> None:
@@ -137,7 +137,11 @@ def main() -> None:
         "patches": "RMSNorm without .float(); RoPE cos/sin in f64; eager softmax in f64",
         "greedy_scope": "all-layers" if vision else "none",
     }
-    save_file(out, str(dest), metadata=meta)
+    # The fixture script's canonical writer: same bytes on every run.
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from make_fixtures import save_tensors
+
+    save_tensors(dest, out, meta)
     dest.chmod(0o644)
     print(f"wrote {dest.relative_to(ROOT)}: " + ", ".join(f"{k} {tuple(v.shape)}" for k, v in out.items()))
 
