@@ -245,7 +245,9 @@ fn golden_refuses_to_overwrite_without_force() {
     let fresh = std::fs::read_to_string(&path).expect("golden");
     let o = run(false);
     assert!(o.status.success() && text(&o).contains("unchanged"), "{}", text(&o));
-    std::fs::write(&path, fresh.replace("486", "487")).expect("tamper");
+    let tampered = fresh.replacen("\"generated_tokens\": [", "\"generated_tokens\": [\n    999,", 1);
+    assert_ne!(tampered, fresh, "the tamper must change the golden");
+    std::fs::write(&path, tampered).expect("tamper");
     let o = run(false);
     assert!(!o.status.success() && text(&o).contains("REFUSED"), "{}", text(&o));
     assert_ne!(std::fs::read_to_string(&path).expect("golden"), fresh);
