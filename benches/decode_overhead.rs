@@ -23,14 +23,16 @@ fn bare_decode(session: &mut Session, prompt: &[i64], steps: usize, kv: &[(Strin
         }
     }
     let mut ids = prompt.to_vec();
-    let mut total = prompt.len();
     let mut out_tokens = Vec::new();
-    for step in 0..=steps {
+    for (step, total) in (0..=steps).zip(prompt.len()..) {
         let s = ids.len();
         let mut feed: Vec<(String, SessionInputValue<'_>)> = vec![
             ("input_ids".into(), Tensor::from_array((vec![1usize, s], ids.clone())).expect("ids").into()),
             ("attention_mask".into(), Tensor::from_array((vec![1usize, total], vec![1i64; total])).expect("mask").into()),
-            ("position_ids".into(), Tensor::from_array((vec![1usize, s], ((total - s) as i64..total as i64).collect::<Vec<_>>())).expect("pos").into()),
+            (
+                "position_ids".into(),
+                Tensor::from_array((vec![1usize, s], ((total - s) as i64..total as i64).collect::<Vec<_>>())).expect("pos").into(),
+            ),
         ];
         let mut it = past.into_iter();
         for (i, _) in kv.iter().enumerate() {
@@ -52,7 +54,6 @@ fn bare_decode(session: &mut Session, prompt: &[i64], steps: usize, kv: &[(Strin
         }
         out_tokens.push(next);
         ids = vec![next];
-        total += 1;
     }
     out_tokens
 }
@@ -68,11 +69,17 @@ fn main() {
     let opts = SessionOptions { intra_threads: 1 };
     let mut pipeline = OnnxPipeline::open(&root.join("onnx"), &opts).expect("pipeline");
     let env = runtime::environment().expect("ORT");
-    let mut session = Session::builder(env).expect("builder").with_intra_threads(1).expect("threads").commit_from_file(root.join("onnx/model.onnx")).expect("session");
+    let mut session = Session::builder(env)
+        .expect("builder")
+        .with_intra_threads(1)
+        .expect("threads")
+        .commit_from_file(root.join("onnx/model.onnx"))
+        .expect("session");
     let kv: Vec<(String, [usize; 2])> = (0..pipeline.kv_pairs())
         .map(|i| {
             let name = format!("past_key_values.{i}.key");
-            let shape = session.inputs().iter().find(|o| o.name() == name).and_then(|o| o.dtype().tensor_shape().cloned()).expect("kv shape");
+            let shape =
+                session.inputs().iter().find(|o| o.name() == name).and_then(|o| o.dtype().tensor_shape().cloned()).expect("kv shape");
             (name, [shape[1] as usize, shape[3] as usize])
         })
         .collect();

@@ -142,7 +142,10 @@ impl fmt::Display for Dtype {
 impl FromStr for Dtype {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
-        Dtype::ALL.into_iter().find(|d| d.as_str() == s).ok_or_else(|| format!("unknown dtype {s:?}, expected one of float32, float16, bfloat16, int4"))
+        Dtype::ALL
+            .into_iter()
+            .find(|d| d.as_str() == s)
+            .ok_or_else(|| format!("unknown dtype {s:?}, expected one of float32, float16, bfloat16, int4"))
     }
 }
 
@@ -700,7 +703,8 @@ bidirectional: sliding-windowed
     /// Guards: wrong types are errors naming the key and the expected type.
     #[test]
     fn wrong_type_is_named() {
-        let e = parse("model_id: m\nmodel_type: t\ndtype: float32\nlevel: L4\ngeneration:\n  max_new_tokens: many\n").unwrap_err().to_string();
+        let e =
+            parse("model_id: m\nmodel_type: t\ndtype: float32\nlevel: L4\ngeneration:\n  max_new_tokens: many\n").unwrap_err().to_string();
         assert!(e.contains("demo.yaml") && e.contains("max_new_tokens"), "{e}");
         let e = parse(&format!("{MINIMAL}inputs:\n  input_ids: [1, two]\n")).unwrap_err().to_string();
         assert!(e.contains("input_ids"), "{e}");
@@ -726,7 +730,8 @@ bidirectional: sliding-windowed
         assert!(e.contains("min_token_match_ratio") && e.contains("[0, 1]"), "{e}");
         let e = parse(&format!("{MINIMAL}tolerance_overrides:\n  L3: {{atol: -1}}\n")).unwrap_err().to_string();
         assert!(e.contains("atol"), "{e}");
-        let e = parse(&format!("{MINIMAL}min_token_match_ratio: 0.9\ntolerance_overrides:\n  L5: {{min_token_match_ratio: 0.8}}\n")).unwrap_err();
+        let e = parse(&format!("{MINIMAL}min_token_match_ratio: 0.9\ntolerance_overrides:\n  L5: {{min_token_match_ratio: 0.8}}\n"))
+            .unwrap_err();
         assert!(matches!(e, CaseError::Invalid { field: "min_token_match_ratio", .. }), "{e}");
     }
 

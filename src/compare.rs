@@ -300,7 +300,12 @@ pub struct L4Verdict {
 ///
 /// Any NaN/Inf logit is a FAIL before the rules run (softcapped logits are finite; a non-finite
 /// one is a broken export, whatever its argmax). Jaccard below `jaccard_warn` adds a warning.
-pub fn l4_verdict(onnx_logits: &[f32], golden: &GoldenTopIds<'_>, near_tie_margin: f64, jaccard_warn: f64) -> Result<L4Verdict, CompareError> {
+pub fn l4_verdict(
+    onnx_logits: &[f32],
+    golden: &GoldenTopIds<'_>,
+    near_tie_margin: f64,
+    jaccard_warn: f64,
+) -> Result<L4Verdict, CompareError> {
     check_threshold("near_tie_margin", near_tie_margin, None)?;
     check_threshold("top10_jaccard_warn", jaccard_warn, Some(1.0))?;
     if onnx_logits.is_empty() {
@@ -330,7 +335,10 @@ pub fn l4_verdict(onnx_logits: &[f32], golden: &GoldenTopIds<'_>, near_tie_margi
     } else if top1 == golden.top1 {
         (L4Status::Pass, format!("argmax {top1} = golden top-1"))
     } else if near_tie && top1 == golden.top2 {
-        (L4Status::Ambiguous, format!("argmax {top1} ≠ golden top-1 {} but = golden top-2, near tie (gap {gap:.4} < {near_tie_margin})", golden.top1))
+        (
+            L4Status::Ambiguous,
+            format!("argmax {top1} ≠ golden top-1 {} but = golden top-2, near tie (gap {gap:.4} < {near_tie_margin})", golden.top1),
+        )
     } else if top10_overlap >= AMBIGUOUS_TOP10_OVERLAP && golden_set.contains(&top1) && top10.iter().take(2).any(|&t| t == golden.top1) {
         (
             L4Status::Ambiguous,
@@ -339,7 +347,20 @@ pub fn l4_verdict(onnx_logits: &[f32], golden: &GoldenTopIds<'_>, near_tie_margi
     } else {
         (L4Status::Fail, format!("argmax {top1} ≠ golden top-1 {} (gap {gap:.4}, top-10 overlap {top10_overlap})", golden.top1))
     };
-    Ok(L4Verdict { status, top1, top2, golden_top1: golden.top1, gap, near_tie_margin, near_tie, top10_overlap, jaccard, top10, reason, warnings })
+    Ok(L4Verdict {
+        status,
+        top1,
+        top2,
+        golden_top1: golden.top1,
+        gap,
+        near_tie_margin,
+        near_tie,
+        top10_overlap,
+        jaccard,
+        top10,
+        reason,
+        warnings,
+    })
 }
 
 // ---------------------------------------------------------------------------------------------

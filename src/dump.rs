@@ -59,7 +59,11 @@ pub fn run(backend: Backend<'_>, inputs: &ModelInputs, greedy: usize, eos: &[i64
             let o = |e: crate::onnx::pipeline::PipelineError| DumpError::Onnx(e.to_string());
             let mut p = OnnxPipeline::open(dir, &SessionOptions::default()).map_err(o)?;
             let (prefill, gen) = p.greedy(inputs, greedy, eos, None).map_err(o)?;
-            Ok(Dump { logits: Some(prefill.logits), image_features: prefill.image_features, greedy_tokens: (greedy > 0).then_some(gen.tokens) })
+            Ok(Dump {
+                logits: Some(prefill.logits),
+                image_features: prefill.image_features,
+                greedy_tokens: (greedy > 0).then_some(gen.tokens),
+            })
         }
     }
 }

@@ -113,7 +113,11 @@ pub fn to_reference_inputs(inputs: &ModelInputs) -> candle_core::Result<onnx_par
     Ok(onnx_parity_reference::ModelInputs {
         input_ids: inputs.input_ids.clone(),
         pixel_values: inputs.pixel_values.as_ref().map(|d| Tensor::from_slice(&d.data, d.shape.as_slice(), &dev)).transpose()?,
-        image_position_ids: inputs.image_position_ids.as_ref().map(|d| Tensor::from_slice(&d.data, d.shape.as_slice(), &dev)).transpose()?,
+        image_position_ids: inputs
+            .image_position_ids
+            .as_ref()
+            .map(|d| Tensor::from_slice(&d.data, d.shape.as_slice(), &dev))
+            .transpose()?,
         mm_token_type_ids: inputs.mm_token_type_ids.clone(),
     })
 }
@@ -163,14 +167,10 @@ fn run_onnx(case: &Case, dir: &Path, inputs: &ModelInputs, forced: Option<&[i64]
     };
     // The forced run already is the export's own greedy decode if at every step the export's
     // argmax equals the forced token (and stopping agrees); otherwise decode freely.
-    let agrees = forced.is_some_and(|f| {
-        forced_gen.step_logits.len() == f.len() && forced_gen.step_logits.iter().zip(f).all(|(l, &t)| argmax(l) == t)
-    }) && (forced_gen.tokens.len() == max_new || forced_gen.tokens.last().is_some_and(|t| eos.contains(t)));
-    let free = if agrees {
-        forced_gen.clone()
-    } else {
-        pipeline.greedy(inputs, max_new, &eos, None).map_err(|e| e.to_string())?.1
-    };
+    let agrees = forced
+        .is_some_and(|f| forced_gen.step_logits.len() == f.len() && forced_gen.step_logits.iter().zip(f).all(|(l, &t)| argmax(l) == t))
+        && (forced_gen.tokens.len() == max_new || forced_gen.tokens.last().is_some_and(|t| eos.contains(t)));
+    let free = if agrees { forced_gen.clone() } else { pipeline.greedy(inputs, max_new, &eos, None).map_err(|e| e.to_string())?.1 };
     tracing::info!("{}: ONNX ran in {:.2} s", case.name, t.elapsed().as_secs_f64());
     Ok(OnnxRun { prefill, forced: forced_gen, free })
 }

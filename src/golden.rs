@@ -158,7 +158,9 @@ impl Golden {
             Some(entries) => Some(
                 entries
                     .into_iter()
-                    .map(|(k, s)| hexfloat::from_hex(&s).map(|v| (k.clone(), v)).map_err(|e| field_err(format!("component_norms.{k}"), e.to_string())))
+                    .map(|(k, s)| {
+                        hexfloat::from_hex(&s).map(|v| (k.clone(), v)).map_err(|e| field_err(format!("component_norms.{k}"), e.to_string()))
+                    })
                     .collect::<Result<Vec<_>, _>>()?,
             ),
         };
@@ -225,7 +227,10 @@ impl Golden {
             ("input_ids".to_string(), ints(&self.input_ids)),
         ];
         if let Some(norms) = &self.component_norms {
-            obj.push(("component_norms".into(), Json::Obj(norms.iter().map(|(k, v)| (k.clone(), Json::Str(hexfloat::to_hex(*v)))).collect())));
+            obj.push((
+                "component_norms".into(),
+                Json::Obj(norms.iter().map(|(k, v)| (k.clone(), Json::Str(hexfloat::to_hex(*v)))).collect()),
+            ));
         }
         if let Some(shapes) = &self.component_shapes {
             obj.push(("component_shapes".into(), Json::Obj(shapes.iter().map(|(k, v)| (k.clone(), ints(v))).collect())));
@@ -562,7 +567,8 @@ mod tests {
         g.component_shapes = Some(vec![("vision_encoder".into(), vec![1, 577, 1024])]);
         g.save_atomic(&json).unwrap();
         assert_eq!(Golden::load(&json).unwrap(), Some(g.clone()));
-        let gg = GenerationGolden { model_id: "m".into(), prompt: "p".into(), generated_tokens: vec![1, 2], generated_text: Some("x".into()) };
+        let gg =
+            GenerationGolden { model_id: "m".into(), prompt: "p".into(), generated_tokens: vec![1, 2], generated_text: Some("x".into()) };
         gg.save_atomic(&gen).unwrap();
         gg.save_atomic(&gen).unwrap();
         assert_eq!(GenerationGolden::load(&gen).unwrap(), Some(gg));
@@ -583,7 +589,8 @@ mod tests {
         let e = Golden::from_json_str(&bad_hex, p).unwrap_err().to_string();
         assert!(e.contains("top10_logits[0]"), "{e}");
         let g = Golden::from_json_str(&base, p).unwrap();
-        let short = base.replace(&format!(",\n    \"{}\"\n  ],\n  \"input_ids\"", hexfloat::to_hex(g.logits_summary.std)), "\n  ],\n  \"input_ids\"");
+        let short = base
+            .replace(&format!(",\n    \"{}\"\n  ],\n  \"input_ids\"", hexfloat::to_hex(g.logits_summary.std)), "\n  ],\n  \"input_ids\"");
         let e = Golden::from_json_str(&short, p).unwrap_err().to_string();
         assert!(e.contains("logits_summary"), "{e}");
         let dup = "{\"model_id\": \"a\", \"model_id\": \"b\", \"prompt\": \"p\", \"generated_tokens\": []}";

@@ -278,7 +278,7 @@ mod tests {
         assert_eq!(from_hex("0x1p-1075").unwrap().to_bits(), 0);
         assert_eq!(from_hex("0x1.0000001p-1075").unwrap().to_bits(), 1);
         assert_eq!(from_hex("0x3p-1076").unwrap().to_bits(), 1); // 0.75 of the smallest → 1
-        // Rounding a subnormal up into the smallest normal.
+                                                                 // Rounding a subnormal up into the smallest normal.
         assert_eq!(from_hex("0x0.fffffffffffff8p-1022").unwrap(), f64::MIN_POSITIVE);
         // Carry out of the mantissa bumps the exponent.
         assert_eq!(from_hex("0x1.fffffffffffff8p+0").unwrap(), 2.0);

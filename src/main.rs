@@ -11,9 +11,9 @@ use onnx_parity::dump::{self, Backend};
 use onnx_parity::evaluation::CaseEvaluation;
 use onnx_parity::inputs::ModelInputs;
 use onnx_parity::regenerate::{regenerate, GoldenChange};
-use onnx_parity_reference::BidirectionalScope as RefScope;
 use onnx_parity::report::{CaseReport, LevelReport, RunMetadata, RunReport};
 use onnx_parity::tiers::{self, outcome::TierOutcome, RunOptions, ALL_LEVELS};
+use onnx_parity_reference::BidirectionalScope as RefScope;
 
 #[derive(Parser)]
 #[command(name = "onnx-parity", version, about = "Proves an ONNX export of a Gemma 4 model computes the same function as the model")]
@@ -120,7 +120,13 @@ fn list(paths: Vec<PathBuf>) -> anyhow::Result<ExitCode> {
     Ok(if bad > 0 || found.is_empty() { ExitCode::FAILURE } else { ExitCode::SUCCESS })
 }
 
-fn run(paths: Vec<PathBuf>, levels: Vec<String>, report: Option<PathBuf>, markdown: Option<PathBuf>, goldens: Option<PathBuf>) -> anyhow::Result<ExitCode> {
+fn run(
+    paths: Vec<PathBuf>,
+    levels: Vec<String>,
+    report: Option<PathBuf>,
+    markdown: Option<PathBuf>,
+    goldens: Option<PathBuf>,
+) -> anyhow::Result<ExitCode> {
     let levels = parse_levels(&levels)?;
     let mut opts = RunOptions::from_env();
     if let Some(g) = goldens {
@@ -200,7 +206,15 @@ fn golden(paths: Vec<PathBuf>, force: bool, goldens: Option<PathBuf>) -> anyhow:
 }
 
 #[allow(clippy::too_many_arguments)]
-fn logits(checkpoint: Option<PathBuf>, onnx: Option<PathBuf>, inputs: PathBuf, out: PathBuf, greedy: usize, bidirectional: Option<String>, eos: Vec<i64>) -> anyhow::Result<ExitCode> {
+fn logits(
+    checkpoint: Option<PathBuf>,
+    onnx: Option<PathBuf>,
+    inputs: PathBuf,
+    out: PathBuf,
+    greedy: usize,
+    bidirectional: Option<String>,
+    eos: Vec<i64>,
+) -> anyhow::Result<ExitCode> {
     let model_inputs = ModelInputs::load_safetensors(&inputs)?;
     let scope = match bidirectional.as_deref() {
         None => None,
@@ -222,7 +236,12 @@ fn logits(checkpoint: Option<PathBuf>, onnx: Option<PathBuf>, inputs: PathBuf, o
     let dump = dump::run(backend, &model_inputs, greedy, &eos)?;
     dump.save(&out)?;
     if let Some(l) = &dump.logits {
-        eprintln!("wrote {} (logits {:?}{})", out.display(), l.shape, dump.greedy_tokens.as_ref().map(|t| format!(", greedy_tokens {t:?}")).unwrap_or_default());
+        eprintln!(
+            "wrote {} (logits {:?}{})",
+            out.display(),
+            l.shape,
+            dump.greedy_tokens.as_ref().map(|t| format!(", greedy_tokens {t:?}")).unwrap_or_default()
+        );
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -245,7 +264,9 @@ fn main() -> ExitCode {
         Command::List { paths } => list(paths),
         Command::Run { paths, levels, report, markdown, goldens } => run(paths, levels, report, markdown, goldens),
         Command::Golden { paths, force, goldens } => golden(paths, force, goldens),
-        Command::Logits { checkpoint, onnx, inputs, out, greedy, bidirectional, eos } => logits(checkpoint, onnx, inputs, out, greedy, bidirectional, eos),
+        Command::Logits { checkpoint, onnx, inputs, out, greedy, bidirectional, eos } => {
+            logits(checkpoint, onnx, inputs, out, greedy, bidirectional, eos)
+        }
     };
     match result {
         Ok(code) => code,

@@ -33,11 +33,15 @@ pub fn plan(roots: &[PathBuf], opts: &RunOptions) -> Vec<PlannedTrial> {
     let mut trials = Vec::new();
     if found.is_empty() {
         let where_ = roots.iter().map(|r| r.display().to_string()).collect::<Vec<_>>().join(", ");
-        trials.push(PlannedTrial { name: "discovery::no-cases".into(), kind: TrialKind::Failing { message: format!("no case YAML found under {where_}") } });
+        trials.push(PlannedTrial {
+            name: "discovery::no-cases".into(),
+            kind: TrialKind::Failing { message: format!("no case YAML found under {where_}") },
+        });
     }
     for (path, parsed) in found {
         match parsed {
-            Err(e) => trials.push(PlannedTrial { name: format!("malformed::{}", path.display()), kind: TrialKind::Failing { message: e.to_string() } }),
+            Err(e) => trials
+                .push(PlannedTrial { name: format!("malformed::{}", path.display()), kind: TrialKind::Failing { message: e.to_string() } }),
             Ok(case) => {
                 let case = Arc::new(case);
                 let eval = Arc::new(CaseEvaluation::default());
@@ -87,7 +91,8 @@ mod tests {
     #[test]
     fn malformed_yaml_is_a_failing_trial() {
         let dir = tempfile::tempdir().expect("temp dir");
-        std::fs::write(dir.path().join("bad.yaml"), "model_id: x\nmodel_type: gemma4_unified\ndtype: float32\nlevels: [L1]\nbogus: 1\n").expect("write");
+        std::fs::write(dir.path().join("bad.yaml"), "model_id: x\nmodel_type: gemma4_unified\ndtype: float32\nlevels: [L1]\nbogus: 1\n")
+            .expect("write");
         let k = kinds(&plan(&[dir.path().to_path_buf()], &opts(false)));
         assert_eq!(k.len(), 1);
         assert_eq!(k[0].1, "failing");
@@ -107,7 +112,10 @@ mod tests {
         std::fs::write(cat.join("b.yaml"), format!("{base}skip_reason: gated\n")).expect("write");
         let local = kinds(&plan(&[dir.path().to_path_buf()], &opts(false)));
         let names: Vec<_> = local.iter().map(|k| k.0.as_str()).collect();
-        assert_eq!(&names[..5], &["vision-language/a::L1", "vision-language/a::L2", "vision-language/a::L3", "vision-language/a::L4", "vision-language/a::L5"]);
+        assert_eq!(
+            &names[..5],
+            &["vision-language/a::L1", "vision-language/a::L2", "vision-language/a::L3", "vision-language/a::L4", "vision-language/a::L5"]
+        );
         assert!(local.iter().all(|k| k.1 == "ignored"), "{local:?}");
         assert!(local[0].2.contains("does not request L1") || local[0].2.contains("not implemented"), "{local:?}");
         assert!(local[8].2.contains("gated"), "{local:?}");

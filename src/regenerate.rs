@@ -13,9 +13,15 @@ use crate::golden::{golden_paths, GenerationGolden, Golden};
 pub enum GoldenChange {
     Created(PathBuf),
     Unchanged(PathBuf),
-    Replaced { path: PathBuf, what: String },
+    Replaced {
+        path: PathBuf,
+        what: String,
+    },
     /// Differs, not written (no `force`).
-    Refused { path: PathBuf, what: String },
+    Refused {
+        path: PathBuf,
+        what: String,
+    },
 }
 
 impl std::fmt::Display for GoldenChange {
@@ -74,11 +80,14 @@ pub fn regenerate(case: &Case, goldens_root: &Path, force: bool) -> Result<Vec<G
 
     let old = Golden::load(&json_path)?;
     let what = old.as_ref().map(|o| describe_golden(o, &golden));
-    changes.push(apply(&json_path, old.map(|o| o.to_json_string()), golden.to_json_string(), what, force, || golden.save_atomic(&json_path))?);
+    changes
+        .push(apply(&json_path, old.map(|o| o.to_json_string()), golden.to_json_string(), what, force, || golden.save_atomic(&json_path))?);
 
     let old = GenerationGolden::load(&gen_path)?;
     let what = old.as_ref().map(|o| format!("tokens {:?} → {:?}", o.generated_tokens, generation.generated_tokens));
-    changes.push(apply(&gen_path, old.map(|o| o.to_json_string()), generation.to_json_string(), what, force, || generation.save_atomic(&gen_path))?);
+    changes.push(apply(&gen_path, old.map(|o| o.to_json_string()), generation.to_json_string(), what, force, || {
+        generation.save_atomic(&gen_path)
+    })?);
     Ok(changes)
 }
 
@@ -109,7 +118,8 @@ fn apply(
     match old {
         None => {
             if let Some(dir) = path.parent() {
-                std::fs::create_dir_all(dir).map_err(|e| RegenerateError::Case { case: path.display().to_string(), message: e.to_string() })?;
+                std::fs::create_dir_all(dir)
+                    .map_err(|e| RegenerateError::Case { case: path.display().to_string(), message: e.to_string() })?;
             }
             save()?;
             Ok(GoldenChange::Created(path.into()))

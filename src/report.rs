@@ -48,10 +48,7 @@ impl RunMetadata {
             onnxruntime_version: crate::onnx::runtime::ORT_VERSION,
             execution_provider: execution_provider.into(),
             reference: "candle 0.11.1 CPU f32 (HF transformers 5.14.1 semantics)",
-            started_unix_s: std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map(|d| d.as_secs())
-                .unwrap_or(0),
+            started_unix_s: std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0),
             wall_s: 0.0,
         }
     }
@@ -130,7 +127,14 @@ impl RunReport {
                 if msg.chars().count() > 110 {
                     msg = msg.chars().take(107).collect::<String>() + "...";
                 }
-                s.push_str(&format!("{:<9} {}::{}  {}  {}\n", l.outcome.status.as_str().to_uppercase(), c.name, l.level, key_metrics(&l.outcome), msg));
+                s.push_str(&format!(
+                    "{:<9} {}::{}  {}  {}\n",
+                    l.outcome.status.as_str().to_uppercase(),
+                    c.name,
+                    l.level,
+                    key_metrics(&l.outcome),
+                    msg
+                ));
             }
         }
         s.push_str(&self.totals());
@@ -151,11 +155,7 @@ fn metric_text(v: &serde_json::Value) -> String {
 }
 
 fn key_metrics(o: &TierOutcome) -> String {
-    KEY_METRICS
-        .iter()
-        .filter_map(|k| o.metrics.get(*k).map(|v| format!("{k}={}", metric_text(v))))
-        .collect::<Vec<_>>()
-        .join(" ")
+    KEY_METRICS.iter().filter_map(|k| o.metrics.get(*k).map(|v| format!("{k}={}", metric_text(v)))).collect::<Vec<_>>().join(" ")
 }
 
 fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), ReportError> {

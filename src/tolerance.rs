@@ -106,7 +106,8 @@ impl Tolerances {
     /// DESIGN §2 defaults (embedded `cases/default_tolerances.yaml`).
     pub fn defaults() -> Tolerances {
         // The embedded file is part of this crate and covered by `defaults_match_design`.
-        Tolerances::from_yaml_str(DEFAULTS_YAML, Path::new("cases/default_tolerances.yaml")).expect("embedded default_tolerances.yaml is valid")
+        Tolerances::from_yaml_str(DEFAULTS_YAML, Path::new("cases/default_tolerances.yaml"))
+            .expect("embedded default_tolerances.yaml is valid")
     }
 
     /// Reads a tolerance file (same shape as the defaults).
@@ -169,9 +170,17 @@ pub fn resolve(tol: &Tolerances, case: &Case) -> Result<Thresholds, ToleranceErr
     let jacc = pick("L4.top10_jaccard_warn", o4.top10_jaccard_warn, row4.map(|r| r.top10_jaccard_warn), &mut overridden);
     let cos = pick("L4.cosine_similarity_warn", o4.cosine_similarity_warn, row4.map(|r| r.cosine_similarity_warn), &mut overridden);
     let l4 = match (margin, jacc, cos) {
-        (Some(near_tie_margin), Some(top10_jaccard_warn), Some(cosine_similarity_warn)) => L4Tolerance { near_tie_margin, top10_jaccard_warn, cosine_similarity_warn },
+        (Some(near_tie_margin), Some(top10_jaccard_warn), Some(cosine_similarity_warn)) => {
+            L4Tolerance { near_tie_margin, top10_jaccard_warn, cosine_similarity_warn }
+        }
         _ => {
-            let missing = if margin.is_none() { "near_tie_margin" } else if jacc.is_none() { "top10_jaccard_warn" } else { "cosine_similarity_warn" };
+            let missing = if margin.is_none() {
+                "near_tie_margin"
+            } else if jacc.is_none() {
+                "top10_jaccard_warn"
+            } else {
+                "cosine_similarity_warn"
+            };
             return Err(ToleranceError::MissingRow { level: Level::L4, dtype, missing });
         }
     };
@@ -239,7 +248,10 @@ mod tests {
     #[test]
     fn overrides_apply_per_key() {
         let t = Tolerances::defaults();
-        let c = case("tolerance_overrides:\n  L3: {atol: 0.02}\n  L4: {top10_jaccard_warn: 0.2}\n  L5: {min_token_match_ratio: 0.5}\n", "float32");
+        let c = case(
+            "tolerance_overrides:\n  L3: {atol: 0.02}\n  L4: {top10_jaccard_warn: 0.2}\n  L5: {min_token_match_ratio: 0.5}\n",
+            "float32",
+        );
         let th = resolve(&t, &c).unwrap();
         assert_eq!(th.l3, Some(L3Tolerance { atol: 0.02, rtol: 1e-3 }));
         assert_eq!(th.l4, L4Tolerance { near_tie_margin: 0.01, top10_jaccard_warn: 0.2, cosine_similarity_warn: 0.999 });
@@ -273,7 +285,11 @@ mod tests {
     /// Guards: a tolerance file missing an L4/L5 row for the case's dtype is an error naming it.
     #[test]
     fn missing_rows_are_errors() {
-        let t = Tolerances::from_yaml_str("L4:\n  float32: {near_tie_margin: 0.01, top10_jaccard_warn: 0.7, cosine_similarity_warn: 0.999}\n", Path::new("t.yaml")).unwrap();
+        let t = Tolerances::from_yaml_str(
+            "L4:\n  float32: {near_tie_margin: 0.01, top10_jaccard_warn: 0.7, cosine_similarity_warn: 0.999}\n",
+            Path::new("t.yaml"),
+        )
+        .unwrap();
         let e = resolve(&t, &case("", "float32")).unwrap_err().to_string();
         assert!(e.contains("L5") && e.contains("float32"), "{e}");
         let e = resolve(&t, &case("", "float16")).unwrap_err().to_string();

@@ -80,7 +80,13 @@ fn report_levels(path: &Path) -> Vec<(String, String, String)> {
         .as_array()
         .expect("levels")
         .iter()
-        .map(|l| (l["level"].as_str().unwrap_or("").to_string(), l["status"].as_str().unwrap_or("").to_string(), l["message"].as_str().unwrap_or("").to_string()))
+        .map(|l| {
+            (
+                l["level"].as_str().unwrap_or("").to_string(),
+                l["status"].as_str().unwrap_or("").to_string(),
+                l["message"].as_str().unwrap_or("").to_string(),
+            )
+        })
         .collect()
 }
 
@@ -108,7 +114,8 @@ fn l1_names_the_mismatching_tensor() {
 #[test]
 fn l1_fails_on_another_fixtures_export() {
     let dir = tmpdir();
-    let case = write_case(dir.path(), "swapped", &fixture("unified-vision/checkpoint"), &fixture("unified-text-kvshare/onnx"), "levels: [L1]\n");
+    let case =
+        write_case(dir.path(), "swapped", &fixture("unified-vision/checkpoint"), &fixture("unified-text-kvshare/onnx"), "levels: [L1]\n");
     let report = dir.path().join("r.json");
     let o = cli(&["run", &case.display().to_string(), "--levels", "L1", "--report", &report.display().to_string()]);
     assert!(!o.status.success(), "{}", text(&o));
@@ -136,8 +143,10 @@ fn absolute_paths_outside_the_repository() {
 #[test]
 fn unexpected_pass_fails() {
     let dir = tmpdir();
-    let extra = format!("levels: [L3]\nxfail: \"pretend broken\"\ninputs:\n  tensors: {}\n", fixture("unified-text-kvshare/inputs.safetensors"));
-    let case = write_case(dir.path(), "unexpected", &fixture("unified-text-kvshare/checkpoint"), &fixture("unified-text-kvshare/onnx"), &extra);
+    let extra =
+        format!("levels: [L3]\nxfail: \"pretend broken\"\ninputs:\n  tensors: {}\n", fixture("unified-text-kvshare/inputs.safetensors"));
+    let case =
+        write_case(dir.path(), "unexpected", &fixture("unified-text-kvshare/checkpoint"), &fixture("unified-text-kvshare/onnx"), &extra);
     let report = dir.path().join("r.json");
     let o = cli(&["run", &case.display().to_string(), "--levels", "L3", "--report", &report.display().to_string()]);
     assert!(!o.status.success(), "{}", text(&o));

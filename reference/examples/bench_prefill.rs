@@ -30,10 +30,7 @@ fn status_mib(key: &str) -> f64 {
     std::fs::read_to_string("/proc/self/status")
         .ok()
         .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with(key))
-                .and_then(|l| l.split_whitespace().nth(1))
-                .and_then(|kb| kb.parse::<f64>().ok())
+            s.lines().find(|l| l.starts_with(key)).and_then(|l| l.split_whitespace().nth(1)).and_then(|kb| kb.parse::<f64>().ok())
         })
         .map_or(f64::NAN, |kb| kb / 1024.0)
 }
@@ -58,20 +55,11 @@ fn main() -> anyhow::Result<()> {
     let model = Gemma4Unified::load(&dir)?;
     let load_s = t0.elapsed().as_secs_f64();
     let (rss_after_load, hwm_after_load) = (status_mib("VmRSS:"), status_mib("VmHWM:"));
-    let weight_bytes: usize = model
-        .weight_manifest()
-        .values()
-        .map(|s| s.iter().product::<usize>() * 4)
-        .sum();
+    let weight_bytes: usize = model.weight_manifest().values().map(|s| s.iter().product::<usize>() * 4).sum();
 
     // Same prompt formula as bench_torch.py.
-    let input_ids: Vec<i64> = std::iter::once(2)
-        .chain((1..SEQ).map(|i| 16 + ((i * 7919) % 32000) as i64))
-        .collect();
-    let inputs = ModelInputs {
-        input_ids,
-        ..Default::default()
-    };
+    let input_ids: Vec<i64> = std::iter::once(2).chain((1..SEQ).map(|i| 16 + ((i * 7919) % 32000) as i64)).collect();
+    let inputs = ModelInputs { input_ids, ..Default::default() };
     let scope = BidirectionalScope::AllLayers;
     let logits = model.prefill(&inputs, scope)?; // warm-up
                                                  // Copy the last row out: a view would keep the whole logits buffer alive.
@@ -87,40 +75,20 @@ fn main() -> anyhow::Result<()> {
     }
     times.sort_by(f64::total_cmp);
     let median = times[times.len() / 2];
-    let (top1, max) = last
-        .iter()
-        .enumerate()
-        .fold((0, f32::NEG_INFINITY), |(bi, bv), (i, &v)| {
-            if v > bv {
-                (i, v)
-            } else {
-                (bi, bv)
-            }
-        });
+    let (top1, max) = last.iter().enumerate().fold((0, f32::NEG_INFINITY), |(bi, bv), (i, &v)| if v > bv { (i, v) } else { (bi, bv) });
     let weights_mib = weight_bytes as f64 / (1 << 20) as f64;
     let rss = peak_rss_mib();
     println!(
         "candle threads={} load {load_s:.2}s{}",
         candle_core::utils::get_num_threads(),
-        if fixed_threshold {
-            " (fixed mmap threshold)"
-        } else {
-            ""
-        }
+        if fixed_threshold { " (fixed mmap threshold)" } else { "" }
     );
     println!(
         "prefill {SEQ} tokens: median {:.1} ms (runs: {})",
         median * 1e3,
-        times
-            .iter()
-            .map(|t| format!("{:.1}", t * 1e3))
-            .collect::<Vec<_>>()
-            .join(", ")
+        times.iter().map(|t| format!("{:.1}", t * 1e3)).collect::<Vec<_>>().join(", ")
     );
-    println!(
-        "peak RSS {rss:.0} MiB, f32 weights {weights_mib:.0} MiB, ratio {:.2}",
-        rss / weights_mib
-    );
+    println!("peak RSS {rss:.0} MiB, f32 weights {weights_mib:.0} MiB, ratio {:.2}", rss / weights_mib);
     println!(
         "after load: RSS {rss_after_load:.0} MiB, peak {hwm_after_load:.0} MiB; peak after warm-up {hwm_after_warmup:.0} MiB; now RSS {:.0} MiB",
         status_mib("VmRSS:")

@@ -37,19 +37,13 @@ pub enum Error {
     },
 
     /// `config.json` names a model type this crate does not implement.
-    #[error(
-        "unsupported model_type {0:?}: expected \"gemma4_unified\" or \"gemma4_unified_text\""
-    )]
+    #[error("unsupported model_type {0:?}: expected \"gemma4_unified\" or \"gemma4_unified_text\"")]
     UnsupportedModelType(String),
 
     /// A config field has a value that changes the computed function in a way this reference
     /// does not implement (or that HF itself cannot run). Rejected rather than silently ignored.
     #[error("config field `{field}` = {value}: {reason}")]
-    UnsupportedConfig {
-        field: &'static str,
-        value: String,
-        reason: String,
-    },
+    UnsupportedConfig { field: &'static str, value: String, reason: String },
 
     /// `use_bidirectional_attention: "all"` turns the decoder into a bidirectional encoder
     /// (non-causal masks, halved sliding window); not a generative model this reference checks.
@@ -66,11 +60,7 @@ pub enum Error {
         "layer {layer} ({layer_type}) is KV-shared (num_kv_shared_layers = {num_kv_shared_layers}) \
          but no non-shared {layer_type} layer precedes the shared block; HF cannot run this config"
     )]
-    KvSharedLayerWithoutSource {
-        layer: usize,
-        layer_type: &'static str,
-        num_kv_shared_layers: usize,
-    },
+    KvSharedLayerWithoutSource { layer: usize, layer_type: &'static str, num_kv_shared_layers: usize },
 
     /// A tensor the config requires is absent from the checkpoint.
     #[error("tensor `{name}` is missing from the checkpoint ({location})")]
@@ -78,20 +68,11 @@ pub enum Error {
 
     /// A tensor exists but its shape disagrees with what the config implies.
     #[error("tensor `{name}` in {file} has shape {actual:?}, the config implies {expected:?}")]
-    TensorShape {
-        name: String,
-        file: PathBuf,
-        expected: Vec<usize>,
-        actual: Vec<usize>,
-    },
+    TensorShape { name: String, file: PathBuf, expected: Vec<usize>, actual: Vec<usize> },
 
     /// A tensor is stored in a dtype the reference cannot upcast to f32.
     #[error("tensor `{name}` in {file} has unsupported dtype {dtype}")]
-    TensorDtype {
-        name: String,
-        file: PathBuf,
-        dtype: String,
-    },
+    TensorDtype { name: String, file: PathBuf, dtype: String },
 
     /// The caller's inputs are inconsistent (wrong shapes, token/feature count mismatch, ...).
     #[error("invalid input: {0}")]
@@ -113,15 +94,7 @@ impl Error {
     }
 
     /// Shorthand for an [`Error::UnsupportedConfig`].
-    pub(crate) fn config(
-        field: &'static str,
-        value: impl std::fmt::Debug,
-        reason: impl Into<String>,
-    ) -> Self {
-        Error::UnsupportedConfig {
-            field,
-            value: format!("{value:?}"),
-            reason: reason.into(),
-        }
+    pub(crate) fn config(field: &'static str, value: impl std::fmt::Debug, reason: impl Into<String>) -> Self {
+        Error::UnsupportedConfig { field, value: format!("{value:?}"), reason: reason.into() }
     }
 }

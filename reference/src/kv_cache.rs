@@ -39,12 +39,7 @@ pub type CacheLayout = Vec<Option<(usize, usize)>>;
 
 impl KvCache {
     /// An empty cache able to hold `capacity` positions without reallocating.
-    pub fn new(
-        layout: &CacheLayout,
-        capacity: usize,
-        dtype: DType,
-        device: &Device,
-    ) -> Result<Self> {
+    pub fn new(layout: &CacheLayout, capacity: usize, dtype: DType, device: &Device) -> Result<Self> {
         let capacity = capacity.max(1);
         let layers = layout
             .iter()
@@ -58,12 +53,7 @@ impl KvCache {
                 .transpose()
             })
             .collect::<Result<Vec<_>>>()?;
-        Ok(Self {
-            layers,
-            len: 0,
-            capacity,
-            pending: 0,
-        })
+        Ok(Self { layers, len: 0, capacity, pending: 0 })
     }
 
     /// Positions already committed (the next token's absolute position).
@@ -94,11 +84,8 @@ impl KvCache {
 
     /// Views of `layer`'s keys and values for positions `0..end` (for KV-shared readers).
     pub fn view(&self, layer: usize, end: usize) -> Result<(Tensor, Tensor)> {
-        let entry = self
-            .layers
-            .get(layer)
-            .and_then(Option::as_ref)
-            .ok_or_else(|| Error::input(format!("layer {layer} owns no KV cache")))?;
+        let entry =
+            self.layers.get(layer).and_then(Option::as_ref).ok_or_else(|| Error::input(format!("layer {layer} owns no KV cache")))?;
         Ok((entry.k.narrow(1, 0, end)?, entry.v.narrow(1, 0, end)?))
     }
 
@@ -109,10 +96,7 @@ impl KvCache {
     }
 
     fn layer_mut(&mut self, layer: usize) -> Result<&mut LayerKv> {
-        self.layers
-            .get_mut(layer)
-            .and_then(Option::as_mut)
-            .ok_or_else(|| Error::input(format!("layer {layer} owns no KV cache")))
+        self.layers.get_mut(layer).and_then(Option::as_mut).ok_or_else(|| Error::input(format!("layer {layer} owns no KV cache")))
     }
 
     /// Reallocates every buffer to `capacity` positions, keeping the committed prefix.

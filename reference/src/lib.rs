@@ -28,9 +28,7 @@ pub mod text;
 pub mod vision;
 pub mod weights;
 
-pub use config::{
-    Gemma4UnifiedConfig, Gemma4UnifiedTextConfig, Gemma4UnifiedVisionConfig, LayerType, ModelConfig,
-};
+pub use config::{Gemma4UnifiedConfig, Gemma4UnifiedTextConfig, Gemma4UnifiedVisionConfig, LayerType, ModelConfig};
 pub use error::{Error, Result};
 pub use mask::BidirectionalScope;
 pub use model::{Gemma4Unified, Generation, ModelInputs};

@@ -123,9 +123,7 @@ impl MaskRule {
             (BidirectionalScope::AllLayers, LayerType::Full) => causal || block,
             (BidirectionalScope::AllLayers, LayerType::Sliding) => (causal && window) || block,
             (BidirectionalScope::SlidingWindowed, LayerType::Full) => causal,
-            (BidirectionalScope::SlidingWindowed, LayerType::Sliding) => {
-                (causal || block) && window
-            }
+            (BidirectionalScope::SlidingWindowed, LayerType::Sliding) => (causal || block) && window,
             (BidirectionalScope::None, LayerType::Full) => causal,
             (BidirectionalScope::None, LayerType::Sliding) => causal && window,
         }
@@ -159,13 +157,8 @@ impl MaskRule {
             DType::F64 => f64::MIN,
             _ => f32::MIN as f64,
         };
-        let vals: Vec<f64> = data
-            .into_iter()
-            .map(|v| if v { 0.0 } else { min })
-            .collect();
-        Ok(Some(
-            Tensor::from_vec(vals, (q_len, kv_len), device)?.to_dtype(dtype)?,
-        ))
+        let vals: Vec<f64> = data.into_iter().map(|v| if v { 0.0 } else { min }).collect();
+        Ok(Some(Tensor::from_vec(vals, (q_len, kv_len), device)?.to_dtype(dtype)?))
     }
 }
 
@@ -176,30 +169,17 @@ mod tests {
 
     /// Renders the visibility matrix as rows of '1'/'.' for readable expectations.
     fn grid(rule: &MaskRule, lt: LayerType, n: usize) -> Vec<String> {
-        (0..n)
-            .map(|q| {
-                (0..n)
-                    .map(|k| if rule.visible(lt, q, k) { '1' } else { '.' })
-                    .collect()
-            })
-            .collect()
+        (0..n).map(|q| (0..n).map(|k| if rule.visible(lt, q, k) { '1' } else { '.' }).collect()).collect()
     }
 
     fn rule(scope: BidirectionalScope, w: usize, types: &[i64]) -> MaskRule {
-        MaskRule {
-            scope,
-            sliding_window: w,
-            block_ids: block_ids(types),
-        }
+        MaskRule { scope, sliding_window: w, block_ids: block_ids(types) }
     }
 
     /// Guards block numbering: each maximal run of types 1/2 is one block, others −1.
     #[test]
     fn block_ids_runs() {
-        assert_eq!(
-            block_ids(&[0, 1, 1, 0, 2, 1, 3, 1]),
-            vec![-1, 0, 0, -1, 1, 1, -1, 2]
-        );
+        assert_eq!(block_ids(&[0, 1, 1, 0, 2, 1, 3, 1]), vec![-1, 0, 0, -1, 1, 1, -1, 2]);
         assert_eq!(block_ids(&[]), Vec::<i64>::new());
     }
 
@@ -217,15 +197,9 @@ mod tests {
     #[test]
     fn all_layers_overlay() {
         let r = rule(BidirectionalScope::AllLayers, 2, &[0, 1, 1, 1, 0]);
-        assert_eq!(
-            grid(&r, Full, 5),
-            ["1....", "1111.", "1111.", "1111.", "11111"]
-        );
+        assert_eq!(grid(&r, Full, 5), ["1....", "1111.", "1111.", "1111.", "11111"]);
         // Query 3 sees key 1 (same block, distance 2 = w) although the window excludes it.
-        assert_eq!(
-            grid(&r, Sliding, 5),
-            ["1....", "1111.", ".111.", ".111.", "...11"]
-        );
+        assert_eq!(grid(&r, Sliding, 5), ["1....", "1111.", ".111.", ".111.", "...11"]);
     }
 
     /// Guards the sliding-windowed overlay: full layers ignore the block; on sliding layers the
@@ -233,14 +207,8 @@ mod tests {
     #[test]
     fn sliding_windowed_overlay() {
         let r = rule(BidirectionalScope::SlidingWindowed, 2, &[0, 1, 1, 1, 0]);
-        assert_eq!(
-            grid(&r, Full, 5),
-            ["1....", "11...", "111..", "1111.", "11111"]
-        );
-        assert_eq!(
-            grid(&r, Sliding, 5),
-            ["1....", "1111.", ".111.", "..11.", "...11"]
-        );
+        assert_eq!(grid(&r, Full, 5), ["1....", "11...", "111..", "1111.", "11111"]);
+        assert_eq!(grid(&r, Sliding, 5), ["1....", "1111.", ".111.", "..11.", "...11"]);
         // Window smaller than the block: query 1 sees forward keys 2,3 but query 3 not key 1.
         let r = rule(BidirectionalScope::SlidingWindowed, 1, &[1, 1, 1]);
         assert_eq!(grid(&r, Sliding, 3), ["111", ".11", "..1"]);
@@ -250,10 +218,7 @@ mod tests {
     #[test]
     fn separate_blocks() {
         let r = rule(BidirectionalScope::AllLayers, 8, &[1, 1, 0, 1, 1]);
-        assert_eq!(
-            grid(&r, Full, 5),
-            ["11...", "11...", "111..", "11111", "11111"]
-        );
+        assert_eq!(grid(&r, Full, 5), ["11...", "11...", "111..", "11111", "11111"]);
     }
 
     /// Guards that positions past the prompt (decode steps) are in no block.
@@ -269,13 +234,8 @@ mod tests {
     #[test]
     fn bias_values() -> Result<()> {
         let r = rule(BidirectionalScope::None, 4, &[]);
-        let b = r
-            .bias(Full, 0, 2, 2, DType::F32, &Device::Cpu)?
-            .map(|t| t.to_vec2::<f32>());
-        assert_eq!(
-            b.transpose()?,
-            Some(vec![vec![0.0, f32::MIN], vec![0.0, 0.0]])
-        );
+        let b = r.bias(Full, 0, 2, 2, DType::F32, &Device::Cpu)?.map(|t| t.to_vec2::<f32>());
+        assert_eq!(b.transpose()?, Some(vec![vec![0.0, f32::MIN], vec![0.0, 0.0]]));
         assert!(r.bias(Full, 1, 1, 2, DType::F32, &Device::Cpu)?.is_none());
         Ok(())
     }
@@ -286,22 +246,10 @@ mod tests {
         for s in BidirectionalScope::ALL {
             assert_eq!(s.as_str().parse::<BidirectionalScope>()?, s);
         }
-        assert!(matches!(
-            "both".parse::<BidirectionalScope>(),
-            Err(Error::UnknownScope(_))
-        ));
-        assert_eq!(
-            BidirectionalScope::default_for("gemma4_unified")?,
-            BidirectionalScope::AllLayers
-        );
-        assert_eq!(
-            BidirectionalScope::default_for("gemma4")?,
-            BidirectionalScope::SlidingWindowed
-        );
-        assert_eq!(
-            BidirectionalScope::default_for("gemma4_unified_text")?,
-            BidirectionalScope::None
-        );
+        assert!(matches!("both".parse::<BidirectionalScope>(), Err(Error::UnknownScope(_))));
+        assert_eq!(BidirectionalScope::default_for("gemma4_unified")?, BidirectionalScope::AllLayers);
+        assert_eq!(BidirectionalScope::default_for("gemma4")?, BidirectionalScope::SlidingWindowed);
+        assert_eq!(BidirectionalScope::default_for("gemma4_unified_text")?, BidirectionalScope::None);
         Ok(())
     }
 }

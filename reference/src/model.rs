@@ -65,33 +65,14 @@ impl Gemma4Unified {
     pub fn load_with_dtype(checkpoint_dir: &Path, dtype: DType) -> Result<Self> {
         let config = ModelConfig::from_file(&checkpoint_dir.join("config.json"))?;
         let w = Weights::open_with_dtype(checkpoint_dir, dtype)?;
-        let text = TextModel::load(
-            config.text(),
-            &w,
-            config.text_prefix(),
-            config.tie_word_embeddings(),
-        )?;
+        let text = TextModel::load(config.text(), &w, config.text_prefix(), config.tie_word_embeddings())?;
         let vision = match config.vision() {
-            Some(v) => Some(VisionEmbedder::load(
-                v,
-                config.text(),
-                &w,
-                "model.embed_vision",
-            )?),
+            Some(v) => Some(VisionEmbedder::load(v, config.text(), &w, "model.embed_vision")?),
             None => None,
         };
         let manifest = w.manifest();
-        tracing::debug!(
-            tensors = manifest.len(),
-            unused = w.names().filter(|n| !manifest.contains_key(*n)).count(),
-            "checkpoint loaded"
-        );
-        Ok(Self {
-            config,
-            text,
-            vision,
-            manifest,
-        })
+        tracing::debug!(tensors = manifest.len(), unused = w.names().filter(|n| !manifest.contains_key(*n)).count(), "checkpoint loaded");
+        Ok(Self { config, text, vision, manifest })
     }
 
     /// The parsed, post-initialised config.
@@ -108,40 +89,27 @@ impl Gemma4Unified {
     /// text config has `use_bidirectional_attention: "vision"`, none when it is null.
     pub fn hf_forward_scope(&self) -> BidirectionalScope {
         match self.config.text().use_bidirectional_attention {
-            Some(_) => BidirectionalScope::default_for(self.config.model_type())
-                .unwrap_or(BidirectionalScope::None),
+            Some(_) => BidirectionalScope::default_for(self.config.model_type()).unwrap_or(BidirectionalScope::None),
             None => BidirectionalScope::None,
         }
     }
 
     /// Vision embedder output for the non-padding patches: `[n_tokens, hidden]`.
-    pub fn image_features(
-        &self,
-        pixel_values: &Tensor,
-        image_position_ids: &Tensor,
-    ) -> Result<Tensor> {
-        let vision = self.vision.as_ref().ok_or_else(|| {
-            Error::input("image inputs given but the checkpoint has no vision_config")
-        })?;
+    pub fn image_features(&self, pixel_values: &Tensor, image_position_ids: &Tensor) -> Result<Tensor> {
+        let vision = self.vision.as_ref().ok_or_else(|| Error::input("image inputs given but the checkpoint has no vision_config"))?;
         vision.forward(pixel_values, image_position_ids)
     }
 
     /// Token embeddings × √hidden with placeholders embedded as `pad_token_id`, and
     /// `image_features` rows scattered into the image-token positions in order: `[1, S, hidden]`.
-    pub fn inputs_embeds(
-        &self,
-        input_ids: &[i64],
-        image_features: Option<&Tensor>,
-    ) -> Result<Tensor> {
+    pub fn inputs_embeds(&self, input_ids: &[i64], image_features: Option<&Tensor>) -> Result<Tensor> {
         let placeholders = self.config.placeholder_ids();
         let pad = self.config.text().pad_token_id;
         let llm_ids = input_ids
             .iter()
             .map(|&id| {
                 if placeholders.contains(&id) {
-                    pad.ok_or_else(|| {
-                        Error::input("placeholder token present but pad_token_id is null")
-                    })
+                    pad.ok_or_else(|| Error::input("placeholder token present but pad_token_id is null"))
                 } else {
                     Ok(id)
                 }
@@ -151,21 +119,13 @@ impl Gemma4Unified {
         let Some(features) = image_features else {
             return Ok(embeds.unsqueeze(0)?);
         };
-        let image_id = self
-            .config
-            .image_token_id()
-            .ok_or_else(|| Error::input("image features given to a text-only model"))?;
+        let image_id = self.config.image_token_id().ok_or_else(|| Error::input("image features given to a text-only model"))?;
         let hidden = self.config.text().hidden_size;
         expect_last_dim(features, hidden, "image_features")?;
         let n_feat = features.dim(0)?;
-        let slots: Vec<usize> = (0..input_ids.len())
-            .filter(|&i| input_ids[i] == image_id)
-            .collect();
+        let slots: Vec<usize> = (0..input_ids.len()).filter(|&i| input_ids[i] == image_id).collect();
         if slots.len() != n_feat {
-            return Err(Error::input(format!(
-                "Image features and image tokens do not match, tokens: {}, features: {n_feat}",
-                slots.len()
-            )));
+            return Err(Error::input(format!("Image features and image tokens do not match, tokens: {}, features: {n_feat}", slots.len())));
         }
         // masked_scatter as one gather over [embeds; features].
         let seq = input_ids.len();
@@ -182,46 +142,25 @@ impl Gemma4Unified {
     pub fn embed(&self, inputs: &ModelInputs) -> Result<Tensor> {
         let features = match (&inputs.pixel_values, &inputs.image_position_ids) {
             (Some(px), Some(pos)) => Some(self.image_features(px, pos)?),
-            (Some(_), None) => {
-                return Err(Error::input(
-                    "pixel_values given without image_position_ids",
-                ))
-            }
+            (Some(_), None) => return Err(Error::input("pixel_values given without image_position_ids")),
             (None, _) => None,
         };
         self.inputs_embeds(&inputs.input_ids, features.as_ref())
     }
 
-    fn mask_rule(
-        &self,
-        inputs_len: usize,
-        mm_token_type_ids: Option<&[i64]>,
-        scope: BidirectionalScope,
-    ) -> Result<MaskRule> {
+    fn mask_rule(&self, inputs_len: usize, mm_token_type_ids: Option<&[i64]>, scope: BidirectionalScope) -> Result<MaskRule> {
         let block_ids = match mm_token_type_ids {
             Some(t) if t.len() != inputs_len => {
-                return Err(Error::input(format!(
-                    "mm_token_type_ids has {} entries for {inputs_len} tokens",
-                    t.len()
-                )))
+                return Err(Error::input(format!("mm_token_type_ids has {} entries for {inputs_len} tokens", t.len())))
             }
             Some(t) if scope != BidirectionalScope::None => block_ids(t),
             _ => Vec::new(),
         };
-        Ok(MaskRule {
-            scope,
-            sliding_window: self.text.sliding_window(),
-            block_ids,
-        })
+        Ok(MaskRule { scope, sliding_window: self.text.sliding_window(), block_ids })
     }
 
     /// Logits `[1, S, vocab]` for every position of `inputs_embeds` `[1, S, hidden]`.
-    pub fn forward_embeds(
-        &self,
-        inputs_embeds: &Tensor,
-        mm_token_type_ids: Option<&[i64]>,
-        scope: BidirectionalScope,
-    ) -> Result<Tensor> {
+    pub fn forward_embeds(&self, inputs_embeds: &Tensor, mm_token_type_ids: Option<&[i64]>, scope: BidirectionalScope) -> Result<Tensor> {
         let embeds = inputs_embeds.squeeze(0)?;
         let seq = embeds.dim(0)?;
         if seq == 0 {
@@ -229,10 +168,7 @@ impl Gemma4Unified {
         }
         let rule = self.mask_rule(seq, mm_token_type_ids, scope)?;
         let mut cache = self.text.new_cache(seq)?;
-        Ok(self
-            .text
-            .forward(&embeds, &rule, &mut cache)?
-            .unsqueeze(0)?)
+        Ok(self.text.forward(&embeds, &rule, &mut cache)?.unsqueeze(0)?)
     }
 
     /// Every decoder layer's output `[1, S, hidden]` for `inputs_embeds` (HF
@@ -259,17 +195,8 @@ impl Gemma4Unified {
 
     /// Greedy decoding with a KV cache: up to `max_new_tokens` new tokens, stopping after the
     /// first token in `eos_ids` (which is returned). Ties pick the lowest id (`torch.argmax`).
-    pub fn greedy(
-        &self,
-        inputs: &ModelInputs,
-        max_new_tokens: usize,
-        eos_ids: &[i64],
-        scope: BidirectionalScope,
-    ) -> Result<Generation> {
-        let mut out = Generation {
-            tokens: Vec::new(),
-            step_logits: Vec::new(),
-        };
+    pub fn greedy(&self, inputs: &ModelInputs, max_new_tokens: usize, eos_ids: &[i64], scope: BidirectionalScope) -> Result<Generation> {
+        let mut out = Generation { tokens: Vec::new(), step_logits: Vec::new() };
         if max_new_tokens == 0 {
             return Ok(out);
         }
@@ -308,8 +235,7 @@ fn argmax(row: &[f32]) -> Result<i64> {
             best = Some((i, v));
         }
     }
-    best.map(|(i, _)| i as i64)
-        .ok_or_else(|| Error::input("empty logits"))
+    best.map(|(i, _)| i as i64).ok_or_else(|| Error::input("empty logits"))
 }
 
 #[cfg(test)]

@@ -27,29 +27,17 @@ impl RmsNorm {
     /// A norm with a learned `weight` of length `dim`, read from `{prefix}.weight`.
     pub fn load(w: &Weights, prefix: &str, dim: usize, eps: f64) -> Result<Self> {
         let weight = w.get(&format!("{prefix}.weight"), &[dim])?;
-        Ok(Self {
-            weight_f32: Some(weight.to_dtype(DType::F32)?.to_vec1()?),
-            weight: Some(weight),
-            eps,
-        })
+        Ok(Self { weight_f32: Some(weight.to_dtype(DType::F32)?.to_vec1()?), weight: Some(weight), eps })
     }
 
     /// A norm with the given `weight` (length = normalised dim).
     pub fn from_weight(weight: Tensor, eps: f64) -> Result<Self> {
-        Ok(Self {
-            weight_f32: Some(weight.to_dtype(DType::F32)?.to_vec1()?),
-            weight: Some(weight),
-            eps,
-        })
+        Ok(Self { weight_f32: Some(weight.to_dtype(DType::F32)?.to_vec1()?), weight: Some(weight), eps })
     }
 
     /// A scale-free norm (`with_scale=False`).
     pub fn scale_free(eps: f64) -> Self {
-        Self {
-            weight: None,
-            weight_f32: None,
-            eps,
-        }
+        Self { weight: None, weight_f32: None, eps }
     }
 
     /// Normalises over the last dimension.
@@ -58,10 +46,7 @@ impl RmsNorm {
     /// ([`crate::reduce::torch_sum`]); other dtypes (the f64 precision mode) use candle ops.
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
         if x.dtype() == DType::F32 {
-            return Ok(x.contiguous()?.apply_op1_no_bwd(&FusedRmsNorm {
-                weight: self.weight_f32.as_deref(),
-                eps: self.eps as f32,
-            })?);
+            return Ok(x.contiguous()?.apply_op1_no_bwd(&FusedRmsNorm { weight: self.weight_f32.as_deref(), eps: self.eps as f32 })?);
         }
         let mean_sq = x.sqr()?.mean_keepdim(D::Minus1)?;
         let inv = (mean_sq + self.eps)?.sqrt()?.recip()?;
@@ -84,13 +69,8 @@ impl candle_core::CustomOp1 for FusedRmsNorm<'_> {
         "rms-norm-torch-order"
     }
 
-    fn cpu_fwd(
-        &self,
-        storage: &CpuStorage,
-        layout: &Layout,
-    ) -> candle_core::Result<(CpuStorage, Shape)> {
-        let (CpuStorage::F32(data), Some((start, end))) = (storage, layout.contiguous_offsets())
-        else {
+    fn cpu_fwd(&self, storage: &CpuStorage, layout: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
+        let (CpuStorage::F32(data), Some((start, end))) = (storage, layout.contiguous_offsets()) else {
             candle_core::bail!("fused rms norm expects a contiguous f32 tensor");
         };
         let dim = layout.dims().last().copied().unwrap_or(1).max(1);
@@ -99,29 +79,27 @@ impl candle_core::CustomOp1 for FusedRmsNorm<'_> {
         }
         let src = &data[start..end];
         let mut out = vec![0f32; src.len()];
-        out.par_chunks_mut(dim)
-            .zip(src.par_chunks(dim))
-            .for_each_init(
-                || Vec::with_capacity(dim),
-                |squares, (o, x)| {
-                    squares.clear();
-                    squares.extend(x.iter().map(|v| v * v));
-                    let mean = torch_sum(squares) / dim as f32;
-                    let inv = 1.0 / (mean + self.eps).sqrt();
-                    match self.weight {
-                        Some(w) => {
-                            for ((o, &x), &w) in o.iter_mut().zip(x).zip(w) {
-                                *o = x * inv * w;
-                            }
-                        }
-                        None => {
-                            for (o, &x) in o.iter_mut().zip(x) {
-                                *o = x * inv;
-                            }
+        out.par_chunks_mut(dim).zip(src.par_chunks(dim)).for_each_init(
+            || Vec::with_capacity(dim),
+            |squares, (o, x)| {
+                squares.clear();
+                squares.extend(x.iter().map(|v| v * v));
+                let mean = torch_sum(squares) / dim as f32;
+                let inv = 1.0 / (mean + self.eps).sqrt();
+                match self.weight {
+                    Some(w) => {
+                        for ((o, &x), &w) in o.iter_mut().zip(x).zip(w) {
+                            *o = x * inv * w;
                         }
                     }
-                },
-            );
+                    None => {
+                        for (o, &x) in o.iter_mut().zip(x) {
+                            *o = x * inv;
+                        }
+                    }
+                }
+            },
+        );
         Ok((CpuStorage::F32(out), layout.shape().clone()))
     }
 }
@@ -139,13 +117,8 @@ impl candle_core::CustomOp1 for FusedLayerNorm<'_> {
         "layer-norm-torch-order"
     }
 
-    fn cpu_fwd(
-        &self,
-        storage: &CpuStorage,
-        layout: &Layout,
-    ) -> candle_core::Result<(CpuStorage, Shape)> {
-        let (CpuStorage::F32(data), Some((start, end))) = (storage, layout.contiguous_offsets())
-        else {
+    fn cpu_fwd(&self, storage: &CpuStorage, layout: &Layout) -> candle_core::Result<(CpuStorage, Shape)> {
+        let (CpuStorage::F32(data), Some((start, end))) = (storage, layout.contiguous_offsets()) else {
             candle_core::bail!("fused layer norm expects a contiguous f32 tensor");
         };
         let dim = layout.dims().last().copied().unwrap_or(1).max(1);
@@ -154,15 +127,13 @@ impl candle_core::CustomOp1 for FusedLayerNorm<'_> {
         }
         let src = &data[start..end];
         let mut out = vec![0f32; src.len()];
-        out.par_chunks_mut(dim)
-            .zip(src.par_chunks(dim))
-            .for_each(|(o, x)| {
-                let (mean, var) = torch_moments(x);
-                let rstd = 1.0 / (var + self.eps).sqrt();
-                for (((o, &x), &w), &b) in o.iter_mut().zip(x).zip(self.weight).zip(self.bias) {
-                    *o = ((x - mean) * rstd).mul_add(w, b);
-                }
-            });
+        out.par_chunks_mut(dim).zip(src.par_chunks(dim)).for_each(|(o, x)| {
+            let (mean, var) = torch_moments(x);
+            let rstd = 1.0 / (var + self.eps).sqrt();
+            for (((o, &x), &w), &b) in o.iter_mut().zip(x).zip(self.weight).zip(self.bias) {
+                *o = ((x - mean) * rstd).mul_add(w, b);
+            }
+        });
         Ok((CpuStorage::F32(out), layout.shape().clone()))
     }
 }
@@ -186,24 +157,12 @@ impl LayerNorm {
     pub fn load(w: &Weights, prefix: &str, dim: usize, eps: f64) -> Result<Self> {
         let weight = w.get(&format!("{prefix}.weight"), &[dim])?;
         let bias = w.get(&format!("{prefix}.bias"), &[dim])?;
-        Ok(Self {
-            weight_f32: weight.to_dtype(DType::F32)?.to_vec1()?,
-            bias_f32: bias.to_dtype(DType::F32)?.to_vec1()?,
-            weight,
-            bias,
-            eps,
-        })
+        Ok(Self { weight_f32: weight.to_dtype(DType::F32)?.to_vec1()?, bias_f32: bias.to_dtype(DType::F32)?.to_vec1()?, weight, bias, eps })
     }
 
     /// A LayerNorm from its parameters.
     pub fn from_parts(weight: Tensor, bias: Tensor, eps: f64) -> Result<Self> {
-        Ok(Self {
-            weight_f32: weight.to_dtype(DType::F32)?.to_vec1()?,
-            bias_f32: bias.to_dtype(DType::F32)?.to_vec1()?,
-            weight,
-            bias,
-            eps,
-        })
+        Ok(Self { weight_f32: weight.to_dtype(DType::F32)?.to_vec1()?, bias_f32: bias.to_dtype(DType::F32)?.to_vec1()?, weight, bias, eps })
     }
 
     /// `(x − mean) / sqrt(var_biased + eps) · weight + bias` over the last dimension.
@@ -223,10 +182,7 @@ impl LayerNorm {
         let centered = x.broadcast_sub(&mean)?;
         let var = centered.sqr()?.mean_keepdim(D::Minus1)?;
         let denom = (var + self.eps)?.sqrt()?;
-        Ok(centered
-            .broadcast_div(&denom)?
-            .broadcast_mul(&self.weight)?
-            .broadcast_add(&self.bias)?)
+        Ok(centered.broadcast_div(&denom)?.broadcast_mul(&self.weight)?.broadcast_add(&self.bias)?)
     }
 }
 
@@ -243,11 +199,7 @@ mod tests {
         let free = RmsNorm::scale_free(0.0).forward(&x)?.to_vec2::<f32>()?;
         let r = 12.5f32.sqrt();
         assert_eq!(free, vec![vec![3.0 / r, 4.0 / r]]);
-        let scaled = RmsNorm {
-            weight: Some(Tensor::new(&[2.0f32, 0.5], &Device::Cpu)?),
-            weight_f32: Some(vec![2.0, 0.5]),
-            eps: 0.0,
-        };
+        let scaled = RmsNorm { weight: Some(Tensor::new(&[2.0f32, 0.5], &Device::Cpu)?), weight_f32: Some(vec![2.0, 0.5]), eps: 0.0 };
         let got = scaled.forward(&x)?.to_vec2::<f32>()?;
         assert!((got[0][0] - 6.0 / r).abs() < 1e-6 && (got[0][1] - 2.0 / r).abs() < 1e-6);
         Ok(())

@@ -136,9 +136,7 @@ impl InplaceOp1 for SoftCap {
         match storage {
             CpuStorage::F32(v) => {
                 let c = self.0 as f32;
-                v[start..end]
-                    .par_chunks_mut(CHUNK)
-                    .for_each(|part| softcap_simd(part, c));
+                v[start..end].par_chunks_mut(CHUNK).for_each(|part| softcap_simd(part, c));
             }
             CpuStorage::F64(v) => {
                 let c = self.0;
@@ -161,37 +159,27 @@ const GELU_KAPPA: f64 = 0.044715;
 
 /// `g ← act(g)·u` over f32 slices, one straight loop per activation.
 fn gated_f32(act: Activation, g: &mut [f32], u: &[f32]) {
-    g.par_chunks_mut(CHUNK)
-        .zip(u.par_chunks(CHUNK))
-        .for_each(|(g, u)| match act {
-            Activation::GeluPytorchTanh => gelu_tanh_mul_simd(g, u),
-            Activation::Silu => g
-                .iter_mut()
-                .zip(u)
-                .for_each(|(g, &u)| *g = *g / (1.0 + (-*g).exp()) * u),
-            Activation::Relu => g.iter_mut().zip(u).for_each(|(g, &u)| *g = g.max(0.0) * u),
-            // Routed through candle's erf GELU by `gated_activation`.
-            Activation::Gelu => {}
-        });
+    g.par_chunks_mut(CHUNK).zip(u.par_chunks(CHUNK)).for_each(|(g, u)| match act {
+        Activation::GeluPytorchTanh => gelu_tanh_mul_simd(g, u),
+        Activation::Silu => g.iter_mut().zip(u).for_each(|(g, &u)| *g = *g / (1.0 + (-*g).exp()) * u),
+        Activation::Relu => g.iter_mut().zip(u).for_each(|(g, &u)| *g = g.max(0.0) * u),
+        // Routed through candle's erf GELU by `gated_activation`.
+        Activation::Gelu => {}
+    });
 }
 
 /// `g ← act(g)·u` over f64 slices (precision mode).
 fn gated_f64(act: Activation, g: &mut [f64], u: &[f64]) {
-    g.par_chunks_mut(CHUNK)
-        .zip(u.par_chunks(CHUNK))
-        .for_each(|(g, u)| match act {
-            Activation::GeluPytorchTanh => g.iter_mut().zip(u).for_each(|(g, &u)| {
-                let x = *g;
-                let inner = GELU_BETA * (x + GELU_KAPPA * (x * x * x));
-                *g = 0.5 * x * (1.0 + inner.tanh()) * u;
-            }),
-            Activation::Silu => g
-                .iter_mut()
-                .zip(u)
-                .for_each(|(g, &u)| *g = *g / (1.0 + (-*g).exp()) * u),
-            Activation::Relu => g.iter_mut().zip(u).for_each(|(g, &u)| *g = g.max(0.0) * u),
-            Activation::Gelu => {}
-        });
+    g.par_chunks_mut(CHUNK).zip(u.par_chunks(CHUNK)).for_each(|(g, u)| match act {
+        Activation::GeluPytorchTanh => g.iter_mut().zip(u).for_each(|(g, &u)| {
+            let x = *g;
+            let inner = GELU_BETA * (x + GELU_KAPPA * (x * x * x));
+            *g = 0.5 * x * (1.0 + inner.tanh()) * u;
+        }),
+        Activation::Silu => g.iter_mut().zip(u).for_each(|(g, &u)| *g = *g / (1.0 + (-*g).exp()) * u),
+        Activation::Relu => g.iter_mut().zip(u).for_each(|(g, &u)| *g = g.max(0.0) * u),
+        Activation::Gelu => {}
+    });
 }
 
 impl InplaceOp2 for GatedAct {
@@ -199,27 +187,16 @@ impl InplaceOp2 for GatedAct {
         "gated-activation"
     }
 
-    fn cpu_fwd(
-        &self,
-        s1: &mut CpuStorage,
-        l1: &Layout,
-        s2: &CpuStorage,
-        l2: &Layout,
-    ) -> candle_core::Result<()> {
-        let (Some((a0, a1)), Some((b0, b1))) = (l1.contiguous_offsets(), l2.contiguous_offsets())
-        else {
+    fn cpu_fwd(&self, s1: &mut CpuStorage, l1: &Layout, s2: &CpuStorage, l2: &Layout) -> candle_core::Result<()> {
+        let (Some((a0, a1)), Some((b0, b1))) = (l1.contiguous_offsets(), l2.contiguous_offsets()) else {
             candle_core::bail!("gated activation expects contiguous tensors");
         };
         if a1 - a0 != b1 - b0 {
             candle_core::bail!("gated activation: size mismatch");
         }
         match (s1, s2) {
-            (CpuStorage::F32(g), CpuStorage::F32(u)) => {
-                gated_f32(self.0, &mut g[a0..a1], &u[b0..b1])
-            }
-            (CpuStorage::F64(g), CpuStorage::F64(u)) => {
-                gated_f64(self.0, &mut g[a0..a1], &u[b0..b1])
-            }
+            (CpuStorage::F32(g), CpuStorage::F32(u)) => gated_f32(self.0, &mut g[a0..a1], &u[b0..b1]),
+            (CpuStorage::F64(g), CpuStorage::F64(u)) => gated_f64(self.0, &mut g[a0..a1], &u[b0..b1]),
             _ => candle_core::bail!("gated activation: only f32/f64 of equal dtype"),
         }
         Ok(())
@@ -250,10 +227,7 @@ mod tests {
             let want = (x as f64).tanh();
             let got = tanh_f32(x) as f64;
             let ulp = f32::EPSILON as f64 * want.abs().max(f32::MIN_POSITIVE as f64);
-            assert!(
-                (got - want).abs() <= 0.5 * ulp + 1e-15,
-                "tanh({x}) = {got} vs {want}"
-            );
+            assert!((got - want).abs() <= 0.5 * ulp + 1e-15, "tanh({x}) = {got} vs {want}");
             x += 0.000_731;
         }
         assert_eq!(tanh_f32(1e-30), 1e-30);
@@ -285,10 +259,7 @@ mod tests {
         logits.inplace_op1(&SoftCap(30.0))?;
         let v = logits.to_vec1::<f32>()?;
         assert_eq!(v[0], 0.0);
-        assert!(
-            (v[1] - 30.0 * 1.0f32.tanh()).abs() < 1e-5
-                && (v[2] + 30.0 * 3.0f32.tanh()).abs() < 1e-5
-        );
+        assert!((v[1] - 30.0 * 1.0f32.tanh()).abs() < 1e-5 && (v[2] + 30.0 * 3.0f32.tanh()).abs() < 1e-5);
         Ok(())
     }
 }

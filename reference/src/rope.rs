@@ -21,9 +21,7 @@ pub struct Rope {
 impl Rope {
     /// Builds the inverse frequencies of `spec`.
     pub fn new(spec: &RopeSpec) -> Self {
-        Self {
-            inv_freq: inv_freq(spec),
-        }
+        Self { inv_freq: inv_freq(spec) }
     }
 
     /// The inverse frequencies (length `dim / 2`).
@@ -34,26 +32,15 @@ impl Rope {
     /// Half-width `(cos, sin)`, each `[positions.len(), dim / 2]`, for absolute positions.
     /// Computed in f32 as HF does (it forces float32 here whatever the model dtype), except in
     /// the f64 precision mode, where angles and cos/sin are f64.
-    pub fn cos_sin(
-        &self,
-        positions: &[usize],
-        dtype: DType,
-        device: &Device,
-    ) -> Result<(Tensor, Tensor)> {
+    pub fn cos_sin(&self, positions: &[usize], dtype: DType, device: &Device) -> Result<(Tensor, Tensor)> {
         let half = self.inv_freq.len();
         let shape = (positions.len(), half);
         if dtype == DType::F64 {
             // Precision mode: angles and cos/sin in f64 from the f32 inverse frequencies.
-            let angles: Vec<f64> = positions
-                .iter()
-                .flat_map(|&p| self.inv_freq.iter().map(move |&f| f as f64 * p as f64))
-                .collect();
+            let angles: Vec<f64> = positions.iter().flat_map(|&p| self.inv_freq.iter().map(move |&f| f as f64 * p as f64)).collect();
             let cos = angles.iter().map(|a| a.cos()).collect::<Vec<f64>>();
             let sin = angles.iter().map(|a| a.sin()).collect::<Vec<f64>>();
-            return Ok((
-                Tensor::from_vec(cos, shape, device)?,
-                Tensor::from_vec(sin, shape, device)?,
-            ));
+            return Ok((Tensor::from_vec(cos, shape, device)?, Tensor::from_vec(sin, shape, device)?));
         }
         let mut cos = Vec::with_capacity(positions.len() * half);
         let mut sin = Vec::with_capacity(positions.len() * half);
@@ -67,10 +54,7 @@ impl Rope {
                 sin.push(angle.sin());
             }
         }
-        Ok((
-            Tensor::from_vec(cos, shape, device)?.to_dtype(dtype)?,
-            Tensor::from_vec(sin, shape, device)?.to_dtype(dtype)?,
-        ))
+        Ok((Tensor::from_vec(cos, shape, device)?.to_dtype(dtype)?, Tensor::from_vec(sin, shape, device)?.to_dtype(dtype)?))
     }
 
     /// Rotates `x` laid out `[1, seq, heads, dim]` (HF applies RoPE before the head transpose,
@@ -86,10 +70,7 @@ fn inv_freq(spec: &RopeSpec) -> Vec<f32> {
     let base = spec.theta as f32;
     let dim_f = dim as f32;
     match spec.kind {
-        RopeKind::Default => (0..dim)
-            .step_by(2)
-            .map(|i| 1.0f32 / base.powf(i as f32 / dim_f))
-            .collect(),
+        RopeKind::Default => (0..dim).step_by(2).map(|i| 1.0f32 / base.powf(i as f32 / dim_f)).collect(),
         RopeKind::Proportional => {
             // `rope_angles = int(rope_proportion * head_dim // 2)` (Python floor division).
             let rope_angles = ((spec.partial_rotary_factor * dim as f64) / 2.0).floor() as usize;
@@ -97,11 +78,7 @@ fn inv_freq(spec: &RopeSpec) -> Vec<f32> {
             let factor = spec.factor as f32;
             (0..dim / 2)
                 .map(|j| {
-                    let f = if j < rope_angles {
-                        1.0f32 / base.powf((2 * j) as f32 / dim_f)
-                    } else {
-                        0.0
-                    };
+                    let f = if j < rope_angles { 1.0f32 / base.powf((2 * j) as f32 / dim_f) } else { 0.0 };
                     f / factor
                 })
                 .collect()
@@ -114,13 +91,7 @@ mod tests {
     use super::*;
 
     fn spec(kind: RopeKind, dim: usize, prf: f64) -> RopeSpec {
-        RopeSpec {
-            kind,
-            theta: 10_000.0,
-            dim,
-            partial_rotary_factor: prf,
-            factor: 1.0,
-        }
+        RopeSpec { kind, theta: 10_000.0, dim, partial_rotary_factor: prf, factor: 1.0 }
     }
 
     /// Guards default RoPE: exponents 2i/dim over the whole head.
@@ -151,9 +122,7 @@ mod tests {
         // inv_freq = [1, 0]; position 1 → angle [1, 0].
         let (cos, sin) = r.cos_sin(&[1], DType::F32, &Device::Cpu)?;
         let x = Tensor::new(&[1.0f32, 2.0, 3.0, 4.0], &Device::Cpu)?.reshape((1, 1, 1, 4))?;
-        let y = Rope::apply(&x, &cos, &sin)?
-            .flatten_all()?
-            .to_vec1::<f32>()?;
+        let y = Rope::apply(&x, &cos, &sin)?.flatten_all()?.to_vec1::<f32>()?;
         let (c, s) = (1.0f32.cos(), 1.0f32.sin());
         // pair (x0, x2) rotates by 1 rad; pair (x1, x3) by 0.
         let want = [1.0 * c - 3.0 * s, 2.0, 1.0 * s + 3.0 * c, 4.0];

@@ -30,29 +30,16 @@ pub(crate) struct Linear {
 }
 
 impl Linear {
-    pub(crate) fn load(
-        w: &Weights,
-        prefix: &str,
-        in_dim: usize,
-        out_dim: usize,
-        bias: bool,
-    ) -> Result<Self> {
+    pub(crate) fn load(w: &Weights, prefix: &str, in_dim: usize, out_dim: usize, bias: bool) -> Result<Self> {
         Ok(Self {
             weight_t: w.get_t(&format!("{prefix}.weight"), [out_dim, in_dim])?,
-            bias: if bias {
-                Some(w.get(&format!("{prefix}.bias"), &[out_dim])?)
-            } else {
-                None
-            },
+            bias: if bias { Some(w.get(&format!("{prefix}.bias"), &[out_dim])?) } else { None },
         })
     }
 
     /// A bias-free Linear from an already transposed weight `[in, out]`.
     pub(crate) fn from_weight_t(weight_t: Tensor) -> Self {
-        Self {
-            weight_t,
-            bias: None,
-        }
+        Self { weight_t, bias: None }
     }
 
     /// Output columns `start..start + cols` only (no bias): `[n, cols]`.
@@ -75,12 +62,7 @@ impl Linear {
 enum KvSource {
     /// Own projections. `v_proj = None` means `attention_k_eq_v`: values are the raw `k_proj`
     /// output (before `k_norm`), normed by the scale-free `v_norm`.
-    Own {
-        k_proj: Linear,
-        v_proj: Option<Linear>,
-        k_norm: RmsNorm,
-        v_norm: RmsNorm,
-    },
+    Own { k_proj: Linear, v_proj: Option<Linear>, k_norm: RmsNorm, v_norm: RmsNorm },
     /// KV-shared layer: reads layer `source`'s cache.
     Shared { source: usize },
 }
@@ -98,12 +80,7 @@ struct Attention {
 }
 
 impl Attention {
-    fn load(
-        cfg: &Gemma4UnifiedTextConfig,
-        w: &Weights,
-        prefix: &str,
-        layer: usize,
-    ) -> Result<Self> {
+    fn load(cfg: &Gemma4UnifiedTextConfig, w: &Weights, prefix: &str, layer: usize) -> Result<Self> {
         let lt = cfg.layer_type(layer);
         let hd = cfg.head_dim(lt);
         let nh = cfg.num_attention_heads;
@@ -118,13 +95,7 @@ impl Attention {
                 v_proj: if cfg.uses_k_eq_v(lt) {
                     None
                 } else {
-                    Some(Linear::load(
-                        w,
-                        &format!("{prefix}.v_proj"),
-                        hidden,
-                        nkv * hd,
-                        bias,
-                    )?)
+                    Some(Linear::load(w, &format!("{prefix}.v_proj"), hidden, nkv * hd, bias)?)
                 },
                 k_norm: RmsNorm::load(w, &format!("{prefix}.k_norm"), hd, eps)?,
                 v_norm: RmsNorm::scale_free(eps),
@@ -143,33 +114,18 @@ impl Attention {
     }
 
     /// `x`: `[seq, hidden]` at positions `cache.len()..`; `mask`: additive `[seq, kv_len]`.
-    fn forward(
-        &self,
-        x: &Tensor,
-        cos: &Tensor,
-        sin: &Tensor,
-        mask: Option<&Tensor>,
-        cache: &mut KvCache,
-    ) -> Result<Tensor> {
+    fn forward(&self, x: &Tensor, cos: &Tensor, sin: &Tensor, mask: Option<&Tensor>, cache: &mut KvCache) -> Result<Tensor> {
         let seq = x.dim(0)?;
         let (nh, nkv, hd) = (self.num_heads, self.num_kv_heads, self.head_dim);
 
         // q: proj → view [seq, heads, hd] → q_norm → RoPE → [heads, seq, hd]
         let q = self.q_proj.forward(x)?.reshape((1, seq, nh, hd))?;
         let q = self.q_norm.forward(&q)?;
-        let q = Rope::apply(&q, cos, sin)?
-            .squeeze(0)?
-            .transpose(0, 1)?
-            .contiguous()?;
+        let q = Rope::apply(&q, cos, sin)?.squeeze(0)?.transpose(0, 1)?.contiguous()?;
 
         let (k, v) = match &self.kv {
             KvSource::Shared { source } => cache.view(*source, cache.len() + seq)?,
-            KvSource::Own {
-                k_proj,
-                v_proj,
-                k_norm,
-                v_norm,
-            } => {
+            KvSource::Own { k_proj, v_proj, k_norm, v_norm } => {
                 let k_raw = k_proj.forward(x)?.reshape((1, seq, nkv, hd))?;
                 let v_raw = match v_proj {
                     Some(p) => p.forward(x)?.reshape((1, seq, nkv, hd))?,
@@ -194,12 +150,8 @@ impl Attention {
             None => scores,
         };
         let probs = candle_nn::ops::softmax_last_dim(&scores)?;
-        let out = probs
-            .reshape((nkv, n_rep * seq, kv_len))?
-            .matmul(&v)?
-            .reshape((nh, seq, hd))?
-            .transpose(0, 1)?
-            .reshape((seq, nh * hd))?;
+        let out =
+            probs.reshape((nkv, n_rep * seq, kv_len))?.matmul(&v)?.reshape((nh, seq, hd))?.transpose(0, 1)?.reshape((seq, nh * hd))?;
         self.o_proj.forward(&out)
     }
 }
@@ -213,12 +165,7 @@ struct Mlp {
 }
 
 impl Mlp {
-    fn load(
-        cfg: &Gemma4UnifiedTextConfig,
-        w: &Weights,
-        prefix: &str,
-        layer: usize,
-    ) -> Result<Self> {
+    fn load(cfg: &Gemma4UnifiedTextConfig, w: &Weights, prefix: &str, layer: usize) -> Result<Self> {
         let h = cfg.hidden_size;
         let i = cfg.intermediate_size_for(layer);
         Ok(Self {
@@ -251,12 +198,7 @@ struct DecoderLayer {
 }
 
 impl DecoderLayer {
-    fn load(
-        cfg: &Gemma4UnifiedTextConfig,
-        w: &Weights,
-        prefix: &str,
-        layer: usize,
-    ) -> Result<Self> {
+    fn load(cfg: &Gemma4UnifiedTextConfig, w: &Weights, prefix: &str, layer: usize) -> Result<Self> {
         let h = cfg.hidden_size;
         let eps = cfg.rms_norm_eps;
         let norm = |name: &str| RmsNorm::load(w, &format!("{prefix}.{name}"), h, eps);
@@ -271,14 +213,7 @@ impl DecoderLayer {
         })
     }
 
-    fn forward(
-        &self,
-        x: &Tensor,
-        cos: &Tensor,
-        sin: &Tensor,
-        mask: Option<&Tensor>,
-        cache: &mut KvCache,
-    ) -> Result<Tensor> {
+    fn forward(&self, x: &Tensor, cos: &Tensor, sin: &Tensor, mask: Option<&Tensor>, cache: &mut KvCache) -> Result<Tensor> {
         let h = self.input_layernorm.forward(x)?;
         let h = self.attn.forward(&h, cos, sin, mask, cache)?;
         let h = self.post_attention_layernorm.forward(&h)?;
@@ -318,12 +253,7 @@ impl TextModel {
     /// Loads the decoder under `prefix` (`model.language_model` or `model`). `lm_head.weight`
     /// is used when present; otherwise, when `tie_word_embeddings`, the token embedding (HF
     /// ties symmetrically and skips tying when both exist with different values).
-    pub fn load(
-        cfg: &Gemma4UnifiedTextConfig,
-        w: &Weights,
-        prefix: &str,
-        tie: bool,
-    ) -> Result<Self> {
+    pub fn load(cfg: &Gemma4UnifiedTextConfig, w: &Weights, prefix: &str, tie: bool) -> Result<Self> {
         let (v, h) = (cfg.vocab_size, cfg.hidden_size);
         let embed_t = w.get_t(&format!("{prefix}.embed_tokens.weight"), [v, h])?;
         let layers = (0..cfg.num_hidden_layers)
@@ -349,11 +279,7 @@ impl TextModel {
         let cache_layout = (0..cfg.num_hidden_layers)
             .map(|i| -> Result<Option<(usize, usize)>> {
                 let lt = cfg.layer_type(i);
-                Ok(if cfg.is_kv_shared(i) {
-                    None
-                } else {
-                    Some((cfg.num_kv_heads(lt)?, cfg.head_dim(lt)))
-                })
+                Ok(if cfg.is_kv_shared(i) { None } else { Some((cfg.num_kv_heads(lt)?, cfg.head_dim(lt))) })
             })
             .collect::<Result<Vec<_>>>()?;
         Ok(Self {
@@ -386,12 +312,7 @@ impl TextModel {
                 u32::try_from(id)
                     .ok()
                     .filter(|&i| (i as usize) < self.vocab_size)
-                    .ok_or_else(|| {
-                        Error::input(format!(
-                            "token id {id} outside vocabulary 0..{}",
-                            self.vocab_size
-                        ))
-                    })
+                    .ok_or_else(|| Error::input(format!("token id {id} outside vocabulary 0..{}", self.vocab_size)))
             })
             .collect::<Result<Vec<u32>>>()?;
         let idx = Tensor::from_vec(idx, ids.len(), &self.device)?;
@@ -406,34 +327,19 @@ impl TextModel {
 
     /// Runs `embeds` (`[seq, hidden]`, positions `cache.len()..`) through the decoder, extends
     /// the cache, and returns logits `[seq, vocab]` (after softcapping) for every position.
-    pub fn forward(
-        &self,
-        embeds: &Tensor,
-        mask_rule: &MaskRule,
-        cache: &mut KvCache,
-    ) -> Result<Tensor> {
+    pub fn forward(&self, embeds: &Tensor, mask_rule: &MaskRule, cache: &mut KvCache) -> Result<Tensor> {
         let hidden = self.forward_hidden(embeds, mask_rule, cache)?;
         self.logits(&hidden)
     }
 
     /// Decoder stack plus final norm: `[seq, hidden]`.
-    pub fn forward_hidden(
-        &self,
-        embeds: &Tensor,
-        mask_rule: &MaskRule,
-        cache: &mut KvCache,
-    ) -> Result<Tensor> {
+    pub fn forward_hidden(&self, embeds: &Tensor, mask_rule: &MaskRule, cache: &mut KvCache) -> Result<Tensor> {
         self.forward_layers(embeds, mask_rule, cache, None)
     }
 
     /// Like [`Self::forward_hidden`], also collecting every decoder layer's output (HF
     /// `output_hidden_states` order: layer 0 … layer L−1, before the final norm).
-    pub fn forward_collect(
-        &self,
-        embeds: &Tensor,
-        mask_rule: &MaskRule,
-        cache: &mut KvCache,
-    ) -> Result<(Tensor, Vec<Tensor>)> {
+    pub fn forward_collect(&self, embeds: &Tensor, mask_rule: &MaskRule, cache: &mut KvCache) -> Result<(Tensor, Vec<Tensor>)> {
         let mut states = Vec::with_capacity(self.layers.len());
         let h = self.forward_layers(embeds, mask_rule, cache, Some(&mut states))?;
         Ok((h, states))
@@ -460,10 +366,8 @@ impl TextModel {
         }
         let mut x = embeds.clone();
         for (layer, lt) in self.layers.iter().zip(&self.layer_types) {
-            let (_, cos, sin, mask) = per_type
-                .iter()
-                .find(|(t, ..)| t == lt)
-                .ok_or_else(|| Error::input(format!("no RoPE for {}", lt.as_str())))?;
+            let (_, cos, sin, mask) =
+                per_type.iter().find(|(t, ..)| t == lt).ok_or_else(|| Error::input(format!("no RoPE for {}", lt.as_str())))?;
             x = layer.forward(&x, cos, sin, mask.as_ref(), cache)?;
             if let Some(states) = collect.as_deref_mut() {
                 states.push(x.clone());
@@ -523,9 +427,7 @@ impl TextModel {
 pub(crate) fn expect_last_dim(t: &Tensor, want: usize, what: &str) -> Result<()> {
     let got = t.dim(D::Minus1)?;
     if got != want {
-        return Err(Error::input(format!(
-            "{what}: last dim {got}, expected {want}"
-        )));
+        return Err(Error::input(format!("{what}: last dim {got}, expected {want}")));
     }
     Ok(())
 }

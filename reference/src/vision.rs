@@ -36,19 +36,11 @@ pub struct VisionEmbedder {
 impl VisionEmbedder {
     /// Loads `{prefix}.patch_ln1`, `patch_dense`, `patch_ln2`, `pos_embedding`, `pos_norm`,
     /// `multimodal_embedder.embedding_projection`.
-    pub fn load(
-        vcfg: &Gemma4UnifiedVisionConfig,
-        tcfg: &Gemma4UnifiedTextConfig,
-        w: &Weights,
-        prefix: &str,
-    ) -> Result<Self> {
+    pub fn load(vcfg: &Gemma4UnifiedVisionConfig, tcfg: &Gemma4UnifiedTextConfig, w: &Weights, prefix: &str) -> Result<Self> {
         let patch_dim = vcfg.patch_dim();
         let mm = vcfg.mm_embed_dim;
         let eps = TORCH_LAYER_NORM_EPS;
-        let pos = w.get(
-            &format!("{prefix}.pos_embedding"),
-            &[vcfg.mm_posemb_size, 2, mm],
-        )?;
+        let pos = w.get(&format!("{prefix}.pos_embedding"), &[vcfg.mm_posemb_size, 2, mm])?;
         Ok(Self {
             patch_ln1: LayerNorm::load(w, &format!("{prefix}.patch_ln1"), patch_dim, eps)?,
             patch_dense: Linear::load(w, &format!("{prefix}.patch_dense"), patch_dim, mm, true)?,
@@ -73,17 +65,11 @@ impl VisionEmbedder {
     /// `[n_img, max_patches, 2]` (i64, (−1, −1) = padding) → features `[n_tokens, hidden]` of the
     /// non-padding patches, image-major then patch order (HF's `vision_outputs[~padding_mask]`).
     pub fn forward(&self, pixel_values: &Tensor, image_position_ids: &Tensor) -> Result<Tensor> {
-        let (n_img, max_patches, patch_dim) = pixel_values.dims3().map_err(|_| {
-            Error::input(format!(
-                "pixel_values must be [n_img, max_patches, patch_dim], got {:?}",
-                pixel_values.dims()
-            ))
-        })?;
+        let (n_img, max_patches, patch_dim) = pixel_values
+            .dims3()
+            .map_err(|_| Error::input(format!("pixel_values must be [n_img, max_patches, patch_dim], got {:?}", pixel_values.dims())))?;
         if patch_dim != self.patch_dim {
-            return Err(Error::input(format!(
-                "pixel_values last dim {patch_dim} ≠ model_patch_size²·3 = {}",
-                self.patch_dim
-            )));
+            return Err(Error::input(format!("pixel_values last dim {patch_dim} ≠ model_patch_size²·3 = {}", self.patch_dim)));
         }
         if image_position_ids.dims() != [n_img, max_patches, 2] {
             return Err(Error::input(format!(
@@ -91,10 +77,7 @@ impl VisionEmbedder {
                 image_position_ids.dims()
             )));
         }
-        let pos: Vec<i64> = image_position_ids
-            .to_dtype(candle_core::DType::I64)?
-            .flatten_all()?
-            .to_vec1()?;
+        let pos: Vec<i64> = image_position_ids.to_dtype(candle_core::DType::I64)?.flatten_all()?.to_vec1()?;
 
         // Keep patches unless both coordinates are −1 (`(ids == -1).all(-1)`).
         let mut keep = Vec::new();
@@ -110,10 +93,7 @@ impl VisionEmbedder {
                 // values are looked up at row 0 and still count, as in HF.
                 let clamped = c.max(0);
                 if clamped as usize >= self.posemb_size {
-                    return Err(Error::input(format!(
-                        "image position {c} outside the position table 0..{}",
-                        self.posemb_size
-                    )));
+                    return Err(Error::input(format!("image position {c} outside the position table 0..{}", self.posemb_size)));
                 }
                 idx.push(clamped as u32);
                 valid.push(if c != -1 { 1.0f32 } else { 0.0 });
@@ -122,10 +102,7 @@ impl VisionEmbedder {
         let dev = pixel_values.device();
         let n = keep.len();
         let keep = Tensor::from_vec(keep, n, dev)?;
-        let patches = pixel_values
-            .to_dtype(self.pos_x.dtype())?
-            .reshape((n_img * max_patches, patch_dim))?
-            .index_select(&keep, 0)?;
+        let patches = pixel_values.to_dtype(self.pos_x.dtype())?.reshape((n_img * max_patches, patch_dim))?.index_select(&keep, 0)?;
 
         // Step 1: LN → Dense → LN
         let h = self.patch_ln1.forward(&patches)?;

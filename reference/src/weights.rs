@@ -26,15 +26,9 @@ const CHECKPOINT_RENAMES: &[(&str, &str)] = &[
     ("embed_vision.patch_ln1", "vision_embedder.patch_ln1"),
     ("embed_vision.patch_dense", "vision_embedder.patch_dense"),
     ("embed_vision.patch_ln2", "vision_embedder.patch_ln2"),
-    (
-        "embed_vision.pos_embedding",
-        "vision_embedder.pos_embedding",
-    ),
+    ("embed_vision.pos_embedding", "vision_embedder.pos_embedding"),
     ("embed_vision.pos_norm", "vision_embedder.pos_norm"),
-    (
-        "embed_vision.multimodal_embedder.embedding_projection",
-        "embed_vision.embedding_projection",
-    ),
+    ("embed_vision.multimodal_embedder.embedding_projection", "embed_vision.embedding_projection"),
 ];
 
 /// The checkpoint-form name of a module parameter name (itself when no rename applies).
@@ -98,31 +92,27 @@ fn decode<E: Elem>(bytes: &[u8], out: &mut [f32], order: Order) {
     const B: usize = 32;
     match order {
         Order::RowMajor => {
-            out.par_chunks_mut(1 << 16)
-                .enumerate()
-                .for_each(|(k, part)| {
-                    let base = k << 16;
-                    for (i, o) in part.iter_mut().enumerate() {
-                        *o = E::get(bytes, base + i);
-                    }
-                });
+            out.par_chunks_mut(1 << 16).enumerate().for_each(|(k, part)| {
+                let base = k << 16;
+                for (i, o) in part.iter_mut().enumerate() {
+                    *o = E::get(bytes, base + i);
+                }
+            });
         }
         Order::Transposed { rows, cols } => {
             // Each task writes B output rows (= B stored columns), walking the stored rows in
             // blocks of B so that reads and writes stay in cache.
-            out.par_chunks_mut(rows * B)
-                .enumerate()
-                .for_each(|(k, part)| {
-                    let c0 = k * B;
-                    let c1 = (c0 + B).min(cols);
-                    for r0 in (0..rows).step_by(B) {
-                        for r in r0..(r0 + B).min(rows) {
-                            for c in c0..c1 {
-                                part[(c - c0) * rows + r] = E::get(bytes, r * cols + c);
-                            }
+            out.par_chunks_mut(rows * B).enumerate().for_each(|(k, part)| {
+                let c0 = k * B;
+                let c1 = (c0 + B).min(cols);
+                for r0 in (0..rows).step_by(B) {
+                    for r in r0..(r0 + B).min(rows) {
+                        for c in c0..c1 {
+                            part[(c - c0) * rows + r] = E::get(bytes, r * cols + c);
                         }
                     }
-                });
+                }
+            });
         }
     }
 }
@@ -172,21 +162,13 @@ impl Weights {
     /// Like [`Weights::open`], returning tensors in `dtype` (F32 or F64).
     pub fn open_with_dtype(dir: &Path, dtype: DType) -> Result<Self> {
         if !matches!(dtype, DType::F32 | DType::F64) {
-            return Err(Error::input(format!(
-                "compute dtype {dtype:?}: only f32 and f64 are supported"
-            )));
+            return Err(Error::input(format!("compute dtype {dtype:?}: only f32 and f64 are supported")));
         }
         let single = dir.join("model.safetensors");
         let index = dir.join("model.safetensors.index.json");
         let files: Vec<PathBuf> = if index.exists() {
-            let text = std::fs::read_to_string(&index).map_err(|source| Error::Io {
-                path: index.clone(),
-                source,
-            })?;
-            let idx: ShardIndex = serde_json::from_str(&text).map_err(|source| Error::Json {
-                path: index.clone(),
-                source,
-            })?;
+            let text = std::fs::read_to_string(&index).map_err(|source| Error::Io { path: index.clone(), source })?;
+            let idx: ShardIndex = serde_json::from_str(&text).map_err(|source| Error::Json { path: index.clone(), source })?;
             let mut names: Vec<&String> = idx.weight_map.values().collect();
             names.sort();
             names.dedup();
@@ -205,47 +187,22 @@ impl Weights {
         let mut shards = Vec::with_capacity(files.len());
         let mut entries = HashMap::new();
         for (i, path) in files.into_iter().enumerate() {
-            let file = std::fs::File::open(&path).map_err(|source| Error::Io {
-                path: path.clone(),
-                source,
-            })?;
+            let file = std::fs::File::open(&path).map_err(|source| Error::Io { path: path.clone(), source })?;
             // SAFETY: the mapping is read-only; the checkpoint must not be modified while the
             // model loads (the same contract as every mmap-based loader, e.g. candle's).
-            let mmap = unsafe { Mmap::map(&file) }.map_err(|source| Error::Io {
-                path: path.clone(),
-                source,
-            })?;
+            let mmap = unsafe { Mmap::map(&file) }.map_err(|source| Error::Io { path: path.clone(), source })?;
             let (header_len, metadata) =
-                SafeTensors::read_metadata(&mmap).map_err(|source| Error::Safetensors {
-                    path: path.clone(),
-                    source,
-                })?;
+                SafeTensors::read_metadata(&mmap).map_err(|source| Error::Safetensors { path: path.clone(), source })?;
             let data_start = 8 + header_len;
             for (name, info) in metadata.tensors() {
                 entries.insert(
                     name,
-                    Entry {
-                        shard: i,
-                        dtype: info.dtype,
-                        shape: info.shape.clone(),
-                        begin: info.data_offsets.0,
-                        end: info.data_offsets.1,
-                    },
+                    Entry { shard: i, dtype: info.dtype, shape: info.shape.clone(), begin: info.data_offsets.0, end: info.data_offsets.1 },
                 );
             }
-            shards.push(Shard {
-                path,
-                mmap,
-                data_start,
-            });
+            shards.push(Shard { path, mmap, data_start });
         }
-        Ok(Self {
-            dir: dir.to_path_buf(),
-            shards,
-            entries,
-            dtype,
-            used: Mutex::new(BTreeMap::new()),
-        })
+        Ok(Self { dir: dir.to_path_buf(), shards, entries, dtype, used: Mutex::new(BTreeMap::new()) })
     }
 
     /// Whether the checkpoint holds `name`.
@@ -277,9 +234,7 @@ impl Weights {
     /// (HF `save_pretrained` output) if present, else the module form, else `None`.
     fn stored_name(&self, module_name: &str) -> Option<String> {
         let ckpt = checkpoint_name(module_name);
-        [ckpt, module_name.to_string()]
-            .into_iter()
-            .find(|n| self.entries.contains_key(n))
+        [ckpt, module_name.to_string()].into_iter().find(|n| self.entries.contains_key(n))
     }
 
     /// Reads the module parameter `module_name` (under its checkpoint or module name), checks
@@ -287,11 +242,7 @@ impl Weights {
     pub fn get(&self, module_name: &str, expected: &[usize]) -> Result<Tensor> {
         let data = self.read(module_name, expected)?;
         let t = Tensor::from_vec(data, expected, &Device::Cpu)?;
-        Ok(if self.dtype == DType::F32 {
-            t
-        } else {
-            t.to_dtype(self.dtype)?
-        })
+        Ok(if self.dtype == DType::F32 { t } else { t.to_dtype(self.dtype)? })
     }
 
     /// Reads a 2-D parameter stored `[rows, cols]` (`expected`) and returns it transposed,
@@ -302,11 +253,7 @@ impl Weights {
         let [rows, cols] = expected;
         let data = self.read_with(module_name, &expected, Order::Transposed { rows, cols })?;
         let t = Tensor::from_vec(data, (cols, rows), &Device::Cpu)?;
-        Ok(if self.dtype == DType::F32 {
-            t
-        } else {
-            t.to_dtype(self.dtype)?
-        })
+        Ok(if self.dtype == DType::F32 { t } else { t.to_dtype(self.dtype)? })
     }
 
     /// Shape-checks `module_name` and decodes it to f32 values (row-major).
@@ -319,11 +266,7 @@ impl Weights {
         let Some(stored) = self.stored_name(module_name) else {
             let ckpt = checkpoint_name(module_name);
             return Err(Error::MissingTensor {
-                name: if ckpt == module_name {
-                    ckpt
-                } else {
-                    format!("{ckpt}` (module name `{module_name}")
-                },
+                name: if ckpt == module_name { ckpt } else { format!("{ckpt}` (module name `{module_name}") },
                 location: self.location(),
             });
         };
@@ -340,24 +283,15 @@ impl Weights {
         }
         let begin = shard.data_start + entry.begin;
         let end = shard.data_start + entry.end;
-        let bytes = shard
-            .mmap
-            .get(begin..end)
-            .ok_or_else(|| Error::Safetensors {
-                path: shard.path.clone(),
-                source: safetensors::SafeTensorError::InvalidOffset(name.to_string()),
-            })?;
+        let bytes = shard.mmap.get(begin..end).ok_or_else(|| Error::Safetensors {
+            path: shard.path.clone(),
+            source: safetensors::SafeTensorError::InvalidOffset(name.to_string()),
+        })?;
         let n: usize = expected.iter().product();
         let elem = match entry.dtype {
             StDtype::F32 => 4,
             StDtype::F16 | StDtype::BF16 => 2,
-            other => {
-                return Err(Error::TensorDtype {
-                    name: name.to_string(),
-                    file: shard.path.clone(),
-                    dtype: format!("{other:?}"),
-                })
-            }
+            other => return Err(Error::TensorDtype { name: name.to_string(), file: shard.path.clone(), dtype: format!("{other:?}") }),
         };
         if bytes.len() != n * elem {
             return Err(Error::Safetensors {
@@ -377,11 +311,7 @@ impl Weights {
         // SAFETY: nothing borrows this byte range any more (`bytes` is dead after the fill);
         // MADV_DONTNEED on a clean, never-written private file mapping does not change contents.
         unsafe {
-            let _ = shard.mmap.unchecked_advise_range(
-                memmap2::UncheckedAdvice::DontNeed,
-                begin,
-                end - begin,
-            );
+            let _ = shard.mmap.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, begin, end - begin);
         }
         if let Ok(mut used) = self.used.lock() {
             used.insert(name.to_string(), expected.to_vec());

@@ -12,9 +12,7 @@ use common::{fixture_dir, max_abs_diff, read_safetensors};
 use onnx_parity_reference::{BidirectionalScope, Error, Gemma4Unified, ModelInputs};
 
 /// Copies the unified-vision checkpoint into a temp dir with its tensors rewritten by `edit`.
-fn rewritten(
-    edit: impl FnOnce(&mut HashMap<String, Tensor>) -> Result<()>,
-) -> Result<tempfile::TempDir> {
+fn rewritten(edit: impl FnOnce(&mut HashMap<String, Tensor>) -> Result<()>) -> Result<tempfile::TempDir> {
     let src = fixture_dir("unified-vision").join("checkpoint");
     let dir = tempfile::tempdir()?;
     std::fs::copy(src.join("config.json"), dir.path().join("config.json"))?;
@@ -25,10 +23,7 @@ fn rewritten(
 }
 
 fn prompt() -> ModelInputs {
-    ModelInputs {
-        input_ids: vec![2, 40, 41, 42, 43, 44, 45, 46, 47, 48],
-        ..Default::default()
-    }
+    ModelInputs { input_ids: vec![2, 40, 41, 42, 43, 44, 45, 46, 47, 48], ..Default::default() }
 }
 
 fn logits(dir: &Path) -> Result<Tensor> {
@@ -66,10 +61,7 @@ fn wrong_shape_is_named() -> Result<()> {
     match Gemma4Unified::load(dir.path()) {
         Err(e @ Error::TensorShape { .. }) => {
             let msg = e.to_string();
-            assert!(
-                msg.contains(name) && msg.contains("model.safetensors"),
-                "{msg}"
-            );
+            assert!(msg.contains(name) && msg.contains("model.safetensors"), "{msg}");
             Ok(())
         }
         other => bail!("expected TensorShape, got {other:?}"),
@@ -84,9 +76,7 @@ fn missing_layer_scalar_is_named() -> Result<()> {
         t.remove(name).context("fixture lacks layer_scalar")?;
         Ok(())
     })?;
-    let err = Gemma4Unified::load(dir.path())
-        .err()
-        .context("load should fail")?;
+    let err = Gemma4Unified::load(dir.path()).err().context("load should fail")?;
     assert!(err.to_string().contains(name), "{err}");
     Ok(())
 }
@@ -101,24 +91,15 @@ fn sharded_checkpoint_loads_identically() -> Result<()> {
     names.sort();
     let (a, b) = names.split_at(names.len() / 2);
     let mut map = serde_json::Map::new();
-    for (file, part) in [
-        ("model-00001-of-00002.safetensors", a),
-        ("model-00002-of-00002.safetensors", b),
-    ] {
-        let shard: HashMap<String, Tensor> = part
-            .iter()
-            .map(|n| ((*n).clone(), tensors[*n].clone()))
-            .collect();
+    for (file, part) in [("model-00001-of-00002.safetensors", a), ("model-00002-of-00002.safetensors", b)] {
+        let shard: HashMap<String, Tensor> = part.iter().map(|n| ((*n).clone(), tensors[*n].clone())).collect();
         candle_core::safetensors::save(&shard, dir.path().join(file))?;
         for n in part {
             map.insert((*n).clone(), serde_json::Value::String(file.to_string()));
         }
     }
     let index = serde_json::json!({ "metadata": {}, "weight_map": map });
-    std::fs::write(
-        dir.path().join("model.safetensors.index.json"),
-        index.to_string(),
-    )?;
+    std::fs::write(dir.path().join("model.safetensors.index.json"), index.to_string())?;
     let d = max_abs_diff(&logits(dir.path())?, &logits(&single)?)?;
     assert_eq!(d, 0.0, "sharded load must be bit-identical");
     Ok(())
@@ -132,21 +113,13 @@ fn sharded_missing_tensor_is_named() -> Result<()> {
         t.remove(name).context("fixture lacks the tensor")?;
         Ok(())
     })?;
-    std::fs::rename(
-        dir.path().join("model.safetensors"),
-        dir.path().join("model-00001-of-00001.safetensors"),
-    )?;
+    std::fs::rename(dir.path().join("model.safetensors"), dir.path().join("model-00001-of-00001.safetensors"))?;
     std::fs::write(
         dir.path().join("model.safetensors.index.json"),
         r#"{"metadata":{},"weight_map":{"lm_head.weight":"model-00001-of-00001.safetensors"}}"#,
     )?;
-    let err = Gemma4Unified::load(dir.path())
-        .err()
-        .context("load should fail")?;
-    assert!(
-        matches!(err, Error::MissingTensor { .. }) && err.to_string().contains(name),
-        "{err}"
-    );
+    let err = Gemma4Unified::load(dir.path()).err().context("load should fail")?;
+    assert!(matches!(err, Error::MissingTensor { .. }) && err.to_string().contains(name), "{err}");
     Ok(())
 }
 
@@ -183,10 +156,7 @@ fn module_names_load_identically() -> Result<()> {
         for k in old {
             let new = k
                 .replace("model.vision_embedder.", "model.embed_vision.")
-                .replace(
-                    "embed_vision.embedding_projection",
-                    "embed_vision.multimodal_embedder.embedding_projection",
-                );
+                .replace("embed_vision.embedding_projection", "embed_vision.multimodal_embedder.embedding_projection");
             if new != k {
                 let v = t.remove(&k).context("key vanished")?;
                 t.insert(new, v);
@@ -195,10 +165,7 @@ fn module_names_load_identically() -> Result<()> {
         Ok(())
     })?;
     let px = Tensor::rand(0f32, 1f32, (1, 4, 48), &candle_core::Device::Cpu)?;
-    let pos = Tensor::new(
-        &[[[0i64, 0], [1, 0], [0, 1], [-1, -1]]],
-        &candle_core::Device::Cpu,
-    )?;
+    let pos = Tensor::new(&[[[0i64, 0], [1, 0], [0, 1], [-1, -1]]], &candle_core::Device::Cpu)?;
     let a = Gemma4Unified::load(&single)?.image_features(&px, &pos)?;
     let b = Gemma4Unified::load(renamed.path())?.image_features(&px, &pos)?;
     assert_eq!(a.dims(), &[3, 64]);

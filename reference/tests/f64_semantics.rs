@@ -22,45 +22,24 @@ use onnx_parity_reference::{BidirectionalScope, Gemma4Unified};
 const F64_BOUND: f32 = 1e-9;
 
 fn f64_oracle(name: &str) -> Result<std::collections::HashMap<String, Tensor>> {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/data")
-        .join(format!("{name}-f64.safetensors"));
-    Ok(read_safetensors(&path)
-        .with_context(|| "regenerate with scripts/hf_f64_oracle.py")?
-        .0)
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data").join(format!("{name}-f64.safetensors"));
+    Ok(read_safetensors(&path).with_context(|| "regenerate with scripts/hf_f64_oracle.py")?.0)
 }
 
 /// Compares in f64, reported as f32 (differences are far above f32's denormal range).
 fn close64(what: &str, got: &Tensor, want: &Tensor) -> Result<f32> {
-    let d = (got.to_dtype(DType::F64)? - want.to_dtype(DType::F64)?)?
-        .abs()?
-        .flatten_all()?
-        .max(0)?
-        .to_scalar::<f64>()?;
+    let d = (got.to_dtype(DType::F64)? - want.to_dtype(DType::F64)?)?.abs()?.flatten_all()?.max(0)?.to_scalar::<f64>()?;
     eprintln!("{what}: max abs diff {d:.3e} (bound {F64_BOUND:.0e})");
-    ensure!(
-        d.is_finite() && d <= F64_BOUND as f64,
-        "{what}: {d:e} exceeds {F64_BOUND:e}"
-    );
+    ensure!(d.is_finite() && d <= F64_BOUND as f64, "{what}: {d:e} exceeds {F64_BOUND:e}");
     Ok(d as f32)
 }
 
-fn check(
-    name: &str,
-    scopes: &[(BidirectionalScope, &str)],
-    greedy_scope: BidirectionalScope,
-) -> Result<()> {
+fn check(name: &str, scopes: &[(BidirectionalScope, &str)], greedy_scope: BidirectionalScope) -> Result<()> {
     let f = load_fixture(name)?; // inputs
     let oracle = f64_oracle(name)?;
     // HF f32 and HF f64 on the same checkpoint agree to ~1e-5; after a fixture regeneration
     // (new random weights) they differ at O(1): refuse a stale f64 oracle with a clear message.
-    let stale = common::max_abs_diff(
-        &oracle
-            .get("logits")
-            .context("oracle")?
-            .to_dtype(DType::F32)?,
-        f.oracle("logits")?,
-    )?;
+    let stale = common::max_abs_diff(&oracle.get("logits").context("oracle")?.to_dtype(DType::F32)?, f.oracle("logits")?)?;
     ensure!(
         stale < 1e-3,
         "tests/data/{name}-f64.safetensors is stale (differs from the f32 oracle by {stale:e}); \
@@ -69,48 +48,24 @@ fn check(
     let model = Gemma4Unified::load_with_dtype(&fixture_dir(name).join("checkpoint"), DType::F64)?;
     if let (Some(px), Some(pos)) = (&f.inputs.pixel_values, &f.inputs.image_position_ids) {
         let got = model.image_features(px, pos)?;
-        close64(
-            "image_features",
-            &got,
-            oracle.get("image_features").context("oracle")?,
-        )?;
+        close64("image_features", &got, oracle.get("image_features").context("oracle")?)?;
     }
     let got = model.prefill(&f.inputs, model.hf_forward_scope())?;
-    close64(
-        "logits (HF forward)",
-        &got,
-        oracle.get("logits").context("oracle")?,
-    )?;
+    close64("logits (HF forward)", &got, oracle.get("logits").context("oracle")?)?;
     let embeds = model.embed(&f.inputs)?;
     for (scope, key) in scopes {
         let got = model.forward_embeds(&embeds, f.inputs.mm_token_type_ids.as_deref(), *scope)?;
         close64(key, &got, oracle.get(*key).context("oracle")?)?;
     }
     let want_tokens = oracle["greedy_tokens"].flatten_all()?.to_vec1::<i64>()?;
-    let eos = model
-        .config()
-        .text()
-        .eos_token_id
-        .as_ref()
-        .map(|e| e.to_vec())
-        .unwrap_or_default();
+    let eos = model.config().text().eos_token_id.as_ref().map(|e| e.to_vec()).unwrap_or_default();
     let gen = model.greedy(&f.inputs, want_tokens.len(), &eos, greedy_scope)?;
-    ensure!(
-        gen.tokens == want_tokens,
-        "greedy {:?} vs HF f64 {:?}",
-        gen.tokens,
-        want_tokens
-    );
+    ensure!(gen.tokens == want_tokens, "greedy {:?} vs HF f64 {:?}", gen.tokens, want_tokens);
     let steps = &oracle["step_logits"];
     // Generation returns f32 rows; compare them at f32 resolution against the f64 oracle.
     for (i, row) in gen.step_logits.iter().enumerate() {
         let got = Tensor::new(row.as_slice(), steps.device())?;
-        assert_close(
-            &format!("step_logits[{i}] (f32 rows of the f64 run)"),
-            &got,
-            &steps.get(i)?.to_dtype(DType::F32)?,
-            4e-6,
-        )?;
+        assert_close(&format!("step_logits[{i}] (f32 rows of the f64 run)"), &got, &steps.get(i)?.to_dtype(DType::F32)?, 4e-6)?;
     }
     Ok(())
 }
@@ -121,10 +76,7 @@ fn unified_vision_equals_hf_in_f64() -> Result<()> {
         "unified-vision",
         &[
             (BidirectionalScope::AllLayers, "logits_all_layers"),
-            (
-                BidirectionalScope::SlidingWindowed,
-                "logits_sliding_windowed",
-            ),
+            (BidirectionalScope::SlidingWindowed, "logits_sliding_windowed"),
             (BidirectionalScope::None, "logits_none"),
         ],
         BidirectionalScope::AllLayers,

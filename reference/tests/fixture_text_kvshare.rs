@@ -13,12 +13,7 @@ const FIXTURE: &str = "unified-text-kvshare";
 fn inputs_embeds_match_hf() -> Result<()> {
     let f = load_fixture(FIXTURE)?;
     let got = f.model.embed(&f.inputs)?;
-    assert_close(
-        "inputs_embeds",
-        &got,
-        f.oracle("inputs_embeds")?,
-        FEATURES_BOUND,
-    )?;
+    assert_close("inputs_embeds", &got, f.oracle("inputs_embeds")?, FEATURES_BOUND)?;
     Ok(())
 }
 
@@ -41,22 +36,14 @@ fn greedy_tokens_and_decode_steps_match_hf() -> Result<()> {
 #[test]
 fn greedy_stops_at_eos() -> Result<()> {
     let f = load_fixture(FIXTURE)?;
-    let full = f
-        .model
-        .greedy(&f.inputs, 8, &[], BidirectionalScope::None)?;
+    let full = f.model.greedy(&f.inputs, 8, &[], BidirectionalScope::None)?;
     ensure!(full.tokens.len() == 8, "no EOS: all 8 tokens");
     let eos = full.tokens[2];
-    let stopped = f
-        .model
-        .greedy(&f.inputs, 8, &[eos], BidirectionalScope::None)?;
+    let stopped = f.model.greedy(&f.inputs, 8, &[eos], BidirectionalScope::None)?;
     let want = &full.tokens[..=full.tokens.iter().position(|&t| t == eos).unwrap_or(2)];
     ensure!(stopped.tokens == want, "{:?} vs {:?}", stopped.tokens, want);
     ensure!(stopped.step_logits.len() == stopped.tokens.len());
-    ensure!(f
-        .model
-        .greedy(&f.inputs, 0, &[], BidirectionalScope::None)?
-        .tokens
-        .is_empty());
+    ensure!(f.model.greedy(&f.inputs, 0, &[], BidirectionalScope::None)?.tokens.is_empty());
     Ok(())
 }
 
@@ -66,29 +53,16 @@ fn greedy_stops_at_eos() -> Result<()> {
 #[test]
 fn decode_steps_equal_prefill_of_extended_sequence() -> Result<()> {
     let f = load_fixture(FIXTURE)?;
-    let gen = f
-        .model
-        .greedy(&f.inputs, 8, &[], BidirectionalScope::None)?;
+    let gen = f.model.greedy(&f.inputs, 8, &[], BidirectionalScope::None)?;
     let mut ids = f.inputs.input_ids.clone();
     let prompt_len = ids.len();
     ids.extend_from_slice(&gen.tokens[..gen.tokens.len() - 1]);
-    let inputs = onnx_parity_reference::ModelInputs {
-        input_ids: ids,
-        ..Default::default()
-    };
-    let all = f
-        .model
-        .prefill(&inputs, BidirectionalScope::None)?
-        .squeeze(0)?;
+    let inputs = onnx_parity_reference::ModelInputs { input_ids: ids, ..Default::default() };
+    let all = f.model.prefill(&inputs, BidirectionalScope::None)?.squeeze(0)?;
     for (k, row) in gen.step_logits.iter().enumerate() {
         let got = candle_core::Tensor::new(row.as_slice(), all.device())?;
         let want = all.get(prompt_len - 1 + k)?;
-        assert_close(
-            &format!("decode step {k} vs prefill"),
-            &got,
-            &want,
-            LOGITS_BOUND,
-        )?;
+        assert_close(&format!("decode step {k} vs prefill"), &got, &want, LOGITS_BOUND)?;
     }
     Ok(())
 }

@@ -14,18 +14,9 @@ const FIXTURE: &str = "unified-vision";
 fn image_features_match_hf() -> Result<()> {
     let f = load_fixture(FIXTURE)?;
     let px = f.inputs.pixel_values.as_ref().context("no pixel_values")?;
-    let pos = f
-        .inputs
-        .image_position_ids
-        .as_ref()
-        .context("no image_position_ids")?;
+    let pos = f.inputs.image_position_ids.as_ref().context("no image_position_ids")?;
     let got = f.model.image_features(px, pos)?;
-    assert_close(
-        "image_features",
-        &got,
-        f.oracle("image_features")?,
-        FEATURES_BOUND,
-    )?;
+    assert_close("image_features", &got, f.oracle("image_features")?, FEATURES_BOUND)?;
     Ok(())
 }
 
@@ -33,12 +24,7 @@ fn image_features_match_hf() -> Result<()> {
 fn inputs_embeds_match_hf() -> Result<()> {
     let f = load_fixture(FIXTURE)?;
     let got = f.model.embed(&f.inputs)?;
-    assert_close(
-        "inputs_embeds",
-        &got,
-        f.oracle("inputs_embeds")?,
-        FEATURES_BOUND,
-    )?;
+    assert_close("inputs_embeds", &got, f.oracle("inputs_embeds")?, FEATURES_BOUND)?;
     Ok(())
 }
 
@@ -53,12 +39,7 @@ fn logits_default_scope_match_hf() -> Result<()> {
         f.metadata.get("default_scope")
     );
     let got = f.model.prefill(&f.inputs, scope)?;
-    assert_close(
-        "logits (default scope)",
-        &got,
-        f.oracle("logits")?,
-        LOGITS_BOUND,
-    )?;
+    assert_close("logits (default scope)", &got, f.oracle("logits")?, LOGITS_BOUND)?;
     Ok(())
 }
 
@@ -86,10 +67,7 @@ fn scopes_are_distinguishable() -> Result<()> {
     let f = load_fixture(FIXTURE)?;
     let embeds = f.model.embed(&f.inputs)?;
     let types = f.inputs.mm_token_type_ids.as_deref();
-    let all: Vec<_> = BidirectionalScope::ALL
-        .iter()
-        .map(|&s| f.model.forward_embeds(&embeds, types, s))
-        .collect::<Result<_, _>>()?;
+    let all: Vec<_> = BidirectionalScope::ALL.iter().map(|&s| f.model.forward_embeds(&embeds, types, s)).collect::<Result<_, _>>()?;
     for (i, j) in [(0, 1), (0, 2), (1, 2)] {
         let d = common::max_abs_diff(&all[i], &all[j])?;
         ensure!(d > 1e-2, "scopes {i} and {j} differ by only {d:e}");
@@ -100,10 +78,6 @@ fn scopes_are_distinguishable() -> Result<()> {
 #[test]
 fn greedy_tokens_and_decode_steps_match_hf() -> Result<()> {
     let f = load_fixture(FIXTURE)?;
-    let scope: BidirectionalScope = f
-        .metadata
-        .get("greedy_scope")
-        .context("oracle lacks greedy_scope")?
-        .parse()?;
+    let scope: BidirectionalScope = f.metadata.get("greedy_scope").context("oracle lacks greedy_scope")?.parse()?;
     check_greedy(&f, scope, LOGITS_BOUND)
 }

@@ -88,7 +88,10 @@ impl ModelInputs {
                     return Err(err("pixel_values", format!("rank 3 [n_img, max_patches, patch_dim], found {:?}", p.shape)));
                 }
                 if q.shape != [p.shape[0], p.shape[1], 2] {
-                    return Err(err("image_position_ids", format!("shape [{}, {}, 2] to match pixel_values, found {:?}", p.shape[0], p.shape[1], q.shape)));
+                    return Err(err(
+                        "image_position_ids",
+                        format!("shape [{}, {}, 2] to match pixel_values, found {:?}", p.shape[0], p.shape[1], q.shape),
+                    ));
                 }
             }
             (None, None) => {}
@@ -104,11 +107,18 @@ impl ModelInputs {
     }
 }
 
-fn view<'a>(st: &'a SafeTensors<'a>, name: &str, path: &Path, want: Dtype) -> Result<Option<safetensors::tensor::TensorView<'a>>, InputsError> {
+fn view<'a>(
+    st: &'a SafeTensors<'a>,
+    name: &str,
+    path: &Path,
+    want: Dtype,
+) -> Result<Option<safetensors::tensor::TensorView<'a>>, InputsError> {
     match st.tensor(name) {
         Err(_) => Ok(None),
         Ok(v) if v.dtype() == want => Ok(Some(v)),
-        Ok(v) => Err(InputsError::Tensor { path: path.into(), name: name.into(), expected: format!("dtype {want:?}, found {:?}", v.dtype()) }),
+        Ok(v) => {
+            Err(InputsError::Tensor { path: path.into(), name: name.into(), expected: format!("dtype {want:?}, found {:?}", v.dtype()) })
+        }
     }
 }
 

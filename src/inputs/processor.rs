@@ -164,13 +164,16 @@ impl ImageProcessorConfig {
                 "do_resize" => c.do_resize = boolean(key, v)?,
                 "do_rescale" => c.do_rescale = boolean(key, v)?,
                 "do_normalize" => c.do_normalize = boolean(key, v)?,
-                "rescale_factor" => c.rescale_factor = v.as_f64().ok_or_else(|| err(format!("`rescale_factor`: expected a number, found {v}")))?,
+                "rescale_factor" => {
+                    c.rescale_factor = v.as_f64().ok_or_else(|| err(format!("`rescale_factor`: expected a number, found {v}")))?
+                }
                 "image_mean" => c.image_mean = triple(key, v)?,
                 "image_std" => c.image_std = triple(key, v)?,
                 "resample" => {
-                    c.resample = v.as_i64().and_then(Resample::from_pil).ok_or_else(|| {
-                        err(format!("`resample`: {v} is not supported; expected 3 (BICUBIC, Gemma's) or 2 (BILINEAR)"))
-                    })?
+                    c.resample = v
+                        .as_i64()
+                        .and_then(Resample::from_pil)
+                        .ok_or_else(|| err(format!("`resample`: {v} is not supported; expected 3 (BICUBIC, Gemma's) or 2 (BILINEAR)")))?
                 }
                 "do_convert_rgb" if !boolean(key, v)? => {
                     return Err(err("`do_convert_rgb: false` is not supported (the Gemma4Unified processor forces RGB)".into()));
@@ -179,7 +182,10 @@ impl ImageProcessorConfig {
             }
         }
         if !SUPPORTED_SOFT_TOKENS.contains(&c.max_soft_tokens) {
-            return Err(err(format!("`max_soft_tokens` must be one of {SUPPORTED_SOFT_TOKENS:?} (as HF requires), found {}", c.max_soft_tokens)));
+            return Err(err(format!(
+                "`max_soft_tokens` must be one of {SUPPORTED_SOFT_TOKENS:?} (as HF requires), found {}",
+                c.max_soft_tokens
+            )));
         }
         if c.do_normalize && c.image_std.contains(&0.0) {
             return Err(err("`image_std` contains 0".into()));
@@ -441,8 +447,9 @@ impl ImageProcessorConfig {
         let err = |message: String| InputsError::Image { path: name.into(), message };
         let resized;
         let img = if self.do_resize {
-            let (th, tw) = aspect_ratio_preserving_size(img.height, img.width, self.patch_size, self.max_patches(), self.pooling_kernel_size)
-                .map_err(err)?;
+            let (th, tw) =
+                aspect_ratio_preserving_size(img.height, img.width, self.patch_size, self.max_patches(), self.pooling_kernel_size)
+                    .map_err(err)?;
             if (th, tw) == (img.height, img.width) {
                 img
             } else {
@@ -767,7 +774,13 @@ fn prepare_tokenizer(tok: &mut Tokenizer, config: &Value) -> Result<(), String> 
 /// `image_token_id`/`boi_token_id`/`eoi_token_id` — a mismatch means the model would not see
 /// the image tokens the processor writes. Without a string in the tokenizer config, the token
 /// with `config.json`'s id is used.
-fn special_tokens(tok: &Tokenizer, tok_config: &Value, config: &Value, tok_path: &Path, config_path: &Path) -> Result<SpecialTokens, InputsError> {
+fn special_tokens(
+    tok: &Tokenizer,
+    tok_config: &Value,
+    config: &Value,
+    tok_path: &Path,
+    config_path: &Path,
+) -> Result<SpecialTokens, InputsError> {
     let named = named_tokens(tok_config);
     let config_id = |key: &str| config.get(key).and_then(Value::as_u64).map(|v| v as u32);
     let resolve = |name: &str, id_key: &str| -> Result<(String, u32), InputsError> {

@@ -96,8 +96,7 @@ impl GraphSummary {
             }
         }
         consumed.extend(graph.output.iter().map(|o| o.name.clone()));
-        let dangling_initializers =
-            graph.initializer.iter().filter(|t| !consumed.contains(&t.name)).map(|t| t.name.clone()).collect();
+        let dangling_initializers = graph.initializer.iter().filter(|t| !consumed.contains(&t.name)).map(|t| t.name.clone()).collect();
         Ok(GraphSummary {
             path: path.into(),
             producer: format!("{} {}", model.producer_name, model.producer_version).trim().to_string(),
@@ -184,12 +183,22 @@ mod tests {
     #[test]
     fn dangling_initializers_and_subgraph_ops() {
         let sub = GraphProto {
-            node: vec![NodeProto { input: vec!["w_sub".into()], output: vec!["y".into()], op_type: "Identity".into(), ..Default::default() }],
+            node: vec![NodeProto {
+                input: vec!["w_sub".into()],
+                output: vec!["y".into()],
+                op_type: "Identity".into(),
+                ..Default::default()
+            }],
             ..Default::default()
         };
         let graph = GraphProto {
             node: vec![
-                NodeProto { input: vec!["x".into(), "w_used".into()], output: vec!["z".into()], op_type: "MatMul".into(), ..Default::default() },
+                NodeProto {
+                    input: vec!["x".into(), "w_used".into()],
+                    output: vec!["z".into()],
+                    op_type: "MatMul".into(),
+                    ..Default::default()
+                },
                 NodeProto {
                     input: vec!["cond".into()],
                     output: vec!["out".into()],

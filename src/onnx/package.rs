@@ -75,11 +75,7 @@ impl OnnxPackage {
 
 fn read_dir_sorted(dir: &Path) -> Result<Vec<PathBuf>, PackageError> {
     let io = |source| PackageError::Io { path: dir.into(), source };
-    let mut v = std::fs::read_dir(dir)
-        .map_err(io)?
-        .map(|e| e.map(|e| e.path()))
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(io)?;
+    let mut v = std::fs::read_dir(dir).map_err(io)?.map(|e| e.map(|e| e.path())).collect::<Result<Vec<_>, _>>().map_err(io)?;
     v.sort();
     Ok(v)
 }
@@ -90,8 +86,7 @@ fn onnx_file_in(dir: &Path) -> Result<Option<PathBuf>, PackageError> {
     if preferred.is_file() {
         return Ok(Some(preferred));
     }
-    let found: Vec<_> =
-        read_dir_sorted(dir)?.into_iter().filter(|p| p.is_file() && p.extension().is_some_and(|e| e == "onnx")).collect();
+    let found: Vec<_> = read_dir_sorted(dir)?.into_iter().filter(|p| p.is_file() && p.extension().is_some_and(|e| e == "onnx")).collect();
     match found.len() {
         0 => Ok(None),
         1 => Ok(found.into_iter().next()),

@@ -104,7 +104,8 @@ impl OnnxPipeline {
             Layout::TextOnly => (TEXT_MODEL, package.submodel(TEXT_MODEL)),
             Layout::Multimodal => (DECODER, package.submodel(DECODER)),
         };
-        let decoder_path = decoder_path.ok_or_else(|| PipelineError::Contract { role: DECODER, message: format!("missing from {}", dir.display()) })?;
+        let decoder_path =
+            decoder_path.ok_or_else(|| PipelineError::Contract { role: DECODER, message: format!("missing from {}", dir.display()) })?;
         let decoder = open_session(decoder_path, opts)?;
         let embedding = package.submodel(EMBEDDING).map(|p| open_session(p, opts)).transpose()?;
         let vision = package.submodel(VISION_ENCODER).map(|p| open_session(p, opts)).transpose()?;
@@ -120,11 +121,15 @@ impl OnnxPipeline {
             .and_then(|o| o.dtype().tensor_type())
             .ok_or_else(|| PipelineError::Contract { role: decoder_role, message: "no tensor output `logits`".into() })?;
         if !matches!(float, TensorElementType::Float32 | TensorElementType::Float16) {
-            return Err(PipelineError::Contract { role: decoder_role, message: format!("logits are {float:?}; only float32 and float16 exports are driven") });
+            return Err(PipelineError::Contract {
+                role: decoder_role,
+                message: format!("logits are {float:?}; only float32 and float16 exports are driven"),
+            });
         }
         let hidden = match &embedding {
-            Some(e) => static_dim(e.outputs().iter().find(|o| o.name() == "inputs_embeds").map(|o| o.dtype()), 2)
-                .ok_or_else(|| PipelineError::Contract { role: EMBEDDING, message: "output `inputs_embeds` needs a static hidden size".into() })?,
+            Some(e) => static_dim(e.outputs().iter().find(|o| o.name() == "inputs_embeds").map(|o| o.dtype()), 2).ok_or_else(|| {
+                PipelineError::Contract { role: EMBEDDING, message: "output `inputs_embeds` needs a static hidden size".into() }
+            })?,
             None => 0,
         };
         Ok(OnnxPipeline { root: dir.into(), decoder, decoder_role, embedding, vision, kv, float, hidden, decoder_inputs })
@@ -149,7 +154,13 @@ impl OnnxPipeline {
     /// Greedy decoding of up to `max_new` tokens, stopping after an EOS token. With `forced`, the
     /// given tokens are fed instead of the argmax (teacher forcing), so each step's logits can be
     /// compared with another implementation's on identical histories.
-    pub fn greedy(&mut self, inputs: &ModelInputs, max_new: usize, eos: &[i64], forced: Option<&[i64]>) -> Result<(OnnxPrefill, OnnxGeneration), PipelineError> {
+    pub fn greedy(
+        &mut self,
+        inputs: &ModelInputs,
+        max_new: usize,
+        eos: &[i64],
+        forced: Option<&[i64]>,
+    ) -> Result<(OnnxPrefill, OnnxGeneration), PipelineError> {
         let (prefill, mut cache) = self.prefill_with_cache(inputs)?;
         let mut gen = OnnxGeneration::default();
         if max_new == 0 {
@@ -237,7 +248,13 @@ impl OnnxPipeline {
 
     /// One decoder call over `ids` (S new positions) with `total` = past + S positions; returns
     /// logits [1, S, V] as f32 and the `present` values in KV order, moved out of the outputs.
-    fn run_decoder(&mut self, ids: &[i64], embeds: Option<DynValue>, total: usize, cache: Vec<DynValue>) -> Result<(Dense<f32>, Vec<DynValue>), PipelineError> {
+    fn run_decoder(
+        &mut self,
+        ids: &[i64],
+        embeds: Option<DynValue>,
+        total: usize,
+        cache: Vec<DynValue>,
+    ) -> Result<(Dense<f32>, Vec<DynValue>), PipelineError> {
         let role = self.decoder_role;
         let run = |m: String| PipelineError::Run { role, message: m };
         let s = ids.len();
@@ -249,8 +266,12 @@ impl OnnxPipeline {
             }
             let value: DynValue = match name.as_str() {
                 "input_ids" => Tensor::from_array((vec![1usize, s], ids.to_vec())).map_err(|e| run(e.to_string()))?.into_dyn(),
-                "attention_mask" => Tensor::from_array((vec![1usize, total], vec![1i64; total])).map_err(|e| run(e.to_string()))?.into_dyn(),
-                "position_ids" => Tensor::from_array((vec![1usize, s], (past as i64..total as i64).collect::<Vec<_>>())).map_err(|e| run(e.to_string()))?.into_dyn(),
+                "attention_mask" => {
+                    Tensor::from_array((vec![1usize, total], vec![1i64; total])).map_err(|e| run(e.to_string()))?.into_dyn()
+                }
+                "position_ids" => Tensor::from_array((vec![1usize, s], (past as i64..total as i64).collect::<Vec<_>>()))
+                    .map_err(|e| run(e.to_string()))?
+                    .into_dyn(),
                 "inputs_embeds" => match &embeds {
                     Some(_) => continue,
                     None => return Err(run("needs `inputs_embeds` but the package has no embedding model".into())),
@@ -264,7 +285,9 @@ impl OnnxPipeline {
         }
         let mut values = cache.into_iter();
         for slot in &self.kv {
-            let (Some(k), Some(v)) = (values.next(), values.next()) else { return Err(run("KV cache shorter than the decoder's KV inputs".into())) };
+            let (Some(k), Some(v)) = (values.next(), values.next()) else {
+                return Err(run("KV cache shorter than the decoder's KV inputs".into()));
+            };
             feed.push((slot.past_key.clone(), k.into()));
             feed.push((slot.past_value.clone(), v.into()));
         }
@@ -306,7 +329,11 @@ fn kv_slots(decoder: &Session, role: &'static str) -> Result<Vec<KvSlot>, Pipeli
     let mut by_index: HashMap<usize, ()> = HashMap::new();
     for i in decoder.inputs() {
         if let Some(rest) = i.name().strip_prefix("past_key_values.") {
-            let idx = rest.split('.').next().and_then(|n| n.parse::<usize>().ok()).ok_or_else(|| contract(format!("cannot read the layer index of input `{}`", i.name())))?;
+            let idx = rest
+                .split('.')
+                .next()
+                .and_then(|n| n.parse::<usize>().ok())
+                .ok_or_else(|| contract(format!("cannot read the layer index of input `{}`", i.name())))?;
             by_index.insert(idx, ());
         }
     }
@@ -314,7 +341,12 @@ fn kv_slots(decoder: &Session, role: &'static str) -> Result<Vec<KvSlot>, Pipeli
     let mut slots = Vec::with_capacity(n);
     for idx in 0..n {
         let dims_of = |name: &str| -> Result<[i64; 2], PipelineError> {
-            let ty = decoder.inputs().iter().find(|o| o.name() == name).map(|o| o.dtype()).ok_or_else(|| contract(format!("KV inputs are not numbered 0..{n}: `{name}` is missing")))?;
+            let ty = decoder
+                .inputs()
+                .iter()
+                .find(|o| o.name() == name)
+                .map(|o| o.dtype())
+                .ok_or_else(|| contract(format!("KV inputs are not numbered 0..{n}: `{name}` is missing")))?;
             match (static_dim(Some(ty), 1), static_dim(Some(ty), 3)) {
                 (Some(h), Some(d)) => Ok([h, d]),
                 _ => Err(contract(format!("input `{name}` needs static heads and head_dim (dims 1 and 3)"))),
@@ -329,7 +361,14 @@ fn kv_slots(decoder: &Session, role: &'static str) -> Result<Vec<KvSlot>, Pipeli
                 return Err(contract(format!("output `{name}` is missing")));
             }
         }
-        slots.push(KvSlot { key_dims: dims_of(&past_key)?, value_dims: dims_of(&past_value)?, past_key, past_value, present_key, present_value });
+        slots.push(KvSlot {
+            key_dims: dims_of(&past_key)?,
+            value_dims: dims_of(&past_value)?,
+            past_key,
+            past_value,
+            present_key,
+            present_value,
+        });
     }
     Ok(slots)
 }
@@ -345,9 +384,9 @@ fn static_dim(ty: Option<&ValueType>, axis: usize) -> Option<i64> {
 fn float_value(float: TensorElementType, shape: &[usize], data: &[f32]) -> Result<DynValue, String> {
     let shape = shape.to_vec();
     match float {
-        TensorElementType::Float16 => {
-            Tensor::from_array((shape, data.iter().map(|&x| f16::from_f32(x)).collect::<Vec<_>>())).map(|t| t.into_dyn()).map_err(|e| e.to_string())
-        }
+        TensorElementType::Float16 => Tensor::from_array((shape, data.iter().map(|&x| f16::from_f32(x)).collect::<Vec<_>>()))
+            .map(|t| t.into_dyn())
+            .map_err(|e| e.to_string()),
         _ => Tensor::from_array((shape, data.to_vec())).map(|t| t.into_dyn()).map_err(|e| e.to_string()),
     }
 }

@@ -75,12 +75,7 @@ fn locate(override_path: Option<PathBuf>, dir: PathBuf) -> Result<PathBuf, Runti
         return Ok(lib);
     }
     let tried = format!("ORT_DYLIB_PATH (unset); cache {}; python3 -m pip download {}=={}", lib.display(), wheel_name(), ORT_VERSION);
-    let unavailable = |cause: String| RuntimeError::Unavailable {
-        version: ORT_VERSION,
-        wheel: wheel_name(),
-        tried: tried.clone(),
-        cause,
-    };
+    let unavailable = |cause: String| RuntimeError::Unavailable { version: ORT_VERSION, wheel: wheel_name(), tried: tried.clone(), cause };
     fs::create_dir_all(&dir).map_err(|e| unavailable(format!("creating {}: {e}", dir.display())))?;
     let lock_path = dir.join(".lock");
     let lock = fs::File::create(&lock_path).map_err(|e| unavailable(format!("creating {}: {e}", lock_path.display())))?;
@@ -114,11 +109,7 @@ fn fetch_into(dir: &Path) -> Result<(), String> {
         .map_err(|e| format!("running python3 -m pip: {e}"))?;
     if !out.status.success() {
         let _ = fs::remove_dir_all(&scratch);
-        return Err(format!(
-            "pip download {spec} failed ({}): {}",
-            out.status,
-            String::from_utf8_lossy(&out.stderr).trim()
-        ));
+        return Err(format!("pip download {spec} failed ({}): {}", out.status, String::from_utf8_lossy(&out.stderr).trim()));
     }
     let wheel = fs::read_dir(&scratch)
         .map_err(|e| e.to_string())?
@@ -166,11 +157,7 @@ pub fn environment() -> Result<&'static ort::environment::Environment, RuntimeEr
         let lib = locate_library().map_err(|e| e.to_string())?;
         tracing::debug!("loading ONNX Runtime from {}", lib.display());
         let builder = ort::init_from(&lib).map_err(|e| format!("loading ONNX Runtime from {}: {e}", lib.display()))?;
-        builder
-            .with_name("onnx-parity")
-            .with_telemetry(false)
-            .build()
-            .map_err(|e| format!("creating the ONNX Runtime environment: {e}"))
+        builder.with_name("onnx-parity").with_telemetry(false).build().map_err(|e| format!("creating the ONNX Runtime environment: {e}"))
     });
     env.as_ref().map_err(|e| RuntimeError::Environment(e.clone()))
 }

@@ -96,16 +96,20 @@ fn tensor_violations(role: &str, kind: &str, e: &crate::onnx::contract::Expected
     }
     let want_shape = format!(
         "[{}]",
-        e.dims.iter().map(|d| match d { ExpectedDim::Fixed(n) => n.to_string(), ExpectedDim::Any => "*".into() }).collect::<Vec<_>>().join(", ")
+        e.dims
+            .iter()
+            .map(|d| match d {
+                ExpectedDim::Fixed(n) => n.to_string(),
+                ExpectedDim::Any => "*".into(),
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
     );
     match &a.dims {
         None => v.push(format!("{role}: {kind} `{}` declares no shape, contract expects {want_shape}", e.name)),
-        Some(dims) if dims.len() != e.dims.len() => v.push(format!(
-            "{role}: {kind} `{}` has rank {} {}, contract expects {want_shape}",
-            e.name,
-            dims.len(),
-            a.shape_string()
-        )),
+        Some(dims) if dims.len() != e.dims.len() => {
+            v.push(format!("{role}: {kind} `{}` has rank {} {}, contract expects {want_shape}", e.name, dims.len(), a.shape_string()))
+        }
         Some(dims) => {
             for (axis, (got, want)) in dims.iter().zip(&e.dims).enumerate() {
                 if let ExpectedDim::Fixed(n) = want {

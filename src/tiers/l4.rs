@@ -32,7 +32,13 @@ fn worse(a: Status, b: Status) -> Status {
 /// L4 verdict. `live_logits` are the reference's last-position logits for the same inputs, when
 /// the reference can run: the export is then also judged against them, and their cosine with
 /// the export's logits is reported (a warning below `cosine_similarity_warn`).
-pub fn compare(onnx_last_logits: &[f32], input_ids: &[i64], golden: &Golden, live_logits: Option<&[f32]>, tol: &L4Tolerance) -> TierOutcome {
+pub fn compare(
+    onnx_last_logits: &[f32],
+    input_ids: &[i64],
+    golden: &Golden,
+    live_logits: Option<&[f32]>,
+    tol: &L4Tolerance,
+) -> TierOutcome {
     if golden.input_ids != input_ids {
         return TierOutcome::fail(format!(
             "the golden was made for other input_ids ({} tokens) than the case's inputs ({} tokens): regenerate it with `onnx-parity golden --force`",
@@ -65,8 +71,12 @@ pub fn compare(onnx_last_logits: &[f32], input_ids: &[i64], golden: &Golden, liv
         match cosine_similarity(onnx_last_logits, live_logits) {
             Ok(c) => {
                 out = out.metric("cosine", c);
-                if !(c >= tol.cosine_similarity_warn) {
-                    parts.push(format!("warning: cosine {c:.6} with the reference's logits < warn threshold {}", tol.cosine_similarity_warn));
+                // NaN cosine (non-finite logits) warns too.
+                if c.is_nan() || c < tol.cosine_similarity_warn {
+                    parts.push(format!(
+                        "warning: cosine {c:.6} with the reference's logits < warn threshold {}",
+                        tol.cosine_similarity_warn
+                    ));
                 }
             }
             Err(e) => return TierOutcome::fail(format!("live reference comparison: {e}")),

@@ -20,7 +20,9 @@ pub fn compare(onnx_tokens: &[i64], golden_tokens: &[i64], live_tokens: Option<&
                 v.golden_len,
                 v.ratio,
                 min_ratio,
-                v.first_mismatch.map(|i| format!(", first mismatch at {i}: onnx {:?} vs golden {:?}", onnx_tokens.get(i), golden_tokens.get(i))).unwrap_or_default()
+                v.first_mismatch
+                    .map(|i| format!(", first mismatch at {i}: onnx {:?} vs golden {:?}", onnx_tokens.get(i), golden_tokens.get(i)))
+                    .unwrap_or_default()
             ));
             parts.extend(v.warnings.iter().map(|w| format!("warning: {w}")));
             out = out.metric("token_match_ratio", v.ratio).metric("positional_ratio", v.positional_ratio).metric("generated", v.actual_len);

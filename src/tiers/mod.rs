@@ -61,12 +61,7 @@ pub fn static_skip(case: &Case, level: Level, opts: &RunOptions) -> Option<Strin
     let needs_checkpoint_config = matches!(level, Level::L1 | Level::L2 | Level::L3);
     if needs_checkpoint_config {
         match &case.checkpoint {
-            None => {
-                return Some(format!(
-                    "no local checkpoint: add `checkpoint: <HF folder with config.json>` to {}",
-                    case.path.display()
-                ))
-            }
+            None => return Some(format!("no local checkpoint: add `checkpoint: <HF folder with config.json>` to {}", case.path.display())),
             Some(dir) if !dir.join("config.json").is_file() => {
                 return Some(format!("checkpoint {} has no config.json: download or regenerate it", dir.display()))
             }

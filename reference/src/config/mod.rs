@@ -98,11 +98,7 @@ const INERT_KEYS: &[&str] = &[
 
 pub(crate) fn log_unknown_keys(section: &str, other: &BTreeMap<String, Value>) {
     for key in other.keys().filter(|k| !INERT_KEYS.contains(&k.as_str())) {
-        tracing::debug!(
-            section,
-            key,
-            "config key not read by Gemma4Unified (HF ignores it too)"
-        );
+        tracing::debug!(section, key, "config key not read by Gemma4Unified (HF ignores it too)");
     }
 }
 
@@ -238,38 +234,21 @@ pub enum ModelConfig {
 impl ModelConfig {
     /// Reads, post-inits and validates `config.json`.
     pub fn from_file(path: &Path) -> Result<Self> {
-        let text = std::fs::read_to_string(path).map_err(|source| Error::Io {
-            path: path.to_path_buf(),
-            source,
-        })?;
+        let text = std::fs::read_to_string(path).map_err(|source| Error::Io { path: path.to_path_buf(), source })?;
         Self::from_json_str(&text).map_err(|e| match e {
-            Error::Json { source, .. } => Error::Json {
-                path: path.to_path_buf(),
-                source,
-            },
+            Error::Json { source, .. } => Error::Json { path: path.to_path_buf(), source },
             other => other,
         })
     }
 
     /// Parses, post-inits and validates a config JSON string.
     pub fn from_json_str(text: &str) -> Result<Self> {
-        let json_err = |source| Error::Json {
-            path: "config.json".into(),
-            source,
-        };
+        let json_err = |source| Error::Json { path: "config.json".into(), source };
         let value: Value = serde_json::from_str(text).map_err(json_err)?;
-        let model_type = value
-            .get("model_type")
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_string();
+        let model_type = value.get("model_type").and_then(Value::as_str).unwrap_or_default().to_string();
         let mut cfg = match model_type.as_str() {
-            "gemma4_unified" => {
-                ModelConfig::Unified(serde_json::from_value(value).map_err(json_err)?)
-            }
-            "gemma4_unified_text" => {
-                ModelConfig::Text(serde_json::from_value(value).map_err(json_err)?)
-            }
+            "gemma4_unified" => ModelConfig::Unified(serde_json::from_value(value).map_err(json_err)?),
+            "gemma4_unified_text" => ModelConfig::Text(serde_json::from_value(value).map_err(json_err)?),
             _ => return Err(Error::UnsupportedModelType(model_type)),
         };
         cfg.post_init()?;
@@ -279,10 +258,7 @@ impl ModelConfig {
 
     fn post_init(&mut self) -> Result<()> {
         match self {
-            ModelConfig::Unified(c) => c
-                .text_config
-                .get_or_insert_with(Gemma4UnifiedTextConfig::default)
-                .post_init(),
+            ModelConfig::Unified(c) => c.text_config.get_or_insert_with(Gemma4UnifiedTextConfig::default).post_init(),
             ModelConfig::Text(t) => t.post_init(),
         }
     }
@@ -349,10 +325,7 @@ impl ModelConfig {
     /// Placeholder ids HF replaces by `pad_token_id` before embedding (image, video, audio).
     pub fn placeholder_ids(&self) -> Vec<i64> {
         match self {
-            ModelConfig::Unified(c) => [c.image_token_id, c.video_token_id, c.audio_token_id]
-                .into_iter()
-                .flatten()
-                .collect(),
+            ModelConfig::Unified(c) => [c.image_token_id, c.video_token_id, c.audio_token_id].into_iter().flatten().collect(),
             ModelConfig::Text(_) => Vec::new(),
         }
     }
@@ -385,31 +358,22 @@ mod tests {
     /// Guards HF's `__post_init__`: 5:1 pattern, last layer forced full, default RoPE.
     #[test]
     fn post_init_defaults() -> Result<()> {
-        let cfg = text(
-            r#"{"model_type":"gemma4_unified_text","num_hidden_layers":8,"head_dim":16,"global_head_dim":32}"#,
-        )?;
+        let cfg = text(r#"{"model_type":"gemma4_unified_text","num_hidden_layers":8,"head_dim":16,"global_head_dim":32}"#)?;
         let t = cfg.text();
         use LayerType::*;
-        assert_eq!(
-            t.layer_types()?,
-            &[Sliding, Sliding, Sliding, Sliding, Sliding, Full, Sliding, Full]
-        );
+        assert_eq!(t.layer_types()?, &[Sliding, Sliding, Sliding, Sliding, Sliding, Full, Sliding, Full]);
         assert_eq!(t.rope(Sliding)?.kind, RopeKind::Default);
         assert_eq!(t.rope(Full)?.kind, RopeKind::Proportional);
         assert_eq!(t.rope(Full)?.dim, 32);
-        assert_eq!(
-            t.use_bidirectional_attention,
-            Some(BidirectionalAttention::Vision)
-        );
+        assert_eq!(t.use_bidirectional_attention, Some(BidirectionalAttention::Vision));
         Ok(())
     }
 
     /// Guards that an explicit null differs from an absent key (null = no block overlay).
     #[test]
     fn explicit_null_bidirectional() -> Result<()> {
-        let cfg = text(
-            r#"{"model_type":"gemma4_unified_text","num_hidden_layers":2,"use_bidirectional_attention":null,"global_head_dim":256}"#,
-        )?;
+        let cfg =
+            text(r#"{"model_type":"gemma4_unified_text","num_hidden_layers":2,"use_bidirectional_attention":null,"global_head_dim":256}"#)?;
         assert_eq!(cfg.text().use_bidirectional_attention, None);
         Ok(())
     }
@@ -417,67 +381,32 @@ mod tests {
     /// Guards the named rejections of configs HF cannot run.
     #[test]
     fn rejections() {
-        let all =
-            text(r#"{"model_type":"gemma4_unified_text","use_bidirectional_attention":"all"}"#);
+        let all = text(r#"{"model_type":"gemma4_unified_text","use_bidirectional_attention":"all"}"#);
         assert!(matches!(all, Err(Error::BidirectionalAll)));
         // Two layers, both shared: no source layer.
-        let no_src = text(
-            r#"{"model_type":"gemma4_unified_text","num_hidden_layers":2,"num_kv_shared_layers":2,"global_head_dim":256}"#,
-        );
-        assert!(matches!(
-            no_src,
-            Err(Error::KvSharedLayerWithoutSource { layer: 0, .. })
-        ));
+        let no_src = text(r#"{"model_type":"gemma4_unified_text","num_hidden_layers":2,"num_kv_shared_layers":2,"global_head_dim":256}"#);
+        assert!(matches!(no_src, Err(Error::KvSharedLayerWithoutSource { layer: 0, .. })));
         // Shared full layer 3 with only sliding layers before the shared block.
         let no_full_src = text(
             r#"{"model_type":"gemma4_unified_text","num_hidden_layers":4,"num_kv_shared_layers":2,"global_head_dim":256,
             "layer_types":["sliding_attention","sliding_attention","sliding_attention","full_attention"]}"#,
         );
-        assert!(matches!(
-            no_full_src,
-            Err(Error::KvSharedLayerWithoutSource { layer: 3, .. })
-        ));
-        let keqv = text(
-            r#"{"model_type":"gemma4_unified_text","num_hidden_layers":2,"attention_k_eq_v":true,"global_head_dim":256}"#,
-        );
-        assert!(matches!(
-            keqv,
-            Err(Error::UnsupportedConfig {
-                field: "num_global_key_value_heads",
-                ..
-            })
-        ));
+        assert!(matches!(no_full_src, Err(Error::KvSharedLayerWithoutSource { layer: 3, .. })));
+        let keqv = text(r#"{"model_type":"gemma4_unified_text","num_hidden_layers":2,"attention_k_eq_v":true,"global_head_dim":256}"#);
+        assert!(matches!(keqv, Err(Error::UnsupportedConfig { field: "num_global_key_value_heads", .. })));
         let yarn = text(
             r#"{"model_type":"gemma4_unified_text","num_hidden_layers":1,"global_head_dim":256,
             "rope_parameters":{"full_attention":{"rope_type":"yarn","rope_theta":1e6}}}"#,
         );
-        assert!(matches!(
-            yarn,
-            Err(Error::UnsupportedConfig {
-                field: "rope_parameters",
-                ..
-            })
-        ));
+        assert!(matches!(yarn, Err(Error::UnsupportedConfig { field: "rope_parameters", .. })));
         let act = text(r#"{"model_type":"gemma4_unified_text","hidden_activation":"gelu_new"}"#);
-        assert!(matches!(
-            act,
-            Err(Error::UnsupportedConfig {
-                field: "hidden_activation",
-                ..
-            })
-        ));
+        assert!(matches!(act, Err(Error::UnsupportedConfig { field: "hidden_activation", .. })));
         // Default RoPE on full layers runs over head_dim, which mismatches global_head_dim.
         let rope_dim = text(
             r#"{"model_type":"gemma4_unified_text","num_hidden_layers":1,"head_dim":16,"global_head_dim":32,
             "rope_parameters":{"full_attention":{"rope_type":"default","rope_theta":1e6}}}"#,
         );
-        assert!(matches!(
-            rope_dim,
-            Err(Error::UnsupportedConfig {
-                field: "rope_parameters",
-                ..
-            })
-        ));
+        assert!(matches!(rope_dim, Err(Error::UnsupportedConfig { field: "rope_parameters", .. })));
         let unknown = text(r#"{"model_type":"gemma4"}"#);
         assert!(matches!(unknown, Err(Error::UnsupportedModelType(_))));
     }

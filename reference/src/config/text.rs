@@ -79,11 +79,7 @@ impl Activation {
             "silu" | "swish" => Activation::Silu,
             "relu" => Activation::Relu,
             other => {
-                return Err(Error::config(
-                    "hidden_activation",
-                    other,
-                    "not implemented (gelu_pytorch_tanh, gelu, silu, swish, relu are)",
-                ))
+                return Err(Error::config("hidden_activation", other, "not implemented (gelu_pytorch_tanh, gelu, silu, swish, relu are)"))
             }
         })
     }
@@ -200,15 +196,7 @@ impl Gemma4UnifiedTextConfig {
             return Err(Error::BidirectionalAll);
         }
         let layer_types = self.layer_types.get_or_insert_with(|| {
-            (0..self.num_hidden_layers)
-                .map(|i| {
-                    if (i + 1) % 6 != 0 {
-                        LayerType::Sliding
-                    } else {
-                        LayerType::Full
-                    }
-                })
-                .collect()
+            (0..self.num_hidden_layers).map(|i| if (i + 1) % 6 != 0 { LayerType::Sliding } else { LayerType::Full }).collect()
         });
         if let Some(last) = layer_types.last_mut() {
             if *last != LayerType::Full {
@@ -252,10 +240,7 @@ impl Gemma4UnifiedTextConfig {
             return Err(Error::config(
                 "layer_types",
                 layer_types.len(),
-                format!(
-                    "must have num_hidden_layers = {} entries",
-                    self.num_hidden_layers
-                ),
+                format!("must have num_hidden_layers = {} entries", self.num_hidden_layers),
             ));
         }
         for (field, v) in [
@@ -273,29 +258,18 @@ impl Gemma4UnifiedTextConfig {
             }
         }
         if !(self.rms_norm_eps.is_finite() && self.rms_norm_eps >= 0.0) {
-            return Err(Error::config(
-                "rms_norm_eps",
-                self.rms_norm_eps,
-                "must be finite, ≥ 0",
-            ));
+            return Err(Error::config("rms_norm_eps", self.rms_norm_eps, "must be finite, ≥ 0"));
         }
         if let Some(c) = self.final_logit_softcapping {
             if !(c.is_finite() && c > 0.0) {
-                return Err(Error::config(
-                    "final_logit_softcapping",
-                    c,
-                    "must be positive (HF divides by it: 0 gives NaN logits)",
-                ));
+                return Err(Error::config("final_logit_softcapping", c, "must be positive (HF divides by it: 0 gives NaN logits)"));
             }
         }
         if self.num_kv_shared_layers > self.num_hidden_layers {
             return Err(Error::config(
                 "num_kv_shared_layers",
                 self.num_kv_shared_layers,
-                format!(
-                    "exceeds num_hidden_layers = {}; HF's shared-layer index arithmetic breaks",
-                    self.num_hidden_layers
-                ),
+                format!("exceeds num_hidden_layers = {}; HF's shared-layer index arithmetic breaks", self.num_hidden_layers),
             ));
         }
         let used: Vec<LayerType> = {
@@ -308,25 +282,13 @@ impl Gemma4UnifiedTextConfig {
             let kv = self.num_kv_heads(lt)?;
             if kv == 0 || !self.num_attention_heads.is_multiple_of(kv) {
                 return Err(Error::config(
-                    if self.uses_k_eq_v(lt) {
-                        "num_global_key_value_heads"
-                    } else {
-                        "num_key_value_heads"
-                    },
+                    if self.uses_k_eq_v(lt) { "num_global_key_value_heads" } else { "num_key_value_heads" },
                     kv,
-                    format!(
-                        "must divide num_attention_heads = {} ({} layers)",
-                        self.num_attention_heads,
-                        lt.as_str()
-                    ),
+                    format!("must divide num_attention_heads = {} ({} layers)", self.num_attention_heads, lt.as_str()),
                 ));
             }
             if !self.head_dim(lt).is_multiple_of(2) {
-                return Err(Error::config(
-                    "head_dim",
-                    self.head_dim(lt),
-                    "rotate_half needs an even head dim",
-                ));
+                return Err(Error::config("head_dim", self.head_dim(lt), "rotate_half needs an even head dim"));
             }
             let rope = self.rope(lt)?;
             if rope.dim != self.head_dim(lt) {
@@ -364,17 +326,12 @@ impl Gemma4UnifiedTextConfig {
 
     /// `layer_types` after `post_init`.
     pub fn layer_types(&self) -> Result<&[LayerType]> {
-        self.layer_types
-            .as_deref()
-            .ok_or_else(|| Error::config("layer_types", "null", "post_init was not run"))
+        self.layer_types.as_deref().ok_or_else(|| Error::config("layer_types", "null", "post_init was not run"))
     }
 
     /// Attention type of layer `i`.
     pub fn layer_type(&self, i: usize) -> LayerType {
-        self.layer_types
-            .as_ref()
-            .and_then(|t| t.get(i).copied())
-            .unwrap_or(LayerType::Sliding)
+        self.layer_types.as_ref().and_then(|t| t.get(i).copied()).unwrap_or(LayerType::Sliding)
     }
 
     /// Parsed `hidden_activation`.
@@ -415,8 +372,7 @@ impl Gemma4UnifiedTextConfig {
 
     /// Index of the first KV-shared layer (`num_hidden_layers` when there is no sharing).
     pub fn first_kv_shared_layer(&self) -> usize {
-        self.num_hidden_layers
-            .saturating_sub(self.num_kv_shared_layers)
+        self.num_hidden_layers.saturating_sub(self.num_kv_shared_layers)
     }
 
     /// Whether layer `i` reuses another layer's K/V (and so has no k/v projections).
@@ -431,15 +387,11 @@ impl Gemma4UnifiedTextConfig {
             return Ok(None);
         }
         let lt = self.layer_type(i);
-        (0..self.first_kv_shared_layer())
-            .rev()
-            .find(|&j| self.layer_type(j) == lt)
-            .map(Some)
-            .ok_or(Error::KvSharedLayerWithoutSource {
-                layer: i,
-                layer_type: lt.as_str(),
-                num_kv_shared_layers: self.num_kv_shared_layers,
-            })
+        (0..self.first_kv_shared_layer()).rev().find(|&j| self.layer_type(j) == lt).map(Some).ok_or(Error::KvSharedLayerWithoutSource {
+            layer: i,
+            layer_type: lt.as_str(),
+            num_kv_shared_layers: self.num_kv_shared_layers,
+        })
     }
 
     /// MLP width of layer `i`. HF's MLP tests `layer_idx >= first_kv_shared_layer_idx > 0`
@@ -466,33 +418,17 @@ impl Gemma4UnifiedTextConfig {
     /// `global_head_dim` on full layers (`head_dim_key`), `head_dim` elsewhere, with
     /// `or hidden_size // num_attention_heads` as HF's fallback for a 0 value.
     pub fn rope(&self, lt: LayerType) -> Result<RopeSpec> {
-        let map = self
-            .rope_parameters
-            .as_ref()
-            .ok_or_else(|| Error::config("rope_parameters", "null", "post_init was not run"))?;
-        let params = map
-            .get(lt.as_str())
-            .and_then(|p| p.as_ref())
-            .ok_or_else(|| {
-                Error::config(
-                    "rope_parameters",
-                    lt.as_str(),
-                    "no entry for this layer type (HF raises KeyError / has no rotary buffers)",
-                )
-            })?;
-        let theta = params.rope_theta.ok_or_else(|| {
-            Error::config("rope_parameters", lt.as_str(), "rope_theta is required")
+        let map = self.rope_parameters.as_ref().ok_or_else(|| Error::config("rope_parameters", "null", "post_init was not run"))?;
+        let params = map.get(lt.as_str()).and_then(|p| p.as_ref()).ok_or_else(|| {
+            Error::config("rope_parameters", lt.as_str(), "no entry for this layer type (HF raises KeyError / has no rotary buffers)")
         })?;
+        let theta = params.rope_theta.ok_or_else(|| Error::config("rope_parameters", lt.as_str(), "rope_theta is required"))?;
         let fallback = self.hidden_size / self.num_attention_heads.max(1);
         match params.rope_type.as_str() {
             "default" => Ok(RopeSpec {
                 kind: RopeKind::Default,
                 theta,
-                dim: if self.head_dim > 0 {
-                    self.head_dim
-                } else {
-                    fallback
-                },
+                dim: if self.head_dim > 0 { self.head_dim } else { fallback },
                 partial_rotary_factor: 1.0,
                 factor: 1.0,
             }),
@@ -504,27 +440,13 @@ impl Gemma4UnifiedTextConfig {
                 };
                 let prf = params.partial_rotary_factor.unwrap_or(1.0);
                 if !(0.0..=1.0).contains(&prf) {
-                    return Err(Error::config(
-                        "rope_parameters",
-                        prf,
-                        "partial_rotary_factor must lie in [0, 1]",
-                    ));
+                    return Err(Error::config("rope_parameters", prf, "partial_rotary_factor must lie in [0, 1]"));
                 }
                 let factor = params.factor.unwrap_or(1.0);
                 if !(factor.is_finite() && factor > 0.0) {
-                    return Err(Error::config(
-                        "rope_parameters",
-                        factor,
-                        "factor must be > 0",
-                    ));
+                    return Err(Error::config("rope_parameters", factor, "factor must be > 0"));
                 }
-                Ok(RopeSpec {
-                    kind: RopeKind::Proportional,
-                    theta,
-                    dim,
-                    partial_rotary_factor: prf,
-                    factor,
-                })
+                Ok(RopeSpec { kind: RopeKind::Proportional, theta, dim, partial_rotary_factor: prf, factor })
             }
             other => Err(Error::config(
                 "rope_parameters",

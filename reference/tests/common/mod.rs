@@ -10,10 +10,7 @@ use onnx_parity_reference::{Gemma4Unified, ModelInputs};
 
 /// `fixtures/<name>` of the workspace.
 pub fn fixture_dir(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("..")
-        .join("fixtures")
-        .join(name)
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join("fixtures").join(name)
 }
 
 /// A fixture: the loaded reference, its inputs and the oracle tensors with metadata.
@@ -25,11 +22,9 @@ pub struct Fixture {
 }
 
 pub fn read_safetensors(path: &Path) -> Result<(HashMap<String, Tensor>, HashMap<String, String>)> {
-    let tensors = candle_core::safetensors::load(path, &Device::Cpu)
-        .with_context(|| format!("reading {}", path.display()))?;
+    let tensors = candle_core::safetensors::load(path, &Device::Cpu).with_context(|| format!("reading {}", path.display()))?;
     let bytes = std::fs::read(path)?;
-    let (_, meta) = safetensors::SafeTensors::read_metadata(&bytes)
-        .with_context(|| format!("header of {}", path.display()))?;
+    let (_, meta) = safetensors::SafeTensors::read_metadata(&bytes).with_context(|| format!("header of {}", path.display()))?;
     let metadata = meta.metadata().clone().unwrap_or_default();
     Ok((tensors, metadata))
 }
@@ -37,38 +32,24 @@ pub fn read_safetensors(path: &Path) -> Result<(HashMap<String, Tensor>, HashMap
 pub fn load_fixture(name: &str) -> Result<Fixture> {
     let dir = fixture_dir(name);
     if !dir.join("oracle.safetensors").exists() {
-        bail!(
-            "fixture {} is missing; regenerate with scripts/make-fixtures.sh",
-            dir.display()
-        );
+        bail!("fixture {} is missing; regenerate with scripts/make-fixtures.sh", dir.display());
     }
     let model = Gemma4Unified::load(&dir.join("checkpoint"))?;
     let (inp, _) = read_safetensors(&dir.join("inputs.safetensors"))?;
     let (oracle, metadata) = read_safetensors(&dir.join("oracle.safetensors"))?;
-    let ids = |k: &str| -> Result<Option<Vec<i64>>> {
-        inp.get(k)
-            .map(|t| Ok(t.flatten_all()?.to_vec1::<i64>()?))
-            .transpose()
-    };
+    let ids = |k: &str| -> Result<Option<Vec<i64>>> { inp.get(k).map(|t| Ok(t.flatten_all()?.to_vec1::<i64>()?)).transpose() };
     let inputs = ModelInputs {
         input_ids: ids("input_ids")?.context("inputs.safetensors lacks input_ids")?,
         pixel_values: inp.get("pixel_values").cloned(),
         image_position_ids: inp.get("image_position_ids").cloned(),
         mm_token_type_ids: ids("mm_token_type_ids")?,
     };
-    Ok(Fixture {
-        model,
-        inputs,
-        oracle,
-        metadata,
-    })
+    Ok(Fixture { model, inputs, oracle, metadata })
 }
 
 impl Fixture {
     pub fn oracle(&self, name: &str) -> Result<&Tensor> {
-        self.oracle
-            .get(name)
-            .with_context(|| format!("oracle.safetensors lacks {name}"))
+        self.oracle.get(name).with_context(|| format!("oracle.safetensors lacks {name}"))
     }
 }
 
@@ -100,31 +81,16 @@ pub const LOGITS_BOUND: f32 = 1e-4;
 pub const FEATURES_BOUND: f32 = 1e-5;
 
 /// Compares the reference's greedy generation with the oracle's tokens and step logits.
-pub fn check_greedy(
-    f: &Fixture,
-    scope: onnx_parity_reference::BidirectionalScope,
-    logit_bound: f32,
-) -> Result<()> {
+pub fn check_greedy(f: &Fixture, scope: onnx_parity_reference::BidirectionalScope, logit_bound: f32) -> Result<()> {
     let want_tokens = f.oracle("greedy_tokens")?.flatten_all()?.to_vec1::<i64>()?;
     let want_steps = f.oracle("step_logits")?;
-    let eos = f
-        .model
-        .config()
-        .text()
-        .eos_token_id
-        .as_ref()
-        .map(|e| e.to_vec())
-        .unwrap_or_default();
+    let eos = f.model.config().text().eos_token_id.as_ref().map(|e| e.to_vec()).unwrap_or_default();
     let gen = f.model.greedy(&f.inputs, want_tokens.len(), &eos, scope)?;
     if gen.tokens != want_tokens {
         bail!("greedy tokens {:?} vs HF {:?}", gen.tokens, want_tokens);
     }
     if gen.step_logits.len() != want_steps.dim(0)? {
-        bail!(
-            "{} step logits vs HF {}",
-            gen.step_logits.len(),
-            want_steps.dim(0)?
-        );
+        bail!("{} step logits vs HF {}", gen.step_logits.len(), want_steps.dim(0)?);
     }
     let mut worst = 0f32;
     for (i, row) in gen.step_logits.iter().enumerate() {
