@@ -118,13 +118,15 @@ impl RunReport {
         s
     }
 
-    /// The console summary printed at the end of `run`: one line per tier, then totals.
+    /// The console summary printed at the end of `run`: one line per tier (failures in full), then
+    /// totals.
     pub fn console_summary(&self) -> String {
         let mut s = String::new();
         for c in &self.cases {
             for l in &c.levels {
                 let mut msg = l.outcome.message.clone();
-                if msg.chars().count() > 110 {
+                // A failure is printed whole: it is what the reader has to act on.
+                if l.outcome.status != Status::Fail && msg.chars().count() > 110 {
                     msg = msg.chars().take(107).collect::<String>() + "...";
                 }
                 s.push_str(&format!(

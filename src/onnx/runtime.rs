@@ -123,7 +123,7 @@ fn fetch_into(dir: &Path) -> Result<(), String> {
     Ok(())
 }
 
-/// Extracts every `onnxruntime/capi/*.so*` member (the runtime and, for the GPU wheel, its
+/// Extracts every `onnxruntime/capi/lib*.so*` member (the runtime and, for the GPU wheel, its
 /// provider libraries, which must sit beside it) into `dir`, each via a temp file + rename.
 fn extract_capi_libraries(wheel: &Path, dir: &Path) -> Result<usize, String> {
     let file = fs::File::open(wheel).map_err(|e| format!("opening {}: {e}", wheel.display()))?;
@@ -133,7 +133,7 @@ fn extract_capi_libraries(wheel: &Path, dir: &Path) -> Result<usize, String> {
         let mut member = zip.by_index(i).map_err(|e| format!("reading {}: {e}", wheel.display()))?;
         let name = member.name().to_string();
         let Some(base) = name.strip_prefix("onnxruntime/capi/") else { continue };
-        if base.contains('/') || !base.contains(".so") {
+        if base.contains('/') || !base.starts_with("lib") || !base.contains(".so") {
             continue;
         }
         let target = dir.join(base);
