@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use onnx_parity_reference::{BidirectionalScope as RefScope, Gemma4Unified};
 use safetensors::tensor::{Dtype, TensorView};
 
-use crate::evaluation::{dense, to_reference_inputs};
+use crate::evaluation::reference_run;
 use crate::inputs::{Dense, ModelInputs};
 use crate::onnx::pipeline::{OnnxPipeline, SessionOptions};
 
@@ -42,18 +42,10 @@ pub struct Dump {
 pub fn run(backend: Backend<'_>, inputs: &ModelInputs, greedy: usize, eos: &[i64]) -> Result<Dump, DumpError> {
     match backend {
         Backend::Reference { checkpoint, scope } => {
-            let r = |e: onnx_parity_reference::Error| DumpError::Reference(e.to_string());
-            let c = |e: candle_core::Error| DumpError::Reference(e.to_string());
-            let model = Gemma4Unified::load(checkpoint).map_err(r)?;
+            let model = Gemma4Unified::load(checkpoint).map_err(|e| DumpError::Reference(e.to_string()))?;
             let scope = scope.unwrap_or_else(|| model.hf_forward_scope());
-            let ri = to_reference_inputs(inputs).map_err(c)?;
-            let image_features = match (&ri.pixel_values, &ri.image_position_ids) {
-                (Some(p), Some(q)) => Some(dense(&model.image_features(p, q).map_err(r)?).map_err(c)?),
-                _ => None,
-            };
-            let logits = dense(&model.prefill(&ri, scope).map_err(r)?).map_err(c)?;
-            let greedy_tokens = if greedy > 0 { Some(model.greedy(&ri, greedy, eos, scope).map_err(r)?.tokens) } else { None };
-            Ok(Dump { logits: Some(logits), image_features, greedy_tokens })
+            let run = reference_run(&model, inputs, scope, greedy, eos).map_err(DumpError::Reference)?;
+            Ok(Dump { logits: Some(run.logits), image_features: run.image_features, greedy_tokens: (greedy > 0).then_some(run.tokens) })
         }
         Backend::Onnx { dir } => {
             let o = |e: crate::onnx::pipeline::PipelineError| DumpError::Onnx(e.to_string());

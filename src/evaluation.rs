@@ -131,6 +131,20 @@ fn run_reference(case: &Case, dir: &Path, inputs: &ModelInputs) -> Result<Refere
     let t = std::time::Instant::now();
     let model = Gemma4Unified::load(dir).map_err(|e| e.to_string())?;
     let scope = scope_for(case, &model);
+    let run = reference_run(&model, inputs, scope, max_new_tokens(case), &eos_ids(case))?;
+    tracing::info!("{}: reference ran in {:.2} s (scope {})", case.name, t.elapsed().as_secs_f64(), scope.as_str());
+    Ok(run)
+}
+
+/// Everything the reference computes for `inputs`: image features, embeddings, logits for every
+/// position, and `max_new` greedy tokens with their step logits (none when `max_new` is 0).
+pub fn reference_run(
+    model: &Gemma4Unified,
+    inputs: &ModelInputs,
+    scope: RefScope,
+    max_new: usize,
+    eos: &[i64],
+) -> Result<ReferenceRun, String> {
     let r = to_reference_inputs(inputs).map_err(|e| e.to_string())?;
     let image_features = match (&r.pixel_values, &r.image_position_ids) {
         (Some(p), Some(q)) => Some(model.image_features(p, q).and_then(|t| dense(&t).map_err(Into::into)).map_err(|e| e.to_string())?),
@@ -138,8 +152,7 @@ fn run_reference(case: &Case, dir: &Path, inputs: &ModelInputs) -> Result<Refere
     };
     let inputs_embeds = model.embed(&r).map_err(|e| e.to_string())?;
     let logits = model.forward_embeds(&inputs_embeds, r.mm_token_type_ids.as_deref(), scope).map_err(|e| e.to_string())?;
-    let generation = model.greedy(&r, max_new_tokens(case), &eos_ids(case), scope).map_err(|e| e.to_string())?;
-    tracing::info!("{}: reference ran in {:.2} s (scope {})", case.name, t.elapsed().as_secs_f64(), scope.as_str());
+    let generation = model.greedy(&r, max_new, eos, scope).map_err(|e| e.to_string())?;
     Ok(ReferenceRun {
         scope: scope.as_str(),
         logits: dense(&logits).map_err(|e| e.to_string())?,

@@ -216,13 +216,11 @@ fn logits(
     eos: Vec<i64>,
 ) -> anyhow::Result<ExitCode> {
     let model_inputs = ModelInputs::load_safetensors(&inputs)?;
-    let scope = match bidirectional.as_deref() {
-        None => None,
-        Some("all-layers") => Some(RefScope::AllLayers),
-        Some("sliding-windowed") => Some(RefScope::SlidingWindowed),
-        Some("none") => Some(RefScope::None),
-        Some(other) => anyhow::bail!("--bidirectional: expected all-layers, sliding-windowed or none, found {other:?}"),
-    };
+    let scope = bidirectional
+        .as_deref()
+        .map(str::parse::<RefScope>)
+        .transpose()
+        .context("--bidirectional")?;
     let backend = match (&checkpoint, &onnx) {
         (Some(c), _) => Backend::Reference { checkpoint: c, scope },
         (None, Some(d)) => {
