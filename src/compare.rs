@@ -76,9 +76,17 @@ pub fn top_k(values: &[f32], k: usize) -> Vec<usize> {
 }
 
 /// Index of the largest value, the first one on ties (numpy's `argmax` on finite data); NaN is
-/// never chosen over a number. `None` for an empty slice.
+/// never chosen over a number. `None` for an empty slice. Same order as [`top_k`]'s first entry,
+/// in one pass without allocating (it runs once per decode step over the whole vocabulary).
 pub fn argmax(values: &[f32]) -> Option<usize> {
-    top_k(values, 1).first().copied()
+    let mut best: Option<usize> = None;
+    for (i, &x) in values.iter().enumerate() {
+        match best {
+            Some(b) if !(x > values[b] || (values[b].is_nan() && !x.is_nan())) => {}
+            _ => best = Some(i),
+        }
+    }
+    best
 }
 
 /// `|A ∩ B| / |A ∪ B|` of two id sets (duplicates ignored); 0 when both are empty.
@@ -424,6 +432,25 @@ pub fn token_match(actual: &[i64], golden: &[i64], min_ratio: f64) -> Result<L5V
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Guards: the one-pass argmax agrees with top_k's first entry (first maximum, -0.0 ties
+    /// 0.0, NaN never chosen over a number, all-NaN gives index 0, empty gives None).
+    #[test]
+    fn argmax_agrees_with_top_k() {
+        let cases: [&[f32]; 7] = [
+            &[1.0, 3.0, 3.0, -1.0],
+            &[f32::NAN, 2.0, 5.0, f32::NAN],
+            &[-0.0, 0.0],
+            &[0.0, -0.0],
+            &[f32::NAN, f32::NAN],
+            &[f32::NEG_INFINITY, f32::INFINITY, f32::INFINITY],
+            &[],
+        ];
+        for v in cases {
+            assert_eq!(argmax(v), top_k(v, 1).first().copied(), "{v:?}");
+        }
+        assert_eq!(argmax(&[1.0, 3.0, 3.0]), Some(1));
+    }
 
     // ----- L3 -----
 

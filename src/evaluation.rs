@@ -14,7 +14,7 @@ use onnx_parity_reference::{BidirectionalScope as RefScope, Gemma4Unified};
 
 use crate::case::{BidirectionalScope, Case};
 use crate::inputs::{Dense, ModelInputs};
-use crate::onnx::pipeline::{argmax, OnnxGeneration, OnnxPipeline, OnnxPrefill, SessionOptions};
+use crate::onnx::pipeline::{greedy_token, OnnxGeneration, OnnxPipeline, OnnxPrefill, SessionOptions};
 
 /// Default number of new tokens when neither the case nor a golden says.
 pub const DEFAULT_MAX_NEW_TOKENS: usize = 20;
@@ -180,9 +180,9 @@ fn run_onnx(case: &Case, dir: &Path, inputs: &ModelInputs, forced: Option<&[i64]
     };
     // The forced run already is the export's own greedy decode if at every step the export's
     // argmax equals the forced token (and stopping agrees); otherwise decode freely.
-    let agrees = forced
-        .is_some_and(|f| forced_gen.step_logits.len() == f.len() && forced_gen.step_logits.iter().zip(f).all(|(l, &t)| argmax(l) == t))
-        && (forced_gen.tokens.len() == max_new || forced_gen.tokens.last().is_some_and(|t| eos.contains(t)));
+    let agrees = forced.is_some_and(|f| {
+        forced_gen.step_logits.len() == f.len() && forced_gen.step_logits.iter().zip(f).all(|(l, &t)| greedy_token(l) == t)
+    }) && (forced_gen.tokens.len() == max_new || forced_gen.tokens.last().is_some_and(|t| eos.contains(t)));
     let free = if agrees { forced_gen.clone() } else { pipeline.greedy(inputs, max_new, &eos, None).map_err(|e| e.to_string())?.1 };
     tracing::info!("{}: ONNX ran in {:.2} s", case.name, t.elapsed().as_secs_f64());
     Ok(OnnxRun { prefill, forced: forced_gen, free })

@@ -173,7 +173,7 @@ impl OnnxPipeline {
         for step in 0..limit {
             let next = match forced {
                 Some(f) => f[step],
-                None => argmax(&logits),
+                None => greedy_token(&logits),
             };
             gen.tokens.push(next);
             gen.step_logits.push(std::mem::take(&mut logits));
@@ -401,13 +401,7 @@ fn to_dense_f32(v: &DynValue, role: &'static str) -> Result<Dense<f32>, Pipeline
     Ok(Dense::new(shape.iter().map(|&d| d as usize).collect(), data.iter().map(|x| x.to_f32()).collect()))
 }
 
-/// Index of the largest logit; ties go to the lowest index (like `torch.argmax`). NaN never wins.
-pub fn argmax(logits: &[f32]) -> i64 {
-    let mut best = 0usize;
-    for (i, &x) in logits.iter().enumerate() {
-        if x > logits[best] || (logits[best].is_nan() && !x.is_nan()) {
-            best = i;
-        }
-    }
-    best as i64
+/// The greedy choice: [`crate::compare::argmax`] (first maximum, NaN never wins) as a token id.
+pub fn greedy_token(logits: &[f32]) -> i64 {
+    crate::compare::argmax(logits).map_or(0, |i| i as i64)
 }
