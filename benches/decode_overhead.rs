@@ -65,7 +65,7 @@ fn median(mut v: Vec<f64>) -> f64 {
 
 fn main() {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("fixtures/unified-text-kvshare");
-    let inputs = ModelInputs::load_safetensors(&root.join("inputs.safetensors")).expect("inputs");
+    let inputs = onnx_parity::inputs::load_safetensors(&root.join("inputs.safetensors")).expect("inputs");
     let opts = SessionOptions { intra_threads: 1 };
     let mut pipeline = OnnxPipeline::open(&root.join("onnx"), &opts).expect("pipeline");
     let env = runtime::environment().expect("ORT");

@@ -215,7 +215,7 @@ fn logits(
     bidirectional: Option<String>,
     eos: Vec<i64>,
 ) -> anyhow::Result<ExitCode> {
-    let model_inputs = ModelInputs::load_safetensors(&inputs)?;
+    let model_inputs = onnx_parity::inputs::load_safetensors(&inputs)?;
     let scope = bidirectional.as_deref().map(str::parse::<RefScope>).transpose().context("--bidirectional")?;
     let backend = match (&checkpoint, &onnx) {
         (Some(c), _) => Backend::Reference { checkpoint: c, scope },

@@ -18,7 +18,7 @@
 use std::path::PathBuf;
 use std::time::Instant;
 
-use onnx_parity_reference::{BidirectionalScope, Gemma4Unified, ModelInputs};
+use onnx_parity_reference::{BidirectionalScope, Gemma4, ModelInputs};
 
 const SEQ: usize = 256;
 
@@ -52,7 +52,7 @@ fn main() -> anyhow::Result<()> {
     let runs: usize = args.next().map(|r| r.parse()).transpose()?.unwrap_or(5);
 
     let t0 = Instant::now();
-    let model = Gemma4Unified::load(&dir)?;
+    let model = Gemma4::load(&dir)?;
     let load_s = t0.elapsed().as_secs_f64();
     let (rss_after_load, hwm_after_load) = (status_mib("VmRSS:"), status_mib("VmHWM:"));
     let weight_bytes: usize = model.weight_manifest().values().map(|s| s.iter().product::<usize>() * 4).sum();

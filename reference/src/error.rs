@@ -37,7 +37,7 @@ pub enum Error {
     },
 
     /// `config.json` names a model type this crate does not implement.
-    #[error("unsupported model_type {0:?}: expected \"gemma4_unified\" or \"gemma4_unified_text\"")]
+    #[error("unsupported model_type {0:?}: expected gemma4_unified, gemma4_unified_text, gemma4 or gemma4_text")]
     UnsupportedModelType(String),
 
     /// A config field has a value that changes the computed function in a way this reference
@@ -77,6 +77,15 @@ pub enum Error {
     /// The caller's inputs are inconsistent (wrong shapes, token/feature count mismatch, ...).
     #[error("invalid input: {0}")]
     Input(String),
+
+    /// Audio inputs were given: the reference (like the whole harness) does not implement the
+    /// audio tower.
+    #[error("audio inputs ({0}) are not supported: the reference implements text and vision only (audio is out of scope)")]
+    AudioUnsupported(String),
+
+    /// A broken internal invariant (a bug in the reference, never bad input).
+    #[error("internal error: {0}")]
+    Internal(String),
 
     /// An unknown bidirectional scope name or model type was given.
     #[error("unknown bidirectional scope {0:?}: expected all-layers, sliding-windowed or none")]

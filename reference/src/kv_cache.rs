@@ -85,7 +85,7 @@ impl KvCache {
     /// Views of `layer`'s keys and values for positions `0..end` (for KV-shared readers).
     pub fn view(&self, layer: usize, end: usize) -> Result<(Tensor, Tensor)> {
         let entry =
-            self.layers.get(layer).and_then(Option::as_ref).ok_or_else(|| Error::input(format!("layer {layer} owns no KV cache")))?;
+            self.layers.get(layer).and_then(Option::as_ref).ok_or_else(|| Error::Internal(format!("layer {layer} owns no KV cache")))?;
         Ok((entry.k.narrow(1, 0, end)?, entry.v.narrow(1, 0, end)?))
     }
 
@@ -96,7 +96,7 @@ impl KvCache {
     }
 
     fn layer_mut(&mut self, layer: usize) -> Result<&mut LayerKv> {
-        self.layers.get_mut(layer).and_then(Option::as_mut).ok_or_else(|| Error::input(format!("layer {layer} owns no KV cache")))
+        self.layers.get_mut(layer).and_then(Option::as_mut).ok_or_else(|| Error::Internal(format!("layer {layer} owns no KV cache")))
     }
 
     /// Reallocates every buffer to `capacity` positions, keeping the committed prefix.

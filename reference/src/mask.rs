@@ -22,11 +22,13 @@ use std::str::FromStr;
 
 use candle_core::{DType, Device, Tensor};
 
-use crate::config::LayerType;
+use crate::config::{LayerType, ModelType};
 use crate::error::{Error, Result};
 
-/// Which layers the bidirectional image-block overlay reaches (see the module table).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+/// Which layers the bidirectional image-block overlay reaches (see the module table). Case files
+/// name it in kebab case (`bidirectional: sliding-windowed`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
 pub enum BidirectionalScope {
     /// Block ORed into full and sliding masks, unlimited by the window (`Gemma4UnifiedModel.forward`).
     AllLayers,
@@ -41,13 +43,12 @@ impl BidirectionalScope {
     /// `use_bidirectional_attention: "vision"`: `gemma4_unified` → all-layers, `gemma4` →
     /// sliding-windowed, the text-only types → none. (A config with
     /// `use_bidirectional_attention: null` gets no overlay from HF whatever the type; see
-    /// `Gemma4Unified::hf_forward_scope`.)
-    pub fn default_for(model_type: &str) -> Result<Self> {
+    /// `Gemma4::hf_forward_scope`.)
+    pub fn default_for(model_type: ModelType) -> Self {
         match model_type {
-            "gemma4_unified" => Ok(Self::AllLayers),
-            "gemma4" => Ok(Self::SlidingWindowed),
-            "gemma4_text" | "gemma4_unified_text" => Ok(Self::None),
-            other => Err(Error::UnsupportedModelType(other.to_string())),
+            ModelType::Gemma4Unified => Self::AllLayers,
+            ModelType::Gemma4 => Self::SlidingWindowed,
+            ModelType::Gemma4Text | ModelType::Gemma4UnifiedText => Self::None,
         }
     }
 
@@ -247,9 +248,10 @@ mod tests {
             assert_eq!(s.as_str().parse::<BidirectionalScope>()?, s);
         }
         assert!(matches!("both".parse::<BidirectionalScope>(), Err(Error::UnknownScope(_))));
-        assert_eq!(BidirectionalScope::default_for("gemma4_unified")?, BidirectionalScope::AllLayers);
-        assert_eq!(BidirectionalScope::default_for("gemma4")?, BidirectionalScope::SlidingWindowed);
-        assert_eq!(BidirectionalScope::default_for("gemma4_unified_text")?, BidirectionalScope::None);
+        assert_eq!(BidirectionalScope::default_for(ModelType::Gemma4Unified), BidirectionalScope::AllLayers);
+        assert_eq!(BidirectionalScope::default_for(ModelType::Gemma4), BidirectionalScope::SlidingWindowed);
+        assert_eq!(BidirectionalScope::default_for(ModelType::Gemma4UnifiedText), BidirectionalScope::None);
+        assert_eq!(BidirectionalScope::default_for(ModelType::Gemma4Text), BidirectionalScope::None);
         Ok(())
     }
 }

@@ -1,74 +1,101 @@
-//! `Gemma4Unified`: the top level the harness calls (load, image features, embeddings, prefill,
-//! greedy generation).
+//! `Gemma4`: the top level the harness calls, for both families and all four model types
+//! (load, components, prefill, greedy generation).
 //!
-//! Mirrors `Gemma4UnifiedForConditionalGeneration.forward` / `Gemma4UnifiedModel.forward`:
-//! placeholders (image, video, audio ids) are embedded as `pad_token_id`, the image features of
-//! the non-padding patches replace the image placeholders in order, the masks get the image-block
-//! overlay in the caller's [`BidirectionalScope`], and the decoder returns softcapped logits for
-//! every position. `gemma4_unified_text` checkpoints (`Gemma4UnifiedForCausalLM`) load too:
-//! same decoder, no vision, no placeholder handling.
+//! Mirrors `Gemma4ForConditionalGeneration.forward` / `Gemma4Model.forward` (modeling_gemma4.py)
+//! and their unified twins: placeholders (image, video, audio ids) are embedded as
+//! `pad_token_id`, the image features of the non-padding soft tokens replace the image
+//! placeholders in order, PLE decoders get their per-layer inputs (token part from the
+//! placeholder-free ids, projection part from the merged embeddings), the masks get the
+//! image-block overlay in the caller's [`BidirectionalScope`], and the decoder returns softcapped
+//! logits for every position. Text-only types (`*ForCausalLM`) have no placeholder handling.
 
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use candle_core::{DType, Tensor};
+use candle_core::{DType, Device, Tensor};
 
-use crate::config::ModelConfig;
+use crate::config::{Family, ModelConfig, VisionConfig};
 use crate::error::{Error, Result};
+use crate::io::{Dense, Generation, ModelInputs};
 use crate::mask::{block_ids, BidirectionalScope, MaskRule};
-use crate::text::{expect_last_dim, TextModel};
-use crate::vision::VisionEmbedder;
-use crate::weights::Weights;
+use crate::text::TextModel;
+use crate::vision::{UnifiedEmbedder, VisionPath, VisionTower};
+use crate::weights::{Weights, UNIFIED_RENAMES};
 
-/// One prompt, in the HF processor's layout (batch 1).
-#[derive(Debug, Clone, Default)]
-pub struct ModelInputs {
-    /// Token ids of the prompt, placeholders included.
+/// What the decoder stack starts from, for one prompt: the components a divergence is
+/// localised by.
+#[derive(Debug, Clone)]
+pub struct Prepared {
+    /// Token ids as given (placeholders included).
     pub input_ids: Vec<i64>,
-    /// `[n_img, max_patches, patch_dim]` f32 raw merged patches.
-    pub pixel_values: Option<Tensor>,
-    /// `[n_img, max_patches, 2]` i64 patch (x, y); (−1, −1) marks padding.
-    pub image_position_ids: Option<Tensor>,
-    /// Per-token modality (0 text, 1 image, 2 video, 3 audio); decides the bidirectional blocks.
+    /// `mm_token_type_ids` as given (decides the image blocks).
     pub mm_token_type_ids: Option<Vec<i64>>,
+    /// Vision output `[n_tokens, hidden]`, when the prompt has images.
+    pub image_features: Option<Tensor>,
+    /// `[1, S, hidden]`: embeddings × √hidden with the image features scattered in.
+    pub inputs_embeds: Tensor,
+    /// `[1, S, L, P]` for PLE decoders (gemma4 with `hidden_size_per_layer_input` > 0).
+    pub per_layer_inputs: Option<Tensor>,
 }
 
-/// Result of [`Gemma4Unified::greedy`].
-#[derive(Debug, Clone, PartialEq)]
-pub struct Generation {
-    /// New tokens only; ends with the EOS token if one was produced.
-    pub tokens: Vec<i64>,
-    /// Logits (softcapped, `[vocab]`) each token was chosen from: step 0 is the prefill's last
-    /// position, step k the k-th cached decode step (HF `generate(output_logits=True)`).
-    pub step_logits: Vec<Vec<f32>>,
+/// How [`Gemma4::generate`] runs.
+#[derive(Debug, Clone, Copy)]
+pub struct GenerateOptions<'a> {
+    pub scope: BidirectionalScope,
+    /// New tokens to produce (0: prefill only).
+    pub max_new_tokens: usize,
+    /// Free-running decoding stops after the first of these (which is returned).
+    pub eos: &'a [i64],
+    /// Teacher forcing: feed these tokens instead of the argmax (at most `max_new_tokens`; no
+    /// EOS stop), so another implementation's step logits can be compared on the same history.
+    pub forced: Option<&'a [i64]>,
+    /// Logits for every prompt position (L3); else only the last position's.
+    pub all_position_logits: bool,
 }
 
-/// A loaded Gemma4Unified (or Gemma4Unified text-only) checkpoint.
+/// Everything one prefill + generation produced.
+#[derive(Debug, Clone)]
+pub struct Run {
+    pub prepared: Prepared,
+    /// `[1, S, vocab]` with `all_position_logits`, else `[1, 1, vocab]` (the last position).
+    pub logits: Tensor,
+    pub generation: Generation,
+}
+
+/// A loaded Gemma 4 checkpoint of any supported model type.
 #[derive(Debug)]
-pub struct Gemma4Unified {
+pub struct Gemma4 {
     config: ModelConfig,
     text: TextModel,
-    vision: Option<VisionEmbedder>,
+    vision: Option<VisionPath>,
     manifest: BTreeMap<String, Vec<usize>>,
 }
 
-impl Gemma4Unified {
+impl Gemma4 {
     /// Loads `config.json` and the safetensors weights (single file or sharded) of an HF
     /// checkpoint directory; weights are upcast once to f32.
     pub fn load(checkpoint_dir: &Path) -> Result<Self> {
         Self::load_with_dtype(checkpoint_dir, DType::F32)
     }
 
-    /// Like [`Gemma4Unified::load`] with compute dtype `dtype`: F32 (the reference) or F64 (a
-    /// precision reference with every op in f64 — unlike an HF `.double()` model, whose RMSNorms
-    /// drop to f32 through `.float()` and whose RoPE cos/sin are forced to f32).
+    /// Like [`Gemma4::load`] with compute dtype `dtype`: F32 (the reference) or F64 (a precision
+    /// reference with every op in f64 — unlike an HF `.double()` model, whose RMSNorms drop to
+    /// f32 through `.float()` and whose RoPE cos/sin are forced to f32).
     pub fn load_with_dtype(checkpoint_dir: &Path, dtype: DType) -> Result<Self> {
         let config = ModelConfig::from_file(&checkpoint_dir.join("config.json"))?;
-        let w = Weights::open_with_dtype(checkpoint_dir, dtype)?;
+        let renames = match config.family() {
+            Family::Unified => UNIFIED_RENAMES,
+            Family::Gemma4 => &[],
+        };
+        let w = Weights::open_with_dtype(checkpoint_dir, dtype)?.with_renames(renames);
         let text = TextModel::load(config.text(), &w, config.text_prefix(), config.tie_word_embeddings())?;
+        let hidden = config.text().hidden_size;
         let vision = match config.vision() {
-            Some(v) => Some(VisionEmbedder::load(v, config.text(), &w, "model.embed_vision")?),
             None => None,
+            Some(VisionConfig::Unified(v)) => Some(VisionPath::Unified(UnifiedEmbedder::load(v, hidden, &w, "model.embed_vision")?)),
+            Some(VisionConfig::Tower(v)) => {
+                Some(VisionPath::Tower(VisionTower::load(v, hidden, &w, "model.vision_tower", "model.embed_vision")?))
+            }
         };
         let manifest = w.manifest();
         tracing::debug!(tensors = manifest.len(), unused = w.names().filter(|n| !manifest.contains_key(*n)).count(), "checkpoint loaded");
@@ -80,32 +107,46 @@ impl Gemma4Unified {
         &self.config
     }
 
+    /// The compute dtype (f32, or f64 in precision mode).
+    pub fn dtype(&self) -> DType {
+        self.text.dtype()
+    }
+
     /// Every tensor the reference read, with its shape (for the L2 contract).
     pub fn weight_manifest(&self) -> &BTreeMap<String, Vec<usize>> {
         &self.manifest
     }
 
     /// The scope HF's own `forward` applies to this checkpoint: the model type's default when the
-    /// text config has `use_bidirectional_attention: "vision"`, none when it is null.
+    /// text config has `use_bidirectional_attention: "vision"` (unified: all-layers; gemma4:
+    /// sliding-windowed; text-only types: none), none when it is null.
     pub fn hf_forward_scope(&self) -> BidirectionalScope {
         match self.config.text().use_bidirectional_attention {
-            Some(_) => BidirectionalScope::default_for(self.config.model_type()).unwrap_or(BidirectionalScope::None),
+            Some(_) => BidirectionalScope::default_for(self.config.model_type()),
             None => BidirectionalScope::None,
         }
     }
 
-    /// Vision embedder output for the non-padding patches: `[n_tokens, hidden]`.
-    pub fn image_features(&self, pixel_values: &Tensor, image_position_ids: &Tensor) -> Result<Tensor> {
+    /// Vision output `[n_tokens, hidden]` for the prompt's images (`None` without images).
+    pub fn image_features(&self, inputs: &ModelInputs) -> Result<Option<Tensor>> {
+        let (px, pos) = match (&inputs.pixel_values, &inputs.image_position_ids) {
+            (Some(px), Some(pos)) => (px, pos),
+            (None, None) => return Ok(None),
+            (Some(_), None) => return Err(Error::input("pixel_values given without image_position_ids")),
+            (None, Some(_)) => return Err(Error::input("image_position_ids given without pixel_values")),
+        };
         let vision = self.vision.as_ref().ok_or_else(|| Error::input("image inputs given but the checkpoint has no vision_config"))?;
-        vision.forward(pixel_values, image_position_ids)
+        let px = tensor_f32(px, "pixel_values")?;
+        let pos = tensor_i64(pos, "image_position_ids")?;
+        vision.forward(&px, &pos).map(Some)
     }
 
-    /// Token embeddings × √hidden with placeholders embedded as `pad_token_id`, and
-    /// `image_features` rows scattered into the image-token positions in order: `[1, S, hidden]`.
-    pub fn inputs_embeds(&self, input_ids: &[i64], image_features: Option<&Tensor>) -> Result<Tensor> {
+    /// `input_ids` with the multimodal placeholders replaced by `pad_token_id` (HF's
+    /// `llm_input_ids`); unchanged for the text-only types.
+    fn llm_ids(&self, input_ids: &[i64]) -> Result<Vec<i64>> {
         let placeholders = self.config.placeholder_ids();
         let pad = self.config.text().pad_token_id;
-        let llm_ids = input_ids
+        input_ids
             .iter()
             .map(|&id| {
                 if placeholders.contains(&id) {
@@ -114,14 +155,21 @@ impl Gemma4Unified {
                     Ok(id)
                 }
             })
-            .collect::<Result<Vec<i64>>>()?;
-        let embeds = self.text.embed(&llm_ids)?;
+            .collect()
+    }
+
+    /// Token embeddings × √hidden with placeholders embedded as `pad_token_id`, and
+    /// `image_features` rows scattered into the image-token positions in order: `[S, hidden]`.
+    fn merged_embeds(&self, input_ids: &[i64], llm_ids: &[i64], image_features: Option<&Tensor>) -> Result<Tensor> {
+        let embeds = self.text.embed(llm_ids)?;
         let Some(features) = image_features else {
-            return Ok(embeds.unsqueeze(0)?);
+            return Ok(embeds);
         };
         let image_id = self.config.image_token_id().ok_or_else(|| Error::input("image features given to a text-only model"))?;
         let hidden = self.config.text().hidden_size;
-        expect_last_dim(features, hidden, "image_features")?;
+        if features.dims() != [features.dim(0)?, hidden] {
+            return Err(Error::input(format!("image_features must be [n, {hidden}], got {:?}", features.dims())));
+        }
         let n_feat = features.dim(0)?;
         let slots: Vec<usize> = (0..input_ids.len()).filter(|&i| input_ids[i] == image_id).collect();
         if slots.len() != n_feat {
@@ -135,96 +183,130 @@ impl Gemma4Unified {
         }
         let all = Tensor::cat(&[&embeds, &features.to_dtype(embeds.dtype())?], 0)?;
         let index = Tensor::from_vec(index, seq, all.device())?;
-        Ok(all.index_select(&index, 0)?.unsqueeze(0)?)
+        Ok(all.index_select(&index, 0)?)
     }
 
-    /// `inputs_embeds` for a full prompt, computing image features when pixels are given.
-    pub fn embed(&self, inputs: &ModelInputs) -> Result<Tensor> {
-        let features = match (&inputs.pixel_values, &inputs.image_position_ids) {
-            (Some(px), Some(pos)) => Some(self.image_features(px, pos)?),
-            (Some(_), None) => return Err(Error::input("pixel_values given without image_position_ids")),
-            (None, _) => None,
-        };
-        self.inputs_embeds(&inputs.input_ids, features.as_ref())
-    }
-
-    fn mask_rule(&self, inputs_len: usize, mm_token_type_ids: Option<&[i64]>, scope: BidirectionalScope) -> Result<MaskRule> {
-        let block_ids = match mm_token_type_ids {
-            Some(t) if t.len() != inputs_len => {
-                return Err(Error::input(format!("mm_token_type_ids has {} entries for {inputs_len} tokens", t.len())))
-            }
-            Some(t) if scope != BidirectionalScope::None => block_ids(t),
-            _ => Vec::new(),
-        };
-        Ok(MaskRule { scope, sliding_window: self.text.sliding_window(), block_ids })
-    }
-
-    /// Logits `[1, S, vocab]` for every position of `inputs_embeds` `[1, S, hidden]`.
-    pub fn forward_embeds(&self, inputs_embeds: &Tensor, mm_token_type_ids: Option<&[i64]>, scope: BidirectionalScope) -> Result<Tensor> {
-        let embeds = inputs_embeds.squeeze(0)?;
-        let seq = embeds.dim(0)?;
+    /// Everything the decoder stack starts from: image features, merged embeddings and (PLE)
+    /// per-layer inputs.
+    pub fn embed(&self, inputs: &ModelInputs) -> Result<Prepared> {
+        let seq = inputs.input_ids.len();
         if seq == 0 {
             return Err(Error::input("empty prompt"));
         }
-        let rule = self.mask_rule(seq, mm_token_type_ids, scope)?;
-        let mut cache = self.text.new_cache(seq)?;
-        Ok(self.text.forward(&embeds, &rule, &mut cache)?.unsqueeze(0)?)
+        if let Some(t) = &inputs.mm_token_type_ids {
+            if t.len() != seq {
+                return Err(Error::input(format!("mm_token_type_ids has {} entries for {seq} tokens", t.len())));
+            }
+        }
+        let image_features = self.image_features(inputs)?;
+        let llm_ids = self.llm_ids(&inputs.input_ids)?;
+        let embeds = self.merged_embeds(&inputs.input_ids, &llm_ids, image_features.as_ref())?;
+        let ple = self.text.per_layer_inputs(&llm_ids, &embeds)?;
+        Ok(Prepared {
+            input_ids: inputs.input_ids.clone(),
+            mm_token_type_ids: inputs.mm_token_type_ids.clone(),
+            image_features,
+            inputs_embeds: embeds.unsqueeze(0)?,
+            per_layer_inputs: ple.map(|p| p.unsqueeze(0)).transpose()?,
+        })
     }
 
-    /// Every decoder layer's output `[1, S, hidden]` for `inputs_embeds` (HF
-    /// `output_hidden_states` without the leading embeddings), for localising a divergence.
-    pub fn layer_outputs(
-        &self,
-        inputs_embeds: &Tensor,
-        mm_token_type_ids: Option<&[i64]>,
-        scope: BidirectionalScope,
-    ) -> Result<Vec<Tensor>> {
-        let embeds = inputs_embeds.squeeze(0)?;
+    fn mask_rule(&self, prepared: &Prepared, scope: BidirectionalScope) -> MaskRule {
+        let block_ids = match &prepared.mm_token_type_ids {
+            Some(t) if scope != BidirectionalScope::None => block_ids(t),
+            _ => Vec::new(),
+        };
+        MaskRule { scope, sliding_window: self.text.sliding_window(), block_ids }
+    }
+
+    /// Logits `[1, S, vocab]` for every position of a prepared prompt.
+    pub fn forward(&self, prepared: &Prepared, scope: BidirectionalScope) -> Result<Tensor> {
+        let (embeds, ple) = squeeze_batch(prepared)?;
         let seq = embeds.dim(0)?;
-        let rule = self.mask_rule(seq, mm_token_type_ids, scope)?;
+        let rule = self.mask_rule(prepared, scope);
         let mut cache = self.text.new_cache(seq)?;
-        let (_, states) = self.text.forward_collect(&embeds, &rule, &mut cache)?;
+        Ok(self.text.forward(&embeds, ple.as_ref(), &rule, &mut cache)?.unsqueeze(0)?)
+    }
+
+    /// Every decoder layer's output `[1, S, hidden]` (HF `output_hidden_states` without the
+    /// leading embeddings), for localising a divergence.
+    pub fn layer_outputs(&self, prepared: &Prepared, scope: BidirectionalScope) -> Result<Vec<Tensor>> {
+        let (embeds, ple) = squeeze_batch(prepared)?;
+        let rule = self.mask_rule(prepared, scope);
+        let mut cache = self.text.new_cache(embeds.dim(0)?)?;
+        let (_, states) = self.text.forward_collect(&embeds, ple.as_ref(), &rule, &mut cache)?;
         states.into_iter().map(|s| Ok(s.unsqueeze(0)?)).collect()
     }
 
     /// Logits `[1, S, vocab]` for every prompt position (HF `model(**inputs).logits`).
     pub fn prefill(&self, inputs: &ModelInputs, scope: BidirectionalScope) -> Result<Tensor> {
-        let embeds = self.embed(inputs)?;
-        self.forward_embeds(&embeds, inputs.mm_token_type_ids.as_deref(), scope)
+        self.forward(&self.embed(inputs)?, scope)
     }
 
     /// Greedy decoding with a KV cache: up to `max_new_tokens` new tokens, stopping after the
     /// first token in `eos_ids` (which is returned). Ties pick the lowest id (`torch.argmax`).
     pub fn greedy(&self, inputs: &ModelInputs, max_new_tokens: usize, eos_ids: &[i64], scope: BidirectionalScope) -> Result<Generation> {
-        let mut out = Generation { tokens: Vec::new(), step_logits: Vec::new() };
-        if max_new_tokens == 0 {
-            return Ok(out);
-        }
-        let embeds = self.embed(inputs)?.squeeze(0)?;
+        let opts = GenerateOptions { scope, max_new_tokens, eos: eos_ids, forced: None, all_position_logits: false };
+        Ok(self.generate(inputs, &opts)?.generation)
+    }
+
+    /// One vision pass, one prefill (components and logits) and the KV-cache decode that
+    /// continues from it.
+    pub fn generate(&self, inputs: &ModelInputs, opts: &GenerateOptions<'_>) -> Result<Run> {
+        let prepared = self.embed(inputs)?;
+        let (embeds, ple) = squeeze_batch(&prepared)?;
         let seq = embeds.dim(0)?;
-        if seq == 0 {
-            return Err(Error::input("empty prompt"));
-        }
-        let rule = self.mask_rule(seq, inputs.mm_token_type_ids.as_deref(), scope)?;
-        let mut cache = self.text.new_cache(seq + max_new_tokens)?;
-        // Only the last position's logits are needed to choose the first token.
-        let hidden = self.text.forward_hidden(&embeds, &rule, &mut cache)?;
-        let mut logits = self.text.logits(&hidden.narrow(0, seq - 1, 1)?)?;
-        loop {
-            let row: Vec<f32> = logits.flatten_all()?.to_dtype(DType::F32)?.to_vec1()?;
-            let next = argmax(&row)?;
-            out.tokens.push(next);
-            out.step_logits.push(row);
-            if eos_ids.contains(&next) || out.tokens.len() == max_new_tokens {
-                return Ok(out);
+        let rule = self.mask_rule(&prepared, opts.scope);
+        let mut cache = self.text.new_cache(seq + opts.max_new_tokens)?;
+        let hidden = self.text.forward_hidden(&embeds, ple.as_ref(), &rule, &mut cache)?;
+        let logits = if opts.all_position_logits { self.text.logits(&hidden)? } else { self.text.logits(&hidden.narrow(0, seq - 1, 1)?)? };
+        let mut row: Vec<f32> = logits.get(logits.dim(0)? - 1)?.to_dtype(DType::F32)?.to_vec1()?;
+        let limit = opts.forced.map_or(opts.max_new_tokens, |f| f.len().min(opts.max_new_tokens));
+        let mut generation = Generation::default();
+        for step in 0..limit {
+            let next = match opts.forced {
+                Some(f) => f[step],
+                None => argmax(&row)?,
+            };
+            generation.tokens.push(next);
+            generation.step_logits.push(std::mem::take(&mut row));
+            if step + 1 == limit || (opts.forced.is_none() && opts.eos.contains(&next)) {
+                break;
             }
-            let e = self.inputs_embeds(&[next], None)?.squeeze(0)?;
-            logits = self.text.forward(&e, &rule, &mut cache)?;
+            let ids = self.llm_ids(&[next])?;
+            let e = self.text.embed(&ids)?;
+            let p = self.text.per_layer_inputs(&ids, &e)?;
+            let l = self.text.forward(&e, p.as_ref(), &rule, &mut cache)?;
+            row = l.get(0)?.to_dtype(DType::F32)?.to_vec1()?;
         }
+        Ok(Run { prepared, logits: logits.unsqueeze(0)?, generation })
     }
 }
 
+/// The prepared embeddings `[S, hidden]` and PLE inputs `[S, L, P]` without the batch axis.
+fn squeeze_batch(p: &Prepared) -> Result<(Tensor, Option<Tensor>)> {
+    Ok((p.inputs_embeds.squeeze(0)?, p.per_layer_inputs.as_ref().map(|t| t.squeeze(0)).transpose()?))
+}
+
+/// A harness tensor as a candle tensor, checking the shape is consistent.
+fn tensor_f32(d: &Dense<f32>, name: &str) -> Result<Tensor> {
+    if !d.is_consistent() {
+        return Err(Error::input(format!("{name}: shape {:?} does not hold {} values", d.shape, d.data.len())));
+    }
+    Ok(Tensor::from_slice(&d.data, d.shape.as_slice(), &Device::Cpu)?)
+}
+
+fn tensor_i64(d: &Dense<i64>, name: &str) -> Result<Tensor> {
+    if !d.is_consistent() {
+        return Err(Error::input(format!("{name}: shape {:?} does not hold {} values", d.shape, d.data.len())));
+    }
+    Ok(Tensor::from_slice(&d.data, d.shape.as_slice(), &Device::Cpu)?)
+}
+
 /// First index of the maximum (`torch.argmax`); NaN logits are an error.
+///
+/// The harness's `compare::argmax` skips NaN instead (it judges an export, whose NaN logits are
+/// a verdict, not an error); here a NaN means the reference itself broke.
 fn argmax(row: &[f32]) -> Result<i64> {
     let mut best: Option<(usize, f32)> = None;
     for (i, &v) in row.iter().enumerate() {

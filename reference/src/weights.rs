@@ -18,11 +18,15 @@ use safetensors::{Dtype as StDtype, SafeTensors};
 
 use crate::error::{Error, Result};
 
+/// Module-name fragment → checkpoint-name fragment renames of HF's checkpoint conversion.
+pub type Renames = &'static [(&'static str, &'static str)];
+
 /// HF's checkpoint-conversion renames for `gemma4_unified` (`conversion_mapping.py`), as
 /// (module-name fragment, checkpoint-name fragment). `save_pretrained` writes the checkpoint
 /// form (`model.vision_embedder.patch_dense.weight`, `model.embed_vision.embedding_projection
-/// .weight`), `from_pretrained` accepts either form, and so does [`Weights::get`].
-const CHECKPOINT_RENAMES: &[(&str, &str)] = &[
+/// .weight`), `from_pretrained` accepts either form, and so does [`Weights::get`]. The gemma4
+/// family has no conversion mapping in 5.14.1: its checkpoint names are the module names.
+pub const UNIFIED_RENAMES: Renames = &[
     ("embed_vision.patch_ln1", "vision_embedder.patch_ln1"),
     ("embed_vision.patch_dense", "vision_embedder.patch_dense"),
     ("embed_vision.patch_ln2", "vision_embedder.patch_ln2"),
@@ -31,9 +35,9 @@ const CHECKPOINT_RENAMES: &[(&str, &str)] = &[
     ("embed_vision.multimodal_embedder.embedding_projection", "embed_vision.embedding_projection"),
 ];
 
-/// The checkpoint-form name of a module parameter name (itself when no rename applies).
-pub fn checkpoint_name(module_name: &str) -> String {
-    for (module, ckpt) in CHECKPOINT_RENAMES {
+/// The checkpoint-form name of a module parameter name under `renames` (itself when none applies).
+pub fn checkpoint_name(module_name: &str, renames: Renames) -> String {
+    for (module, ckpt) in renames {
         if module_name.contains(module) {
             return module_name.replacen(module, ckpt, 1);
         }
@@ -47,6 +51,12 @@ enum Order {
     RowMajor,
     /// Stored `[rows, cols]`, produced `[cols, rows]`.
     Transposed {
+        rows: usize,
+        cols: usize,
+    },
+    /// Stored `[n, rows, cols]`, produced `[n, cols, rows]`.
+    StackedTransposed {
+        n: usize,
         rows: usize,
         cols: usize,
     },
@@ -91,6 +101,13 @@ fn decode<E: Elem>(bytes: &[u8], out: &mut [f32], order: Order) {
     debug_assert_eq!(bytes.len(), out.len() * E::SIZE);
     const B: usize = 32;
     match order {
+        Order::StackedTransposed { n, rows, cols } => {
+            let per = rows * cols;
+            for i in 0..n {
+                let (src, dst) = (&bytes[i * per * E::SIZE..(i + 1) * per * E::SIZE], &mut out[i * per..(i + 1) * per]);
+                decode::<E>(src, dst, Order::Transposed { rows, cols });
+            }
+        }
         Order::RowMajor => {
             out.par_chunks_mut(1 << 16).enumerate().for_each(|(k, part)| {
                 let base = k << 16;
@@ -145,6 +162,8 @@ pub struct Weights {
     dtype: DType,
     /// Tensors read so far: name → shape (a manifest of what the model uses).
     used: Mutex<BTreeMap<String, Vec<usize>>>,
+    /// The family's checkpoint-conversion renames.
+    renames: Renames,
 }
 
 #[derive(serde::Deserialize)]
@@ -202,7 +221,13 @@ impl Weights {
             }
             shards.push(Shard { path, mmap, data_start });
         }
-        Ok(Self { dir: dir.to_path_buf(), shards, entries, dtype, used: Mutex::new(BTreeMap::new()) })
+        Ok(Self { dir: dir.to_path_buf(), shards, entries, dtype, used: Mutex::new(BTreeMap::new()), renames: &[] })
+    }
+
+    /// Uses the given checkpoint-conversion renames (the model family's) from now on.
+    pub fn with_renames(mut self, renames: Renames) -> Self {
+        self.renames = renames;
+        self
     }
 
     /// Whether the checkpoint holds `name`.
@@ -233,7 +258,7 @@ impl Weights {
     /// The name under which the module parameter `module_name` is stored: the checkpoint form
     /// (HF `save_pretrained` output) if present, else the module form, else `None`.
     fn stored_name(&self, module_name: &str) -> Option<String> {
-        let ckpt = checkpoint_name(module_name);
+        let ckpt = checkpoint_name(module_name, self.renames);
         [ckpt, module_name.to_string()].into_iter().find(|n| self.entries.contains_key(n))
     }
 
@@ -256,6 +281,16 @@ impl Weights {
         Ok(if self.dtype == DType::F32 { t } else { t.to_dtype(self.dtype)? })
     }
 
+    /// Reads a 3-D parameter stored `[n, rows, cols]` (a stack of `n` matrices, e.g. the MoE
+    /// experts' `gate_up_proj`) and returns every matrix transposed: `[n, cols, rows]`,
+    /// contiguous, so `t.get(e)` is expert `e`'s `Wᵀ` ready for a row-major matmul.
+    pub fn get_stacked_t(&self, module_name: &str, expected: [usize; 3]) -> Result<Tensor> {
+        let [n, rows, cols] = expected;
+        let data = self.read_with(module_name, &expected, Order::StackedTransposed { n, rows, cols })?;
+        let t = Tensor::from_vec(data, (n, cols, rows), &Device::Cpu)?;
+        Ok(if self.dtype == DType::F32 { t } else { t.to_dtype(self.dtype)? })
+    }
+
     /// Shape-checks `module_name` and decodes it to f32 values (row-major).
     fn read(&self, module_name: &str, expected: &[usize]) -> Result<Vec<f32>> {
         self.read_with(module_name, expected, Order::RowMajor)
@@ -264,7 +299,7 @@ impl Weights {
     /// Shape-checks `module_name` and decodes it to f32 values in `order`.
     fn read_with(&self, module_name: &str, expected: &[usize], order: Order) -> Result<Vec<f32>> {
         let Some(stored) = self.stored_name(module_name) else {
-            let ckpt = checkpoint_name(module_name);
+            let ckpt = checkpoint_name(module_name, self.renames);
             return Err(Error::MissingTensor {
                 name: if ckpt == module_name { ckpt } else { format!("{ckpt}` (module name `{module_name}") },
                 location: self.location(),

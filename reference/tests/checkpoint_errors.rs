@@ -9,7 +9,7 @@ use std::path::Path;
 use anyhow::{bail, Context, Result};
 use candle_core::{DType, Tensor};
 use common::{fixture_dir, max_abs_diff, read_safetensors};
-use onnx_parity_reference::{BidirectionalScope, Error, Gemma4Unified, ModelInputs};
+use onnx_parity_reference::{BidirectionalScope, Dense, Error, Gemma4, ModelInputs};
 
 /// Copies the unified-vision checkpoint into a temp dir with its tensors rewritten by `edit`.
 fn rewritten(edit: impl FnOnce(&mut HashMap<String, Tensor>) -> Result<()>) -> Result<tempfile::TempDir> {
@@ -27,7 +27,7 @@ fn prompt() -> ModelInputs {
 }
 
 fn logits(dir: &Path) -> Result<Tensor> {
-    let m = Gemma4Unified::load(dir)?;
+    let m = Gemma4::load(dir)?;
     Ok(m.prefill(&prompt(), BidirectionalScope::None)?)
 }
 
@@ -38,7 +38,7 @@ fn missing_tensor_is_named() -> Result<()> {
         t.remove(name).context("fixture lacks the tensor")?;
         Ok(())
     })?;
-    match Gemma4Unified::load(dir.path()) {
+    match Gemma4::load(dir.path()) {
         Err(e @ Error::MissingTensor { .. }) => {
             let msg = e.to_string();
             assert!(msg.contains(name), "{msg}");
@@ -58,7 +58,7 @@ fn wrong_shape_is_named() -> Result<()> {
         t.insert(name.to_string(), transposed);
         Ok(())
     })?;
-    match Gemma4Unified::load(dir.path()) {
+    match Gemma4::load(dir.path()) {
         Err(e @ Error::TensorShape { .. }) => {
             let msg = e.to_string();
             assert!(msg.contains(name) && msg.contains("model.safetensors"), "{msg}");
@@ -76,7 +76,7 @@ fn missing_layer_scalar_is_named() -> Result<()> {
         t.remove(name).context("fixture lacks layer_scalar")?;
         Ok(())
     })?;
-    let err = Gemma4Unified::load(dir.path()).err().context("load should fail")?;
+    let err = Gemma4::load(dir.path()).err().context("load should fail")?;
     assert!(err.to_string().contains(name), "{err}");
     Ok(())
 }
@@ -118,7 +118,7 @@ fn sharded_missing_tensor_is_named() -> Result<()> {
         dir.path().join("model.safetensors.index.json"),
         r#"{"metadata":{},"weight_map":{"lm_head.weight":"model-00001-of-00001.safetensors"}}"#,
     )?;
-    let err = Gemma4Unified::load(dir.path()).err().context("load should fail")?;
+    let err = Gemma4::load(dir.path()).err().context("load should fail")?;
     assert!(matches!(err, Error::MissingTensor { .. }) && err.to_string().contains(name), "{err}");
     Ok(())
 }
@@ -164,10 +164,14 @@ fn module_names_load_identically() -> Result<()> {
         }
         Ok(())
     })?;
-    let px = Tensor::rand(0f32, 1f32, (1, 4, 48), &candle_core::Device::Cpu)?;
-    let pos = Tensor::new(&[[[0i64, 0], [1, 0], [0, 1], [-1, -1]]], &candle_core::Device::Cpu)?;
-    let a = Gemma4Unified::load(&single)?.image_features(&px, &pos)?;
-    let b = Gemma4Unified::load(renamed.path())?.image_features(&px, &pos)?;
+    let px = Tensor::rand(0f32, 1f32, (1, 4, 48), &candle_core::Device::Cpu)?.flatten_all()?.to_vec1::<f32>()?;
+    let inputs = ModelInputs {
+        pixel_values: Some(Dense::new(vec![1, 4, 48], px)),
+        image_position_ids: Some(Dense::new(vec![1, 4, 2], vec![0, 0, 1, 0, 0, 1, -1, -1])),
+        ..prompt()
+    };
+    let a = Gemma4::load(&single)?.image_features(&inputs)?.context("features")?;
+    let b = Gemma4::load(renamed.path())?.image_features(&inputs)?.context("features")?;
     assert_eq!(a.dims(), &[3, 64]);
     assert_eq!(max_abs_diff(&a, &b)?, 0.0);
     Ok(())

@@ -16,7 +16,7 @@ use std::path::PathBuf;
 use anyhow::{ensure, Context, Result};
 use candle_core::{DType, Tensor};
 use common::{assert_close, fixture_dir, load_fixture, read_safetensors};
-use onnx_parity_reference::{BidirectionalScope, Gemma4Unified};
+use onnx_parity_reference::{BidirectionalScope, Gemma4};
 
 /// Observed ≤ 2.2e-14 (logits of magnitude ~20); a semantic slip is ≥ 1e-3.
 const F64_BOUND: f32 = 1e-9;
@@ -45,16 +45,15 @@ fn check(name: &str, scopes: &[(BidirectionalScope, &str)], greedy_scope: Bidire
         "tests/data/{name}-f64.safetensors is stale (differs from the f32 oracle by {stale:e}); \
          regenerate with scripts/hf_f64_oracle.py {name}"
     );
-    let model = Gemma4Unified::load_with_dtype(&fixture_dir(name).join("checkpoint"), DType::F64)?;
-    if let (Some(px), Some(pos)) = (&f.inputs.pixel_values, &f.inputs.image_position_ids) {
-        let got = model.image_features(px, pos)?;
+    let model = Gemma4::load_with_dtype(&fixture_dir(name).join("checkpoint"), DType::F64)?;
+    if let Some(got) = model.image_features(&f.inputs)? {
         close64("image_features", &got, oracle.get("image_features").context("oracle")?)?;
     }
     let got = model.prefill(&f.inputs, model.hf_forward_scope())?;
     close64("logits (HF forward)", &got, oracle.get("logits").context("oracle")?)?;
-    let embeds = model.embed(&f.inputs)?;
+    let prepared = model.embed(&f.inputs)?;
     for (scope, key) in scopes {
-        let got = model.forward_embeds(&embeds, f.inputs.mm_token_type_ids.as_deref(), *scope)?;
+        let got = model.forward(&prepared, *scope)?;
         close64(key, &got, oracle.get(*key).context("oracle")?)?;
     }
     let want_tokens = oracle["greedy_tokens"].flatten_all()?.to_vec1::<i64>()?;

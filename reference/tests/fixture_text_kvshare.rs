@@ -12,7 +12,7 @@ const FIXTURE: &str = "unified-text-kvshare";
 #[test]
 fn inputs_embeds_match_hf() -> Result<()> {
     let f = load_fixture(FIXTURE)?;
-    let got = f.model.embed(&f.inputs)?;
+    let got = f.model.embed(&f.inputs)?.inputs_embeds;
     assert_close("inputs_embeds", &got, f.oracle("inputs_embeds")?, FEATURES_BOUND)?;
     Ok(())
 }

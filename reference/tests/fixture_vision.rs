@@ -13,9 +13,7 @@ const FIXTURE: &str = "unified-vision";
 #[test]
 fn image_features_match_hf() -> Result<()> {
     let f = load_fixture(FIXTURE)?;
-    let px = f.inputs.pixel_values.as_ref().context("no pixel_values")?;
-    let pos = f.inputs.image_position_ids.as_ref().context("no image_position_ids")?;
-    let got = f.model.image_features(px, pos)?;
+    let got = f.model.image_features(&f.inputs)?.context("no image features")?;
     assert_close("image_features", &got, f.oracle("image_features")?, FEATURES_BOUND)?;
     Ok(())
 }
@@ -23,7 +21,7 @@ fn image_features_match_hf() -> Result<()> {
 #[test]
 fn inputs_embeds_match_hf() -> Result<()> {
     let f = load_fixture(FIXTURE)?;
-    let got = f.model.embed(&f.inputs)?;
+    let got = f.model.embed(&f.inputs)?.inputs_embeds;
     assert_close("inputs_embeds", &got, f.oracle("inputs_embeds")?, FEATURES_BOUND)?;
     Ok(())
 }
@@ -47,12 +45,11 @@ fn logits_default_scope_match_hf() -> Result<()> {
 #[test]
 fn logits_each_scope_match_hf() -> Result<()> {
     let f = load_fixture(FIXTURE)?;
-    let embeds = f.model.embed(&f.inputs)?;
-    let types = f.inputs.mm_token_type_ids.as_deref();
+    let prepared = f.model.embed(&f.inputs)?;
     let mut failure = None;
     for scope in BidirectionalScope::ALL {
         let key = format!("logits_{}", scope.as_str().replace('-', "_"));
-        let got = f.model.forward_embeds(&embeds, types, scope)?;
+        let got = f.model.forward(&prepared, scope)?;
         if let Err(e) = assert_close(&key, &got, f.oracle(&key)?, LOGITS_BOUND) {
             failure = Some(e);
         }
@@ -65,9 +62,8 @@ fn logits_each_scope_match_hf() -> Result<()> {
 #[test]
 fn scopes_are_distinguishable() -> Result<()> {
     let f = load_fixture(FIXTURE)?;
-    let embeds = f.model.embed(&f.inputs)?;
-    let types = f.inputs.mm_token_type_ids.as_deref();
-    let all: Vec<_> = BidirectionalScope::ALL.iter().map(|&s| f.model.forward_embeds(&embeds, types, s)).collect::<Result<_, _>>()?;
+    let prepared = f.model.embed(&f.inputs)?;
+    let all: Vec<_> = BidirectionalScope::ALL.iter().map(|&s| f.model.forward(&prepared, s)).collect::<Result<_, _>>()?;
     for (i, j) in [(0, 1), (0, 2), (1, 2)] {
         let d = common::max_abs_diff(&all[i], &all[j])?;
         ensure!(d > 1e-2, "scopes {i} and {j} differ by only {d:e}");

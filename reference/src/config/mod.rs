@@ -1,17 +1,25 @@
-//! `config.json` of `gemma4_unified` / `gemma4_unified_text`, with HF field names and defaults.
+//! `config.json` of the four Gemma 4 model types, with HF field names and defaults.
 //!
-//! Mirrors `configuration_gemma4_unified.py` (transformers 5.14.1), including `__post_init__`:
-//! default `layer_types` (5 sliding : 1 full), the last layer forced to `full_attention`, default
-//! per-layer-type `rope_parameters`. Values HF derives inside the modules (per-layer head_dim,
-//! KV heads, KV-sharing source, MLP width, RoPE spec) are methods here so the model files and the
-//! harness (L1/L2 contracts) share one definition.
+//! | model_type | HF class | text | image path |
+//! |---|---|---|---|
+//! | `gemma4_unified` | `Gemma4UnifiedForConditionalGeneration` | `text_config` | encoder-free embedder |
+//! | `gemma4_unified_text` | `Gemma4UnifiedForCausalLM` | the file itself | – |
+//! | `gemma4` | `Gemma4ForConditionalGeneration` | `text_config` | ViT tower + `embed_vision` |
+//! | `gemma4_text` | `Gemma4ForCausalLM` | the file itself | – |
 //!
-//! Fields that change numbers are either used by the model or rejected by
-//! [`Gemma4UnifiedTextConfig::validate`] with a named error; fields that do not change numbers at
-//! inference (`initializer_range`, `attention_dropout`, `use_cache`, `max_position_embeddings` for
-//! the non-dynamic RoPE types implemented here, token ids other than pad/image/video/audio) are
-//! parsed and documented as unused. Unknown keys are kept in `other` (HF stores them as plain
-//! attributes that no Gemma4Unified module reads) and logged.
+//! Mirrors `configuration_gemma4_unified.py` and `configuration_gemma4.py` (transformers 5.14.1),
+//! including `__post_init__`: default `layer_types` (5 sliding : 1 full), the last layer forced to
+//! `full_attention`, default per-layer-type `rope_parameters`. Values HF derives inside the modules
+//! (per-layer head_dim, KV heads, KV-sharing source, MLP width, RoPE spec) are methods here so the
+//! model files and the harness (L1/L2 contracts) share one definition.
+//!
+//! Fields that change numbers are either used by the model or rejected by `validate` with a
+//! named error; fields that do not change numbers at inference (`initializer_range`,
+//! `attention_dropout`, `use_cache`, `max_position_embeddings` for the non-dynamic RoPE types
+//! implemented here, token ids other than pad/image/video/audio) are parsed and documented as
+//! unused. `audio_config` is kept as raw JSON and ignored (audio is out of scope; audio inputs are
+//! a named error). Unknown keys are kept in `other` (HF stores them as plain attributes that no
+//! module reads) and logged.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -22,7 +30,9 @@ use serde_json::Value;
 use crate::error::{Error, Result};
 
 mod text;
-pub use text::{Activation, Gemma4UnifiedTextConfig, RopeKind, RopeParameters, RopeSpec};
+mod vision;
+pub use text::{Activation, MoeSpec, PleSpec, RopeKind, RopeParameters, RopeSpec, TextConfig};
+pub use vision::{UnifiedVisionConfig, VisionConfig, VisionTowerConfig};
 
 /// Attention type of a decoder layer (`layer_types` entries).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -98,81 +108,90 @@ const INERT_KEYS: &[&str] = &[
 
 pub(crate) fn log_unknown_keys(section: &str, other: &BTreeMap<String, Value>) {
     for key in other.keys().filter(|k| !INERT_KEYS.contains(&k.as_str())) {
-        tracing::debug!(section, key, "config key not read by Gemma4Unified (HF ignores it too)");
+        tracing::debug!(section, key, "config key no module reads (HF ignores it too)");
     }
 }
 
-/// `Gemma4UnifiedVisionConfig` (encoder-free embedder).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
-pub struct Gemma4UnifiedVisionConfig {
-    pub patch_size: usize,
-    pub pooling_kernel_size: usize,
-    /// Width of the patch Dense projection and the position table.
-    pub mm_embed_dim: usize,
-    /// Rows of the factorised position table `[mm_posemb_size, 2, mm_embed_dim]`.
-    pub mm_posemb_size: usize,
-    /// eps of the scale-free RMSNorm before the final projection (the LayerNorms use 1e-5).
-    pub rms_norm_eps: f64,
-    /// Input width of `embedding_projection`; must equal `mm_embed_dim` for HF to run.
-    pub output_proj_dims: usize,
-    /// Unused at inference.
-    pub initializer_range: f64,
-    #[serde(flatten)]
-    pub other: BTreeMap<String, Value>,
+/// The two model families. Unified and gemma4 share the text decoder (the gemma4 one adds
+/// per-layer embeddings and MoE) and differ in their image path and mask scope.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Family {
+    /// `gemma4_unified` / `gemma4_unified_text` (gemma-4-12B).
+    #[default]
+    Unified,
+    /// `gemma4` / `gemma4_text` (E2B, E4B, 26B-A4B, 31B).
+    Gemma4,
 }
 
-impl Default for Gemma4UnifiedVisionConfig {
-    fn default() -> Self {
-        Self {
-            patch_size: 16,
-            pooling_kernel_size: 3,
-            mm_embed_dim: 3840,
-            mm_posemb_size: 1120,
-            rms_norm_eps: 1e-6,
-            output_proj_dims: 3840,
-            initializer_range: 0.02,
-            other: BTreeMap::new(),
+impl Family {
+    /// Fills the defaults in which `Gemma4TextConfig` differs from `Gemma4UnifiedTextConfig`
+    /// (configuration_gemma4.py vs configuration_gemma4_unified.py) into a text config's JSON, for
+    /// keys it does not set. The unified defaults are [`TextConfig`]'s own `Default`.
+    pub(crate) fn fill_text_defaults(self, json: &mut serde_json::Map<String, Value>) {
+        if self != Family::Gemma4 {
+            return;
+        }
+        let defaults = [
+            ("sliding_window", Value::from(512)),
+            ("max_position_embeddings", Value::from(131_072)),
+            // No image-block overlay unless the config asks for it (unified defaults to "vision").
+            ("use_bidirectional_attention", Value::Null),
+            // PLE is on by default in gemma4: a PLE-less checkpoint says 0.
+            ("hidden_size_per_layer_input", Value::from(256)),
+            ("vocab_size_per_layer_input", Value::from(262_144)),
+        ];
+        for (key, value) in defaults {
+            json.entry(key).or_insert(value);
         }
     }
 }
 
-impl Gemma4UnifiedVisionConfig {
-    /// `patch_size * pooling_kernel_size`: side of a merged model patch in pixels.
-    pub fn model_patch_size(&self) -> usize {
-        self.patch_size * self.pooling_kernel_size
+/// `model_type` of a supported checkpoint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ModelType {
+    Gemma4Unified,
+    Gemma4UnifiedText,
+    Gemma4,
+    Gemma4Text,
+}
+
+impl ModelType {
+    /// Every supported type (for error messages).
+    pub const ALL: [ModelType; 4] = [ModelType::Gemma4Unified, ModelType::Gemma4UnifiedText, ModelType::Gemma4, ModelType::Gemma4Text];
+
+    /// The HF string.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ModelType::Gemma4Unified => "gemma4_unified",
+            ModelType::Gemma4UnifiedText => "gemma4_unified_text",
+            ModelType::Gemma4 => "gemma4",
+            ModelType::Gemma4Text => "gemma4_text",
+        }
     }
 
-    /// Raw pixel values per merged patch: `model_patch_size² · 3`.
-    pub fn patch_dim(&self) -> usize {
-        self.model_patch_size() * self.model_patch_size() * 3
+    /// Parses the HF string.
+    pub fn parse(s: &str) -> Result<Self> {
+        Self::ALL.into_iter().find(|t| t.as_str() == s).ok_or_else(|| Error::UnsupportedModelType(s.to_string()))
     }
 
-    /// Checks the fields HF's embedder needs to be shape-consistent.
-    pub fn validate(&self) -> Result<()> {
-        log_unknown_keys("vision_config", &self.other);
-        for (field, v) in [
-            ("patch_size", self.patch_size),
-            ("pooling_kernel_size", self.pooling_kernel_size),
-            ("mm_embed_dim", self.mm_embed_dim),
-            ("mm_posemb_size", self.mm_posemb_size),
-        ] {
-            if v == 0 {
-                return Err(Error::config(field, v, "must be positive"));
-            }
+    /// The family whose modules this type builds.
+    pub fn family(self) -> Family {
+        match self {
+            ModelType::Gemma4Unified | ModelType::Gemma4UnifiedText => Family::Unified,
+            ModelType::Gemma4 | ModelType::Gemma4Text => Family::Gemma4,
         }
-        if self.output_proj_dims != self.mm_embed_dim {
-            return Err(Error::config(
-                "output_proj_dims",
-                self.output_proj_dims,
-                format!(
-                    "must equal mm_embed_dim = {}: the projection consumes the embedder's \
-                     mm_embed_dim-wide output (HF fails at the matmul otherwise)",
-                    self.mm_embed_dim
-                ),
-            ));
-        }
-        Ok(())
+    }
+
+    /// `*ForConditionalGeneration` (text in `text_config`, optional vision/audio) rather than a
+    /// text-only `*ForCausalLM`.
+    pub fn is_composite(self) -> bool {
+        matches!(self, ModelType::Gemma4Unified | ModelType::Gemma4)
+    }
+}
+
+impl std::fmt::Display for ModelType {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
     }
 }
 
@@ -189,46 +208,56 @@ fn d_audio() -> Option<i64> {
     Some(258_881)
 }
 
-/// `Gemma4UnifiedConfig` (`model_type: gemma4_unified`).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Gemma4UnifiedConfig {
-    /// Null means HF's default text config.
+/// The composite configs' own fields (`Gemma4UnifiedConfig` and `Gemma4Config` have the same
+/// ones with the same defaults); the sub-configs are parsed per family afterwards.
+#[derive(Debug, Clone, Deserialize)]
+struct RawComposite {
     #[serde(default)]
-    pub text_config: Option<Gemma4UnifiedTextConfig>,
-    /// Null means no vision embedder (image inputs are then an error).
+    text_config: Option<Value>,
     #[serde(default)]
-    pub vision_config: Option<Gemma4UnifiedVisionConfig>,
-    /// Kept as raw JSON and ignored: the reference takes no audio inputs. Audio placeholder
-    /// tokens still become the pad embedding, exactly as in HF without `input_features`.
+    vision_config: Option<Value>,
     #[serde(default)]
-    pub audio_config: Option<Value>,
+    audio_config: Option<Value>,
     #[serde(default = "d_image")]
-    pub image_token_id: Option<i64>,
+    image_token_id: Option<i64>,
     #[serde(default = "d_video")]
-    pub video_token_id: Option<i64>,
+    video_token_id: Option<i64>,
     #[serde(default = "d_audio")]
-    pub audio_token_id: Option<i64>,
-    /// Informational (the processor inserts them).
+    audio_token_id: Option<i64>,
     #[serde(default)]
-    pub boi_token_id: Option<i64>,
+    boi_token_id: Option<i64>,
     #[serde(default)]
-    pub eoi_token_id: Option<i64>,
-    /// Tying rule of `Gemma4UnifiedForConditionalGeneration` (the top-level flag, not the text
-    /// config's, decides `lm_head.weight ← embed_tokens.weight`).
+    eoi_token_id: Option<i64>,
     #[serde(default = "d_true")]
-    pub tie_word_embeddings: bool,
+    tie_word_embeddings: bool,
     #[serde(flatten)]
-    pub other: BTreeMap<String, Value>,
+    other: BTreeMap<String, Value>,
 }
 
-/// A parsed `config.json` of either supported model type.
+/// Multimodal placeholder ids of a composite checkpoint.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct PlaceholderTokens {
+    pub image: Option<i64>,
+    pub video: Option<i64>,
+    pub audio: Option<i64>,
+    /// Informational (the processor inserts them).
+    pub boi: Option<i64>,
+    pub eoi: Option<i64>,
+}
+
+/// A parsed, post-initialised and validated `config.json` of any supported model type.
 #[derive(Debug, Clone, PartialEq)]
-#[allow(clippy::large_enum_variant)] // one per model, never moved in bulk
-pub enum ModelConfig {
-    /// `gemma4_unified`: `Gemma4UnifiedForConditionalGeneration`.
-    Unified(Gemma4UnifiedConfig),
-    /// `gemma4_unified_text`: `Gemma4UnifiedForCausalLM` (text only).
-    Text(Gemma4UnifiedTextConfig),
+pub struct ModelConfig {
+    model_type: ModelType,
+    text: TextConfig,
+    vision: Option<VisionConfig>,
+    /// Kept as raw JSON and ignored: the reference takes no audio inputs. Audio placeholder tokens
+    /// still become the pad embedding, exactly as in HF without `input_features`.
+    audio: Option<Value>,
+    /// Empty for the text-only types (`*ForCausalLM` has no placeholder handling).
+    tokens: PlaceholderTokens,
+    /// For composites the top-level flag decides `lm_head.weight ← embed_tokens.weight`.
+    tie_word_embeddings: bool,
 }
 
 impl ModelConfig {
@@ -245,104 +274,117 @@ impl ModelConfig {
     pub fn from_json_str(text: &str) -> Result<Self> {
         let json_err = |source| Error::Json { path: "config.json".into(), source };
         let value: Value = serde_json::from_str(text).map_err(json_err)?;
-        let model_type = value.get("model_type").and_then(Value::as_str).unwrap_or_default().to_string();
-        let mut cfg = match model_type.as_str() {
-            "gemma4_unified" => ModelConfig::Unified(serde_json::from_value(value).map_err(json_err)?),
-            "gemma4_unified_text" => ModelConfig::Text(serde_json::from_value(value).map_err(json_err)?),
-            _ => return Err(Error::UnsupportedModelType(model_type)),
+        let model_type = ModelType::parse(value.get("model_type").and_then(Value::as_str).unwrap_or_default())?;
+        let family = model_type.family();
+        let parse_text = |v: Option<Value>| -> Result<TextConfig> {
+            let mut map = match v {
+                Some(Value::Object(m)) => m,
+                None | Some(Value::Null) => serde_json::Map::new(),
+                Some(other) => {
+                    return Err(Error::config("text_config", other.to_string(), "must be an object"));
+                }
+            };
+            family.fill_text_defaults(&mut map);
+            let mut t: TextConfig = serde_json::from_value(Value::Object(map)).map_err(json_err)?;
+            t.family = family;
+            t.post_init()?;
+            Ok(t)
         };
-        cfg.post_init()?;
+        let cfg = if model_type.is_composite() {
+            let raw: RawComposite = serde_json::from_value(value).map_err(json_err)?;
+            log_unknown_keys("config", &raw.other);
+            let text = parse_text(raw.text_config)?;
+            let vision = match raw.vision_config {
+                None | Some(Value::Null) => None,
+                Some(v) => Some(match family {
+                    Family::Unified => VisionConfig::Unified(serde_json::from_value(v).map_err(json_err)?),
+                    Family::Gemma4 => VisionConfig::Tower(serde_json::from_value(v).map_err(json_err)?),
+                }),
+            };
+            let tokens = PlaceholderTokens {
+                image: raw.image_token_id,
+                video: raw.video_token_id,
+                audio: raw.audio_token_id,
+                boi: raw.boi_token_id,
+                eoi: raw.eoi_token_id,
+            };
+            let audio = raw.audio_config.filter(|v| !v.is_null());
+            ModelConfig { model_type, text, vision, audio, tokens, tie_word_embeddings: raw.tie_word_embeddings }
+        } else {
+            let text = parse_text(Some(value))?;
+            let tie = text.tie_word_embeddings;
+            ModelConfig { model_type, text, vision: None, audio: None, tokens: PlaceholderTokens::default(), tie_word_embeddings: tie }
+        };
         cfg.validate()?;
         Ok(cfg)
     }
 
-    fn post_init(&mut self) -> Result<()> {
-        match self {
-            ModelConfig::Unified(c) => c.text_config.get_or_insert_with(Gemma4UnifiedTextConfig::default).post_init(),
-            ModelConfig::Text(t) => t.post_init(),
-        }
-    }
-
     fn validate(&self) -> Result<()> {
-        self.text().validate()?;
-        if let ModelConfig::Unified(c) = self {
-            log_unknown_keys("config", &c.other);
-            if self.text().pad_token_id.is_none() {
-                return Err(Error::config(
-                    "pad_token_id",
-                    "null",
-                    "Gemma4UnifiedModel.forward embeds placeholders as pad_token_id                      (torch.where with None fails on every call)",
-                ));
-            }
-            if let Some(v) = &c.vision_config {
-                v.validate()?;
-            }
+        self.text.validate()?;
+        if self.model_type.is_composite() && self.text.pad_token_id.is_none() {
+            return Err(Error::config(
+                "pad_token_id",
+                "null",
+                "the composite model embeds placeholders as pad_token_id (torch.where with None fails on every call)",
+            ));
+        }
+        if let Some(v) = &self.vision {
+            v.validate()?;
         }
         Ok(())
     }
 
-    /// HF `model_type` string.
-    pub fn model_type(&self) -> &'static str {
-        match self {
-            ModelConfig::Unified(_) => "gemma4_unified",
-            ModelConfig::Text(_) => "gemma4_unified_text",
-        }
+    /// The checkpoint's model type.
+    pub fn model_type(&self) -> ModelType {
+        self.model_type
+    }
+
+    /// The model family.
+    pub fn family(&self) -> Family {
+        self.model_type.family()
     }
 
     /// The text decoder's config (`get_text_config()`).
-    pub fn text(&self) -> &Gemma4UnifiedTextConfig {
-        static DEFAULT: std::sync::OnceLock<Gemma4UnifiedTextConfig> = std::sync::OnceLock::new();
-        match self {
-            ModelConfig::Unified(c) => c.text_config.as_ref().unwrap_or_else(|| {
-                // post_init always fills text_config; this only guards a hand-built value.
-                DEFAULT.get_or_init(|| {
-                    let mut t = Gemma4UnifiedTextConfig::default();
-                    // The default config post-inits without error.
-                    let _ = t.post_init();
-                    t
-                })
-            }),
-            ModelConfig::Text(t) => t,
-        }
+    pub fn text(&self) -> &TextConfig {
+        &self.text
     }
 
-    /// The vision embedder's config, if the model has one.
-    pub fn vision(&self) -> Option<&Gemma4UnifiedVisionConfig> {
-        match self {
-            ModelConfig::Unified(c) => c.vision_config.as_ref(),
-            ModelConfig::Text(_) => None,
-        }
+    /// The image path's config, if the model has one.
+    pub fn vision(&self) -> Option<&VisionConfig> {
+        self.vision.as_ref()
+    }
+
+    /// Whether the config carries an `audio_config` (parsed and ignored: audio is out of scope).
+    pub fn has_audio(&self) -> bool {
+        self.audio.is_some()
     }
 
     /// Whether `lm_head.weight` falls back to the token embedding when absent.
     pub fn tie_word_embeddings(&self) -> bool {
-        match self {
-            ModelConfig::Unified(c) => c.tie_word_embeddings,
-            ModelConfig::Text(t) => t.tie_word_embeddings,
-        }
+        self.tie_word_embeddings
+    }
+
+    /// Multimodal placeholder ids (all `None` for the text-only types).
+    pub fn tokens(&self) -> PlaceholderTokens {
+        self.tokens
     }
 
     /// Placeholder ids HF replaces by `pad_token_id` before embedding (image, video, audio).
     pub fn placeholder_ids(&self) -> Vec<i64> {
-        match self {
-            ModelConfig::Unified(c) => [c.image_token_id, c.video_token_id, c.audio_token_id].into_iter().flatten().collect(),
-            ModelConfig::Text(_) => Vec::new(),
-        }
+        [self.tokens.image, self.tokens.video, self.tokens.audio].into_iter().flatten().collect()
     }
 
     /// The image placeholder id (`image_token_id`).
     pub fn image_token_id(&self) -> Option<i64> {
-        match self {
-            ModelConfig::Unified(c) => c.image_token_id,
-            ModelConfig::Text(_) => None,
-        }
+        self.tokens.image
     }
 
     /// Weight-name prefix of the text decoder in the checkpoint.
     pub fn text_prefix(&self) -> &'static str {
-        match self {
-            ModelConfig::Unified(_) => "model.language_model",
-            ModelConfig::Text(_) => "model",
+        if self.model_type.is_composite() {
+            "model.language_model"
+        } else {
+            "model"
         }
     }
 }
@@ -407,7 +449,7 @@ mod tests {
             "rope_parameters":{"full_attention":{"rope_type":"default","rope_theta":1e6}}}"#,
         );
         assert!(matches!(rope_dim, Err(Error::UnsupportedConfig { field: "rope_parameters", .. })));
-        let unknown = text(r#"{"model_type":"gemma4"}"#);
+        let unknown = text(r#"{"model_type":"gemma3"}"#);
         assert!(matches!(unknown, Err(Error::UnsupportedModelType(_))));
     }
 

@@ -1,14 +1,21 @@
-//! `Gemma4UnifiedTextConfig` (`model_type: gemma4_unified_text`, also the composite's
-//! `text_config`): HF field names and dataclass defaults, `__post_init__`, validation, and the
-//! values HF derives inside the modules (per-layer head dim, KV heads, KV-sharing source, MLP
-//! width, RoPE spec) as methods.
+//! The text decoder's config, shared by both families: `Gemma4UnifiedTextConfig`
+//! (`gemma4_unified_text`, the unified composite's `text_config`) and `Gemma4TextConfig`
+//! (`gemma4_text`, the gemma4 composite's `text_config`). HF field names and dataclass defaults,
+//! `__post_init__`, validation, and the values HF derives inside the modules (per-layer head dim,
+//! KV heads, KV-sharing source, MLP width, RoPE spec) as methods.
+//!
+//! The two HF classes have the same fields and `__post_init__`; `Gemma4TextConfig` adds
+//! per-layer embeddings (PLE) and the MoE block and changes four defaults (see
+//! [`Family::text_defaults`]). One struct holds both: the family's defaults are filled into the
+//! JSON before it is deserialised, and validation rejects PLE/MoE for the unified family, whose
+//! HF modules would silently ignore them.
 
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::{log_unknown_keys, BidirectionalAttention, LayerType, TokenIds};
+use super::{log_unknown_keys, BidirectionalAttention, Family, LayerType, TokenIds};
 use crate::error::{Error, Result};
 
 /// One entry of `rope_parameters` (keyed by layer type).
@@ -50,7 +57,7 @@ pub enum RopeKind {
 pub struct RopeSpec {
     pub kind: RopeKind,
     pub theta: f64,
-    /// Dimension HF computes the frequencies over (see [`Gemma4UnifiedTextConfig::rope`]).
+    /// Dimension HF computes the frequencies over (see [`TextConfig::rope`]).
     pub dim: usize,
     /// Proportional only (1.0 for default).
     pub partial_rotary_factor: f64,
@@ -72,7 +79,7 @@ pub enum Activation {
 }
 
 impl Activation {
-    fn parse(name: &str) -> Result<Self> {
+    pub(crate) fn parse(name: &str) -> Result<Self> {
         Ok(match name {
             "gelu_pytorch_tanh" => Activation::GeluPytorchTanh,
             "gelu" => Activation::Gelu,
@@ -89,10 +96,13 @@ fn d_vision() -> Option<BidirectionalAttention> {
     Some(BidirectionalAttention::Vision)
 }
 
-/// `Gemma4UnifiedTextConfig` (`model_type: gemma4_unified_text`).
+/// The text decoder's config (`Gemma4UnifiedTextConfig` / `Gemma4TextConfig`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
-pub struct Gemma4UnifiedTextConfig {
+pub struct TextConfig {
+    /// Which HF config class this is (decides validation); not a JSON field.
+    #[serde(skip)]
+    pub family: Family,
     pub vocab_size: usize,
     pub hidden_size: usize,
     /// MLP width (doubled on KV-shared layers when `use_double_wide_mlp`).
@@ -145,15 +155,30 @@ pub struct Gemma4UnifiedTextConfig {
     pub num_kv_shared_layers: usize,
     /// KV-shared layers have a 2× wide MLP.
     pub use_double_wide_mlp: bool,
-    /// Keys that are not fields of `Gemma4UnifiedTextConfig` (HF keeps them as inert attributes).
+    /// Width P of the per-layer embeddings (gemma4 only; 0 = no PLE). HF's strict dataclass
+    /// rejects null, so `None` (an explicit null) is an error.
+    pub hidden_size_per_layer_input: Option<usize>,
+    /// Rows of the PLE table `embed_tokens_per_layer` (gemma4 only).
+    pub vocab_size_per_layer_input: usize,
+    /// Every layer gets a routed-experts block beside its dense MLP (gemma4 only).
+    pub enable_moe_block: bool,
+    /// Experts per MoE block (required with `enable_moe_block`).
+    pub num_experts: Option<usize>,
+    /// Experts each token is routed to (required with `enable_moe_block`).
+    pub top_k_experts: Option<usize>,
+    /// Intermediate width of one expert (required with `enable_moe_block`).
+    pub moe_intermediate_size: Option<usize>,
+    /// Keys that are not fields of the HF config class (HF keeps them as inert attributes).
     #[serde(flatten)]
     pub other: BTreeMap<String, Value>,
 }
 
-impl Default for Gemma4UnifiedTextConfig {
-    /// The dataclass defaults of `Gemma4UnifiedTextConfig` (before `__post_init__`).
+impl Default for TextConfig {
+    /// The dataclass defaults of `Gemma4UnifiedTextConfig` (before `__post_init__`);
+    /// [`TextConfig::family_default`] gives the gemma4 ones.
     fn default() -> Self {
         Self {
+            family: Family::Unified,
             vocab_size: 262_144,
             hidden_size: 2304,
             intermediate_size: 9216,
@@ -182,12 +207,64 @@ impl Default for Gemma4UnifiedTextConfig {
             attention_k_eq_v: false,
             num_kv_shared_layers: 0,
             use_double_wide_mlp: false,
+            hidden_size_per_layer_input: Some(0),
+            vocab_size_per_layer_input: 262_144,
+            enable_moe_block: false,
+            num_experts: None,
+            top_k_experts: None,
+            moe_intermediate_size: None,
             other: BTreeMap::new(),
         }
     }
 }
 
-impl Gemma4UnifiedTextConfig {
+/// Per-layer embedding geometry of a PLE decoder.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PleSpec {
+    /// Width P per layer (`hidden_size_per_layer_input`).
+    pub dim: usize,
+    /// Rows of the table (`vocab_size_per_layer_input`).
+    pub vocab: usize,
+}
+
+/// Routed-experts geometry of a MoE decoder.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MoeSpec {
+    pub num_experts: usize,
+    pub top_k: usize,
+    pub intermediate_size: usize,
+}
+
+impl TextConfig {
+    /// The dataclass defaults of `family`'s HF text config class (before `__post_init__`).
+    pub fn family_default(family: Family) -> Self {
+        let mut json = serde_json::Map::new();
+        family.fill_text_defaults(&mut json);
+        let mut cfg: TextConfig = serde_json::from_value(Value::Object(json)).unwrap_or_default();
+        cfg.family = family;
+        cfg
+    }
+
+    /// Per-layer embeddings, when the config has them (`hidden_size_per_layer_input` > 0).
+    pub fn ple(&self) -> Option<PleSpec> {
+        match self.hidden_size_per_layer_input {
+            Some(dim) if dim > 0 => Some(PleSpec { dim, vocab: self.vocab_size_per_layer_input }),
+            _ => None,
+        }
+    }
+
+    /// The MoE block, when enabled (validated: all three sizes are set).
+    pub fn moe(&self) -> Option<MoeSpec> {
+        if !self.enable_moe_block {
+            return None;
+        }
+        Some(MoeSpec {
+            num_experts: self.num_experts?,
+            top_k: self.top_k_experts?,
+            intermediate_size: self.moe_intermediate_size?,
+        })
+    }
+
     /// HF `__post_init__`: default `layer_types` (every 6th layer full), last layer forced to
     /// `full_attention`, default `rope_parameters`. Rejects `use_bidirectional_attention: "all"`
     /// (see [`Error::BidirectionalAll`]). Idempotent.
@@ -234,6 +311,7 @@ impl Gemma4UnifiedTextConfig {
     /// Checks every numerically relevant field; call after [`Self::post_init`].
     pub fn validate(&self) -> Result<()> {
         log_unknown_keys("text_config", &self.other);
+        self.validate_family_blocks()?;
         Activation::parse(&self.hidden_activation)?;
         let layer_types = self.layer_types()?;
         if layer_types.len() != self.num_hidden_layers {
@@ -320,6 +398,58 @@ impl Gemma4UnifiedTextConfig {
         }
         for layer in self.first_kv_shared_layer()..self.num_hidden_layers {
             self.kv_source_layer(layer)?;
+        }
+        Ok(())
+    }
+
+    /// PLE and MoE: only `gemma4` text configs have them, and HF cannot run them half-configured.
+    fn validate_family_blocks(&self) -> Result<()> {
+        let ple = self.hidden_size_per_layer_input.ok_or_else(|| {
+            Error::config(
+                "hidden_size_per_layer_input",
+                "null",
+                "HF's strict config rejects null (StrictDataclassFieldValidationError); 0 means no per-layer embeddings",
+            )
+        })?;
+        if self.family == Family::Unified {
+            // Gemma4Unified's modules never read these keys: a value that would change the
+            // function under gemma4 means the config is not what its model_type says.
+            if ple > 0 {
+                return Err(Error::config(
+                    "hidden_size_per_layer_input",
+                    ple,
+                    "gemma4_unified has no per-layer embeddings (HF's Gemma4Unified ignores the key); is model_type right?",
+                ));
+            }
+            if self.enable_moe_block {
+                return Err(Error::config(
+                    "enable_moe_block",
+                    true,
+                    "gemma4_unified has no MoE block (HF's Gemma4Unified ignores the key); is model_type right?",
+                ));
+            }
+            return Ok(());
+        }
+        if ple > 0 && self.vocab_size_per_layer_input == 0 {
+            return Err(Error::config("vocab_size_per_layer_input", 0, "must be positive when hidden_size_per_layer_input > 0"));
+        }
+        if self.enable_moe_block {
+            for (field, v) in
+                [("num_experts", self.num_experts), ("top_k_experts", self.top_k_experts), ("moe_intermediate_size", self.moe_intermediate_size)]
+            {
+                match v {
+                    None => {
+                        return Err(Error::config(field, "null", "required when enable_moe_block is true (HF fails building the experts)"))
+                    }
+                    Some(0) => return Err(Error::config(field, 0, "must be positive")),
+                    Some(_) => {}
+                }
+            }
+            if let (Some(k), Some(e)) = (self.top_k_experts, self.num_experts) {
+                if k > e {
+                    return Err(Error::config("top_k_experts", k, format!("exceeds num_experts = {e} (torch.topk fails)")));
+                }
+            }
         }
         Ok(())
     }

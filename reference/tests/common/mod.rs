@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 use candle_core::{Device, Tensor};
-use onnx_parity_reference::{Gemma4Unified, ModelInputs};
+use onnx_parity_reference::{Dense, Gemma4, ModelInputs};
 
 /// `fixtures/<name>` of the workspace.
 pub fn fixture_dir(name: &str) -> PathBuf {
@@ -15,7 +15,7 @@ pub fn fixture_dir(name: &str) -> PathBuf {
 
 /// A fixture: the loaded reference, its inputs and the oracle tensors with metadata.
 pub struct Fixture {
-    pub model: Gemma4Unified,
+    pub model: Gemma4,
     pub inputs: ModelInputs,
     pub oracle: HashMap<String, Tensor>,
     pub metadata: HashMap<String, String>,
@@ -34,14 +34,17 @@ pub fn load_fixture(name: &str) -> Result<Fixture> {
     if !dir.join("oracle.safetensors").exists() {
         bail!("fixture {} is missing; regenerate with scripts/make-fixtures.sh", dir.display());
     }
-    let model = Gemma4Unified::load(&dir.join("checkpoint"))?;
+    let model = Gemma4::load(&dir.join("checkpoint"))?;
     let (inp, _) = read_safetensors(&dir.join("inputs.safetensors"))?;
     let (oracle, metadata) = read_safetensors(&dir.join("oracle.safetensors"))?;
     let ids = |k: &str| -> Result<Option<Vec<i64>>> { inp.get(k).map(|t| Ok(t.flatten_all()?.to_vec1::<i64>()?)).transpose() };
     let inputs = ModelInputs {
         input_ids: ids("input_ids")?.context("inputs.safetensors lacks input_ids")?,
-        pixel_values: inp.get("pixel_values").cloned(),
-        image_position_ids: inp.get("image_position_ids").cloned(),
+        pixel_values: inp.get("pixel_values").map(|t| Ok::<_, anyhow::Error>(Dense::new(t.dims().to_vec(), t.flatten_all()?.to_vec1::<f32>()?))).transpose()?,
+        image_position_ids: inp
+            .get("image_position_ids")
+            .map(|t| Ok::<_, anyhow::Error>(Dense::new(t.dims().to_vec(), t.flatten_all()?.to_vec1::<i64>()?)))
+            .transpose()?,
         mm_token_type_ids: ids("mm_token_type_ids")?,
     };
     Ok(Fixture { model, inputs, oracle, metadata })

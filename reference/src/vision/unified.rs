@@ -11,15 +11,15 @@
 
 use candle_core::Tensor;
 
-use crate::config::{Gemma4UnifiedTextConfig, Gemma4UnifiedVisionConfig};
+use crate::config::UnifiedVisionConfig;
 use crate::error::{Error, Result};
-use crate::norm::{LayerNorm, RmsNorm, TORCH_LAYER_NORM_EPS};
-use crate::text::Linear;
+use crate::nn::linear::Linear;
+use crate::nn::norm::{LayerNorm, RmsNorm, TORCH_LAYER_NORM_EPS};
 use crate::weights::Weights;
 
 /// The vision embedder's weights.
 #[derive(Debug)]
-pub struct VisionEmbedder {
+pub struct UnifiedEmbedder {
     patch_ln1: LayerNorm,
     patch_dense: Linear,
     patch_ln2: LayerNorm,
@@ -33,10 +33,10 @@ pub struct VisionEmbedder {
     posemb_size: usize,
 }
 
-impl VisionEmbedder {
+impl UnifiedEmbedder {
     /// Loads `{prefix}.patch_ln1`, `patch_dense`, `patch_ln2`, `pos_embedding`, `pos_norm`,
     /// `multimodal_embedder.embedding_projection`.
-    pub fn load(vcfg: &Gemma4UnifiedVisionConfig, tcfg: &Gemma4UnifiedTextConfig, w: &Weights, prefix: &str) -> Result<Self> {
+    pub fn load(vcfg: &UnifiedVisionConfig, text_hidden: usize, w: &Weights, prefix: &str) -> Result<Self> {
         let patch_dim = vcfg.patch_dim();
         let mm = vcfg.mm_embed_dim;
         let eps = TORCH_LAYER_NORM_EPS;
@@ -53,7 +53,7 @@ impl VisionEmbedder {
                 w,
                 &format!("{prefix}.multimodal_embedder.embedding_projection"),
                 vcfg.output_proj_dims,
-                tcfg.hidden_size,
+                text_hidden,
                 false,
             )?,
             patch_dim,

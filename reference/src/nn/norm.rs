@@ -3,7 +3,7 @@
 use candle_core::{CpuStorage, DType, Layout, Shape, Tensor, D};
 use rayon::prelude::*;
 
-use crate::reduce::{torch_moments, torch_sum};
+use crate::nn::reduce::{torch_moments, torch_sum};
 
 use crate::error::Result;
 use crate::weights::Weights;
@@ -43,7 +43,7 @@ impl RmsNorm {
     /// Normalises over the last dimension.
     ///
     /// f32 runs a fused row kernel that sums the squares in PyTorch's order
-    /// ([`crate::reduce::torch_sum`]); other dtypes (the f64 precision mode) use candle ops.
+    /// ([`crate::nn::reduce::torch_sum`]); other dtypes (the f64 precision mode) use candle ops.
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
         if x.dtype() == DType::F32 {
             return Ok(x.contiguous()?.apply_op1_no_bwd(&FusedRmsNorm { weight: self.weight_f32.as_deref(), eps: self.eps as f32 })?);
@@ -168,7 +168,7 @@ impl LayerNorm {
     /// `(x − mean) / sqrt(var_biased + eps) · weight + bias` over the last dimension.
     ///
     /// f32 runs a fused row kernel computing the moments in torch's order
-    /// ([`crate::reduce::torch_moments`]) and `fma((x − mean)·rstd, weight, bias)` as torch's
+    /// ([`crate::nn::reduce::torch_moments`]) and `fma((x − mean)·rstd, weight, bias)` as torch's
     /// kernel does; other dtypes use candle ops.
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
         if x.dtype() == DType::F32 {

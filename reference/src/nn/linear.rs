@@ -1,0 +1,96 @@
+//! `nn.Linear` and Gemma 4's `Gemma4ClippableLinear`.
+
+use candle_core::Tensor;
+
+use crate::error::Result;
+use crate::weights::Weights;
+
+/// `nn.Linear`: `x · Wᵀ (+ b)`. `W` is stored `[out, in]` in the checkpoint and kept
+/// transposed, `weight_t = Wᵀ` (`[in, out]`, contiguous), so the matmul reads a row-major
+/// right-hand side (see [`Weights::get_t`]).
+#[derive(Debug, Clone)]
+pub(crate) struct Linear {
+    weight_t: Tensor,
+    bias: Option<Tensor>,
+}
+
+impl Linear {
+    pub(crate) fn load(w: &Weights, prefix: &str, in_dim: usize, out_dim: usize, bias: bool) -> Result<Self> {
+        Ok(Self {
+            weight_t: w.get_t(&format!("{prefix}.weight"), [out_dim, in_dim])?,
+            bias: if bias { Some(w.get(&format!("{prefix}.bias"), &[out_dim])?) } else { None },
+        })
+    }
+
+    /// A bias-free Linear from an already transposed weight `[in, out]`.
+    pub(crate) fn from_weight_t(weight_t: Tensor) -> Self {
+        Self { weight_t, bias: None }
+    }
+
+    /// Output columns `start..start + cols` only (no bias): `[n, cols]`.
+    pub(crate) fn forward_columns(&self, x: &Tensor, start: usize, cols: usize) -> Result<Tensor> {
+        Ok(x.matmul(&self.weight_t.narrow(1, start, cols)?)?)
+    }
+
+    /// `x`: `[n, in]` → `[n, out]`.
+    pub(crate) fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        let y = x.matmul(&self.weight_t)?;
+        Ok(match &self.bias {
+            Some(b) => y.broadcast_add(b)?,
+            None => y,
+        })
+    }
+}
+
+/// `Gemma4ClippableLinear` (vision tower): a bias-free `nn.Linear` stored as `{prefix}.linear.weight`
+/// and, with `use_clipped_linears`, `clamp(x, input_min, input_max) → linear → clamp(·,
+/// output_min, output_max)` with the four scalar buffers of the checkpoint. HF initialises absent
+/// buffers to ±inf (no clipping), so they are optional here too; without `use_clipped_linears`
+/// HF never reads them (and neither does this).
+#[derive(Debug, Clone)]
+pub(crate) struct ClippableLinear {
+    linear: Linear,
+    clip: Option<Clip>,
+}
+
+/// Clamp bounds of a clippable linear.
+#[derive(Debug, Clone, Copy)]
+struct Clip {
+    input: (f64, f64),
+    output: (f64, f64),
+}
+
+impl ClippableLinear {
+    pub(crate) fn load(w: &Weights, prefix: &str, in_dim: usize, out_dim: usize, clipped: bool) -> Result<Self> {
+        let linear = Linear::load(w, &format!("{prefix}.linear"), in_dim, out_dim, false)?;
+        let clip = if clipped {
+            let bound = |name: &str, default: f64| -> Result<f64> {
+                Ok(match w.get_opt(&format!("{prefix}.{name}"), &[])? {
+                    Some(t) => t.to_dtype(candle_core::DType::F64)?.to_scalar::<f64>()?,
+                    None => default,
+                })
+            };
+            Some(Clip {
+                input: (bound("input_min", f64::NEG_INFINITY)?, bound("input_max", f64::INFINITY)?),
+                output: (bound("output_min", f64::NEG_INFINITY)?, bound("output_max", f64::INFINITY)?),
+            })
+        } else {
+            None
+        };
+        Ok(Self { linear, clip })
+    }
+
+    /// `x`: `[n, in]` → `[n, out]`.
+    pub(crate) fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        let Some(c) = self.clip else { return self.linear.forward(x) };
+        let x = clamp(x, c.input)?;
+        clamp(&self.linear.forward(&x)?, c.output)
+    }
+}
+
+/// `torch.clamp(x, lo, hi)` with scalar bounds (±inf = unbounded). The bounds are f32 values read
+/// from the checkpoint, so comparing in the tensor's dtype is exact.
+fn clamp(x: &Tensor, (lo, hi): (f64, f64)) -> Result<Tensor> {
+    let x = if lo > f64::NEG_INFINITY { x.maximum(lo)? } else { x.clone() };
+    Ok(if hi < f64::INFINITY { x.minimum(hi)? } else { x })
+}

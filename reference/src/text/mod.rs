@@ -1,0 +1,323 @@
+//! The Gemma 4 text decoder (`Gemma4TextModel` / `Gemma4UnifiedTextModel` + `lm_head` +
+//! softcapping), one implementation for both families.
+//!
+//! Follows `modeling_gemma4.py` / `modeling_gemma4_unified.py` line by line (their attention,
+//! norms, RoPE and dense MLP are textually identical); the points that differ from Gemma 1–3 and
+//! from candle-transformers' `gemma4` module are called out where they happen: RMSNorm weight
+//! multiplies as is, attention scaling is 1.0, full layers have their own head dim / KV heads,
+//! every layer ends with `× layer_scalar`. The gemma4 family adds two optional per-layer
+//! branches: a routed-experts block beside the dense MLP ([`moe`]) and per-layer embeddings
+//! ([`ple`]), whose model-level inputs the caller computes once per forward
+//! ([`TextModel::per_layer_inputs`]).
+//!
+//! Activations are kept 2-D (`[seq, hidden]`): the reference runs one sequence (batch 1).
+
+mod attention;
+mod mlp;
+mod moe;
+mod ple;
+
+pub(crate) use attention::grouped_attention;
+pub(crate) use mlp::Mlp;
+
+use candle_core::{DType, Device, Tensor};
+
+use crate::config::{LayerType, TextConfig};
+use crate::error::{Error, Result};
+use crate::kv_cache::{CacheLayout, KvCache};
+use crate::mask::MaskRule;
+use crate::nn::linear::Linear;
+use crate::nn::norm::RmsNorm;
+use crate::nn::ops::SoftCap;
+use crate::nn::rope::Rope;
+use crate::weights::Weights;
+use attention::Attention;
+use moe::MoeBlock;
+use ple::{PerLayerEmbedding, PerLayerGate};
+
+#[derive(Debug)]
+struct DecoderLayer {
+    attn: Attention,
+    mlp: Mlp,
+    /// gemma4 MoE: experts beside the dense MLP.
+    moe: Option<MoeBlock>,
+    /// gemma4 PLE: the per-layer input gate after the feed-forward residual.
+    per_layer: Option<PerLayerGate>,
+    input_layernorm: RmsNorm,
+    post_attention_layernorm: RmsNorm,
+    pre_feedforward_layernorm: RmsNorm,
+    post_feedforward_layernorm: RmsNorm,
+    /// Stored buffer `[1]`, multiplied into the layer output.
+    layer_scalar: Tensor,
+}
+
+impl DecoderLayer {
+    fn load(cfg: &TextConfig, w: &Weights, prefix: &str, layer: usize) -> Result<Self> {
+        let h = cfg.hidden_size;
+        let eps = cfg.rms_norm_eps;
+        let norm = |name: &str| RmsNorm::load(w, &format!("{prefix}.{name}"), h, eps);
+        Ok(Self {
+            attn: Attention::load(cfg, w, &format!("{prefix}.self_attn"), layer)?,
+            mlp: Mlp::load(cfg, w, &format!("{prefix}.mlp"), layer)?,
+            moe: cfg.moe().map(|m| MoeBlock::load(cfg, m, w, prefix)).transpose()?,
+            per_layer: cfg.ple().map(|p| PerLayerGate::load(cfg, p, w, prefix)).transpose()?,
+            input_layernorm: norm("input_layernorm")?,
+            post_attention_layernorm: norm("post_attention_layernorm")?,
+            pre_feedforward_layernorm: norm("pre_feedforward_layernorm")?,
+            post_feedforward_layernorm: norm("post_feedforward_layernorm")?,
+            layer_scalar: w.get(&format!("{prefix}.layer_scalar"), &[1])?,
+        })
+    }
+
+    /// `per_layer_input`: this layer's slice `[seq, P]` of the PLE inputs (PLE models only).
+    fn forward(&self, x: &Tensor, per_layer_input: Option<&Tensor>, rope: (&Tensor, &Tensor), mask: Option<&Tensor>, cache: &mut KvCache) -> Result<Tensor> {
+        let h = self.input_layernorm.forward(x)?;
+        let h = self.attn.forward(&h, rope.0, rope.1, mask, cache)?;
+        let h = self.post_attention_layernorm.forward(&h)?;
+        let x = (x + h)?;
+        let h = self.mlp.forward(&self.pre_feedforward_layernorm.forward(&x)?)?;
+        // The experts read the residual itself, not the dense MLP's pre-norm input.
+        let h = match &self.moe {
+            Some(moe) => moe.forward(&x, &h)?,
+            None => h,
+        };
+        let h = self.post_feedforward_layernorm.forward(&h)?;
+        let mut x = (x + h)?;
+        match (&self.per_layer, per_layer_input) {
+            (Some(gate), Some(p)) => x = gate.forward(&x, p)?,
+            (None, None) => {}
+            (Some(_), None) => return Err(Error::Internal("PLE layer called without per-layer inputs".into())),
+            (None, Some(_)) => return Err(Error::Internal("per-layer inputs given to a layer without PLE".into())),
+        }
+        Ok(x.broadcast_mul(&self.layer_scalar)?)
+    }
+}
+
+/// Vocabulary columns per `lm_head` call in a prefill (see [`TextModel::logits`]).
+const VOCAB_SLICE: usize = 4096;
+
+/// Embedding, per-layer embeddings (gemma4 PLE), decoder stack, final norm, tied `lm_head`,
+/// final logit softcapping.
+#[derive(Debug)]
+pub struct TextModel {
+    /// `embed_tokens.weight` transposed, `[hidden, vocab]`: shared with a tied `lm_head`
+    /// (whose matmul wants this layout); token lookups gather columns.
+    embed_t: Tensor,
+    embed_scale: f32,
+    per_layer_embedding: Option<PerLayerEmbedding>,
+    layers: Vec<DecoderLayer>,
+    norm: RmsNorm,
+    lm_head: Linear,
+    softcap: Option<f64>,
+    ropes: Vec<(LayerType, Rope)>,
+    layer_types: Vec<LayerType>,
+    sliding_window: usize,
+    cache_layout: CacheLayout,
+    vocab_size: usize,
+    dtype: DType,
+    device: Device,
+}
+
+impl TextModel {
+    /// Loads the decoder under `prefix` (`model.language_model` or `model`). `lm_head.weight`
+    /// is used when present; otherwise, when `tie_word_embeddings`, the token embedding (HF
+    /// ties symmetrically and skips tying when both exist with different values).
+    pub fn load(cfg: &TextConfig, w: &Weights, prefix: &str, tie: bool) -> Result<Self> {
+        let (v, h) = (cfg.vocab_size, cfg.hidden_size);
+        let embed_t = w.get_t(&format!("{prefix}.embed_tokens.weight"), [v, h])?;
+        let layers = (0..cfg.num_hidden_layers)
+            .map(|i| DecoderLayer::load(cfg, w, &format!("{prefix}.layers.{i}"), i))
+            .collect::<Result<Vec<_>>>()?;
+        let lm_head = match w.get_opt_t("lm_head.weight", [v, h])? {
+            Some(t) => Linear::from_weight_t(t),
+            None if tie => Linear::from_weight_t(embed_t.clone()),
+            None => {
+                return Err(Error::MissingTensor {
+                    name: "lm_head.weight".into(),
+                    location: "checkpoint (tie_word_embeddings is false)".into(),
+                })
+            }
+        };
+        let layer_types = cfg.layer_types()?.to_vec();
+        let mut ropes = Vec::new();
+        for lt in LayerType::ALL {
+            if layer_types.contains(&lt) {
+                ropes.push((lt, Rope::new(&cfg.rope(lt)?)));
+            }
+        }
+        let cache_layout = (0..cfg.num_hidden_layers)
+            .map(|i| -> Result<Option<(usize, usize)>> {
+                let lt = cfg.layer_type(i);
+                Ok(if cfg.is_kv_shared(i) { None } else { Some((cfg.num_kv_heads(lt)?, cfg.head_dim(lt))) })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Self {
+            embed_t,
+            embed_scale: cfg.embed_scale(),
+            per_layer_embedding: cfg.ple().map(|p| PerLayerEmbedding::load(cfg, p, w, prefix)).transpose()?,
+            layers,
+            norm: RmsNorm::load(w, &format!("{prefix}.norm"), h, cfg.rms_norm_eps)?,
+            lm_head,
+            softcap: cfg.final_logit_softcapping,
+            ropes,
+            layer_types,
+            sliding_window: cfg.sliding_window,
+            cache_layout,
+            vocab_size: v,
+            dtype: w.dtype(),
+            device: Device::Cpu,
+        })
+    }
+
+    /// Vocabulary size (rows of the embedding).
+    pub fn vocab_size(&self) -> usize {
+        self.vocab_size
+    }
+
+    /// `Gemma4UnifiedTextScaledWordEmbedding`: rows × `embed_scale` (f32). `[n, hidden]`.
+    pub fn embed(&self, ids: &[i64]) -> Result<Tensor> {
+        let idx = ids
+            .iter()
+            .map(|&id| {
+                u32::try_from(id)
+                    .ok()
+                    .filter(|&i| (i as usize) < self.vocab_size)
+                    .ok_or_else(|| Error::input(format!("token id {id} outside vocabulary 0..{}", self.vocab_size)))
+            })
+            .collect::<Result<Vec<u32>>>()?;
+        let idx = Tensor::from_vec(idx, ids.len(), &self.device)?;
+        let rows = self.embed_t.index_select(&idx, 1)?.t()?.contiguous()?;
+        Ok(rows.affine(self.embed_scale as f64, 0.0)?)
+    }
+
+    /// Whether the decoder takes per-layer inputs (gemma4 PLE).
+    pub fn has_per_layer_inputs(&self) -> bool {
+        self.per_layer_embedding.is_some()
+    }
+
+    /// The PLE inputs `[S, L, P]` of a forward: token part from `table_ids` (placeholders already
+    /// replaced by pad), projection part from the decoder's input embeddings `embeds`
+    /// `[S, hidden]`. `None` for decoders without PLE.
+    pub fn per_layer_inputs(&self, table_ids: &[i64], embeds: &Tensor) -> Result<Option<Tensor>> {
+        self.per_layer_embedding.as_ref().map(|p| p.forward(table_ids, embeds)).transpose()
+    }
+
+    /// An empty cache sized for `capacity` positions.
+    pub fn new_cache(&self, capacity: usize) -> Result<KvCache> {
+        KvCache::new(&self.cache_layout, capacity, self.dtype, &self.device)
+    }
+
+    /// Runs `embeds` (`[seq, hidden]`, positions `cache.len()..`) with their PLE inputs (`[seq,
+    /// L, P]`, PLE decoders only) through the decoder, extends the cache, and returns logits
+    /// `[seq, vocab]` (after softcapping) for every position.
+    pub fn forward(&self, embeds: &Tensor, per_layer_inputs: Option<&Tensor>, mask_rule: &MaskRule, cache: &mut KvCache) -> Result<Tensor> {
+        let hidden = self.forward_hidden(embeds, per_layer_inputs, mask_rule, cache)?;
+        self.logits(&hidden)
+    }
+
+    /// Decoder stack plus final norm: `[seq, hidden]`.
+    pub fn forward_hidden(&self, embeds: &Tensor, per_layer_inputs: Option<&Tensor>, mask_rule: &MaskRule, cache: &mut KvCache) -> Result<Tensor> {
+        self.forward_layers(embeds, per_layer_inputs, mask_rule, cache, None)
+    }
+
+    /// Like [`Self::forward_hidden`], also collecting every decoder layer's output (HF
+    /// `output_hidden_states` order: layer 0 … layer L−1, before the final norm).
+    pub fn forward_collect(
+        &self,
+        embeds: &Tensor,
+        per_layer_inputs: Option<&Tensor>,
+        mask_rule: &MaskRule,
+        cache: &mut KvCache,
+    ) -> Result<(Tensor, Vec<Tensor>)> {
+        let mut states = Vec::with_capacity(self.layers.len());
+        let h = self.forward_layers(embeds, per_layer_inputs, mask_rule, cache, Some(&mut states))?;
+        Ok((h, states))
+    }
+
+    fn forward_layers(
+        &self,
+        embeds: &Tensor,
+        per_layer_inputs: Option<&Tensor>,
+        mask_rule: &MaskRule,
+        cache: &mut KvCache,
+        mut collect: Option<&mut Vec<Tensor>>,
+    ) -> Result<Tensor> {
+        let seq = embeds.dim(0)?;
+        let start = cache.len();
+        let positions: Vec<usize> = (start..start + seq).collect();
+        let kv_len = start + seq;
+        debug_assert_eq!(mask_rule.sliding_window, self.sliding_window);
+
+        let mut per_type = Vec::with_capacity(self.ropes.len());
+        for (lt, rope) in &self.ropes {
+            let (cos, sin) = rope.cos_sin(&positions, self.dtype, &self.device)?;
+            let mask = mask_rule.bias(*lt, start, seq, kv_len, self.dtype, &self.device)?;
+            per_type.push((*lt, cos, sin, mask));
+        }
+        if self.has_per_layer_inputs() != per_layer_inputs.is_some() {
+            return Err(Error::Internal(format!(
+                "decoder {} per-layer inputs but was {} them",
+                if self.has_per_layer_inputs() { "takes" } else { "takes no" },
+                if per_layer_inputs.is_some() { "given" } else { "not given" }
+            )));
+        }
+        let mut x = embeds.clone();
+        for (i, (layer, lt)) in self.layers.iter().zip(&self.layer_types).enumerate() {
+            let (_, cos, sin, mask) =
+                per_type.iter().find(|(t, ..)| t == lt).ok_or_else(|| Error::Internal(format!("no RoPE for {}", lt.as_str())))?;
+            // `per_layer_inputs[:, :, i, :]`, contiguous for the fused gate kernel.
+            let ple_i = per_layer_inputs.map(|p| p.narrow(1, i, 1).and_then(|t| t.squeeze(1)?.contiguous())).transpose()?;
+            x = layer.forward(&x, ple_i.as_ref(), (cos, sin), mask.as_ref(), cache)?;
+            if let Some(states) = collect.as_deref_mut() {
+                states.push(x.clone());
+            }
+        }
+        cache.advance();
+        self.norm.forward(&x)
+    }
+
+    /// `lm_head` and final logit softcapping `tanh(x / c) · c`: `[seq, vocab]`.
+    ///
+    /// The logits are the largest activation of a prefill (`seq × vocab`). For more than a few
+    /// rows they are computed in vocabulary slices of [`VOCAB_SLICE`] columns written into one
+    /// preallocated output: the gemm kernel's packing buffer scales with the columns of a call
+    /// (a full-vocabulary call packs as much as the logits themselves), and each slice is
+    /// softcapped in place while it is hot in cache. Slicing columns does not change any
+    /// element's accumulation order, so the result is identical.
+    pub fn logits(&self, hidden: &Tensor) -> Result<Tensor> {
+        let seq = hidden.dim(0)?;
+        let vocab = self.vocab_size;
+        if seq < 16 || vocab <= VOCAB_SLICE {
+            let logits = self.lm_head.forward(hidden)?;
+            if let Some(c) = self.softcap {
+                logits.inplace_op1(&SoftCap(c))?;
+            }
+            return Ok(logits);
+        }
+        let out = Tensor::zeros((seq, vocab), self.dtype, &self.device)?;
+        for start in (0..vocab).step_by(VOCAB_SLICE) {
+            let cols = VOCAB_SLICE.min(vocab - start);
+            let part = self.lm_head.forward_columns(hidden, start, cols)?;
+            if let Some(c) = self.softcap {
+                part.inplace_op1(&SoftCap(c))?;
+            }
+            out.slice_set(&part, 1, start)?;
+        }
+        Ok(out)
+    }
+
+    /// The sliding window the masks must use.
+    pub fn sliding_window(&self) -> usize {
+        self.sliding_window
+    }
+
+    /// The compute dtype (f32, or f64 in precision mode).
+    pub fn dtype(&self) -> DType {
+        self.dtype
+    }
+
+    /// The device the weights live on (CPU).
+    pub fn device(&self) -> &Device {
+        &self.device
+    }
+}
