@@ -6,7 +6,6 @@
 use std::path::PathBuf;
 use std::time::Instant;
 
-use onnx_parity::inputs::ModelInputs;
 use onnx_parity::onnx::pipeline::{OnnxPipeline, SessionOptions};
 use onnx_parity::onnx::runtime;
 use ort::session::{Session, SessionInputValue};

@@ -149,34 +149,10 @@ impl FromStr for Dtype {
     }
 }
 
-/// Which attention layers see an image block bidirectionally (DESIGN §5). HF itself is
-/// inconsistent here, so the case says which behaviour the export is judged against.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum BidirectionalScope {
-    /// Image block ORed into full and sliding masks, unlimited by the window (Gemma4Unified forward).
-    AllLayers,
-    /// Full layers causal; sliding layers `window AND (causal OR block)` (Gemma4Model forward).
-    SlidingWindowed,
-    /// No bidirectional block: plain causal (static-cache generate).
-    None,
-}
-
-impl BidirectionalScope {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            BidirectionalScope::AllLayers => "all-layers",
-            BidirectionalScope::SlidingWindowed => "sliding-windowed",
-            BidirectionalScope::None => "none",
-        }
-    }
-}
-
-impl fmt::Display for BidirectionalScope {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
+/// Which attention layers see an image block bidirectionally. HF itself is inconsistent here,
+/// so the case says which behaviour the export is judged against (the reference's own enum:
+/// `all-layers`, `sliding-windowed`, `none`).
+pub use onnx_parity_reference::BidirectionalScope;
 
 /// `inputs:`. mobius's `prompts`, `images`, `audio` plus our explicit ids and tensors.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]

@@ -1,10 +1,11 @@
 //! onnx-parity: proves an ONNX export of a Gemma 4 model computes the same function as the model.
 //!
-//! Data flow (DESIGN §3): a [`case::Case`] names artifacts; both back ends (the candle reference
-//! and the ONNX Runtime pipeline) see the same inputs; [`compare`] turns their difference into a
-//! verdict per tier.
+//! Data flow: a [`case::Case`] names artifacts; both back ends (the candle reference and the ONNX
+//! Runtime pipeline, behind one [`backend::Backend`] interface) see the same inputs; [`compare`]
+//! turns their difference into a verdict per tier.
 
 pub mod atomic;
+pub mod backend;
 pub mod case;
 pub mod compare;
 pub mod dump;

@@ -1,4 +1,4 @@
-//! `onnx-parity` command line: list cases, run tiers, (later) regenerate goldens and dump logits.
+//! `onnx-parity` command line: list cases, run tiers, regenerate goldens, dump logits.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -7,9 +7,11 @@ use std::time::Instant;
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 use onnx_parity::case::{discover, Level};
-use onnx_parity::dump::{self, Backend};
+use onnx_parity::backend::reference::ReferenceBackend;
+use onnx_parity::backend::Backend;
+use onnx_parity::dump;
+use onnx_parity::onnx::pipeline::{OnnxPipeline, SessionOptions};
 use onnx_parity::evaluation::CaseEvaluation;
-use onnx_parity::inputs::ModelInputs;
 use onnx_parity::regenerate::{regenerate, GoldenChange};
 use onnx_parity::report::{CaseReport, LevelReport, RunMetadata, RunReport};
 use onnx_parity::tiers::{self, outcome::TierOutcome, RunOptions, ALL_LEVELS};
@@ -133,7 +135,7 @@ fn run(
         opts.goldens_root = g;
     }
     let start = Instant::now();
-    let mut meta = RunMetadata::new(onnx_parity_execution_provider());
+    let mut meta = RunMetadata::new(onnx_parity::onnx::runtime::execution_provider());
     let mut cases = Vec::new();
     let found = discover(&default_paths(paths));
     if found.is_empty() {
@@ -217,35 +219,28 @@ fn logits(
 ) -> anyhow::Result<ExitCode> {
     let model_inputs = onnx_parity::inputs::load_safetensors(&inputs)?;
     let scope = bidirectional.as_deref().map(str::parse::<RefScope>).transpose().context("--bidirectional")?;
-    let backend = match (&checkpoint, &onnx) {
-        (Some(c), _) => Backend::Reference { checkpoint: c, scope },
+    let mut backend: Box<dyn Backend> = match (&checkpoint, &onnx) {
+        (Some(c), _) => Box::new(ReferenceBackend::load(c, scope).with_context(|| format!("reference {}", c.display()))?),
         (None, Some(d)) => {
             if scope.is_some() {
                 anyhow::bail!("--bidirectional applies to the reference (--checkpoint) only: an export has its mask built in");
             }
-            Backend::Onnx { dir: d }
+            Box::new(OnnxPipeline::open(d, &SessionOptions::from_env()).with_context(|| format!("ONNX export {}", d.display()))?)
         }
         (None, None) => anyhow::bail!("give --checkpoint or --onnx"),
     };
-    let dump = dump::run(backend, &model_inputs, greedy, &eos)?;
+    let dump = dump::run(backend.as_mut(), &model_inputs, greedy, &eos)?;
     dump.save(&out)?;
-    if let Some(l) = &dump.logits {
-        eprintln!(
-            "wrote {} (logits {:?}{})",
-            out.display(),
-            l.shape,
-            dump.greedy_tokens.as_ref().map(|t| format!(", greedy_tokens {t:?}")).unwrap_or_default()
-        );
-    }
+    let components: Vec<&str> = dump.run.prefill.components.keys().map(|c| c.as_str()).collect();
+    eprintln!(
+        "wrote {} ({}: logits {:?}{}{})",
+        out.display(),
+        backend.describe(),
+        dump.run.prefill.logits.shape,
+        if components.is_empty() { String::new() } else { format!(", {}", components.join(", ")) },
+        if dump.with_tokens { format!(", greedy_tokens {:?}", dump.run.generation.tokens) } else { String::new() }
+    );
     Ok(ExitCode::SUCCESS)
-}
-
-fn onnx_parity_execution_provider() -> &'static str {
-    if cfg!(feature = "cuda") {
-        "CUDAExecutionProvider (TF32 off)"
-    } else {
-        "CPUExecutionProvider"
-    }
 }
 
 fn main() -> ExitCode {

@@ -62,18 +62,16 @@ fn decode_text(case: &Case, tokens: &[i64]) -> Option<String> {
 pub fn regenerate(case: &Case, goldens_root: &Path, force: bool) -> Result<Vec<GoldenChange>, RegenerateError> {
     let err = |message: String| RegenerateError::Case { case: case.path.display().to_string(), message };
     let eval = CaseEvaluation::default();
-    let inputs = eval.inputs(case).map_err(err)?.clone();
-    let run = eval.reference(case).map_err(err)?;
-    let v = run.logits.shape.last().copied().unwrap_or(0);
-    if v == 0 {
-        return Err(err(format!("reference logits have shape {:?}", run.logits.shape)));
-    }
-    let golden = Golden::from_logits(&run.logits.data[run.logits.data.len() - v..], &inputs.input_ids)?;
+    let inputs = eval.inputs(case).map_err(|e| err(e.to_string()))?.clone();
+    let run = &eval.reference(case).map_err(|e| err(e.to_string()))?.run;
+    let last = run.prefill.last_logits().ok_or_else(|| err(format!("reference logits have shape {:?}", run.prefill.logits.shape)))?;
+    let golden = Golden::from_logits(last, &inputs.input_ids)?;
+    let tokens = &run.generation.tokens;
     let generation = GenerationGolden {
         model_id: case.model_id.clone(),
         prompt: case.inputs.prompts.first().cloned().unwrap_or_default(),
-        generated_tokens: run.tokens.clone(),
-        generated_text: decode_text(case, &run.tokens),
+        generated_tokens: tokens.clone(),
+        generated_text: decode_text(case, tokens),
     };
     let (json_path, gen_path) = golden_paths(goldens_root, &case.category, &case.name);
     let mut changes = Vec::new();

@@ -3,7 +3,7 @@
 //! of the harness uses the very same types (one `ModelInputs`, one `Generation`).
 
 /// A dense row-major tensor: shape and data.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct Dense<T> {
     pub shape: Vec<usize>,
     pub data: Vec<T>,

@@ -2,6 +2,7 @@
 //! layout of DESIGN §4. Built from a case's explicit `input_ids`, its `tensors:` safetensors file,
 //! or (see `processor`) prompts, a tokenizer and images.
 
+pub mod image;
 pub mod processor;
 
 use std::path::{Path, PathBuf};
@@ -32,79 +33,49 @@ pub enum InputsError {
     Invalid(String),
 }
 
-/// A dense row-major tensor: shape and data.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Dense<T> {
-    pub shape: Vec<usize>,
-    pub data: Vec<T>,
-}
+pub use onnx_parity_reference::{Dense, ModelInputs};
 
-impl<T> Dense<T> {
-    pub fn new(shape: Vec<usize>, data: Vec<T>) -> Self {
-        debug_assert_eq!(shape.iter().product::<usize>(), data.len());
-        Dense { shape, data }
-    }
-}
-
-/// Token ids and (for image prompts) the processor's pixel tensors, batch size 1.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct ModelInputs {
-    /// `input_ids` [1, S], image tokens already expanded.
-    pub input_ids: Vec<i64>,
-    /// `pixel_values` [n_img, max_patches, patch_dim].
-    pub pixel_values: Option<Dense<f32>>,
-    /// `image_position_ids` [n_img, max_patches, 2]; (-1, -1) marks padding patches.
-    pub image_position_ids: Option<Dense<i64>>,
-    /// `mm_token_type_ids` [1, S]: 1 for image tokens.
-    pub mm_token_type_ids: Option<Vec<i64>>,
-}
-
-impl ModelInputs {
-    pub fn from_ids(ids: Vec<i64>) -> Self {
-        ModelInputs { input_ids: ids, ..Default::default() }
-    }
-
-    pub fn has_images(&self) -> bool {
-        self.pixel_values.is_some()
-    }
-
-    /// Reads a safetensors file with `input_ids` [1,S] and optional `pixel_values`,
-    /// `image_position_ids`, `mm_token_type_ids`.
-    pub fn load_safetensors(path: &Path) -> Result<Self, InputsError> {
-        let bytes = std::fs::read(path).map_err(|source| InputsError::Read { path: path.into(), source })?;
-        let st = SafeTensors::deserialize(&bytes).map_err(|e| InputsError::Format { path: path.into(), message: e.to_string() })?;
-        let err = |name: &str, expected: String| InputsError::Tensor { path: path.into(), name: name.into(), expected };
-        let ids = read_i64(&st, "input_ids", path)?.ok_or_else(|| err("input_ids", "required, i64 [1, S]".into()))?;
-        if ids.shape.len() != 2 || ids.shape[0] != 1 || ids.shape[1] == 0 {
-            return Err(err("input_ids", format!("shape [1, S] with S > 0, found {:?}", ids.shape)));
+/// Reads a safetensors file with `input_ids` [1,S] and optional `pixel_values`,
+/// `image_position_ids`, `mm_token_type_ids` (the HF processor's names and layout).
+pub fn load_safetensors(path: &Path) -> Result<ModelInputs, InputsError> {
+    let bytes = std::fs::read(path).map_err(|source| InputsError::Read { path: path.into(), source })?;
+    let st = SafeTensors::deserialize(&bytes).map_err(|e| InputsError::Format { path: path.into(), message: e.to_string() })?;
+    let err = |name: &str, expected: String| InputsError::Tensor { path: path.into(), name: name.into(), expected };
+    for audio in ["input_features", "input_features_mask"] {
+        if st.names().iter().any(|n| *n == audio) {
+            return Err(err(audio, "audio inputs are not supported (audio is out of scope: text and images only)".into()));
         }
-        let seq = ids.shape[1];
-        let pixel_values = read_f32(&st, "pixel_values", path)?;
-        let image_position_ids = read_i64(&st, "image_position_ids", path)?;
-        let mm = read_i64(&st, "mm_token_type_ids", path)?;
-        match (&pixel_values, &image_position_ids) {
-            (Some(p), Some(q)) => {
-                if p.shape.len() != 3 {
-                    return Err(err("pixel_values", format!("rank 3 [n_img, max_patches, patch_dim], found {:?}", p.shape)));
-                }
-                if q.shape != [p.shape[0], p.shape[1], 2] {
-                    return Err(err(
-                        "image_position_ids",
-                        format!("shape [{}, {}, 2] to match pixel_values, found {:?}", p.shape[0], p.shape[1], q.shape),
-                    ));
-                }
+    }
+    let ids = read_i64(&st, "input_ids", path)?.ok_or_else(|| err("input_ids", "required, i64 [1, S]".into()))?;
+    if ids.shape.len() != 2 || ids.shape[0] != 1 || ids.shape[1] == 0 {
+        return Err(err("input_ids", format!("shape [1, S] with S > 0, found {:?}", ids.shape)));
+    }
+    let seq = ids.shape[1];
+    let pixel_values = read_f32(&st, "pixel_values", path)?;
+    let image_position_ids = read_i64(&st, "image_position_ids", path)?;
+    let mm = read_i64(&st, "mm_token_type_ids", path)?;
+    match (&pixel_values, &image_position_ids) {
+        (Some(p), Some(q)) => {
+            if p.shape.len() != 3 {
+                return Err(err("pixel_values", format!("rank 3 [n_img, max_patches, patch_dim], found {:?}", p.shape)));
             }
-            (None, None) => {}
-            (Some(_), None) => return Err(err("image_position_ids", "required when pixel_values is given".into())),
-            (None, Some(_)) => return Err(err("pixel_values", "required when image_position_ids is given".into())),
-        }
-        if let Some(m) = &mm {
-            if m.shape != [1, seq] {
-                return Err(err("mm_token_type_ids", format!("shape [1, {seq}] like input_ids, found {:?}", m.shape)));
+            if q.shape != [p.shape[0], p.shape[1], 2] {
+                return Err(err(
+                    "image_position_ids",
+                    format!("shape [{}, {}, 2] to match pixel_values, found {:?}", p.shape[0], p.shape[1], q.shape),
+                ));
             }
         }
-        Ok(ModelInputs { input_ids: ids.data, pixel_values, image_position_ids, mm_token_type_ids: mm.map(|m| m.data) })
+        (None, None) => {}
+        (Some(_), None) => return Err(err("image_position_ids", "required when pixel_values is given".into())),
+        (None, Some(_)) => return Err(err("pixel_values", "required when image_position_ids is given".into())),
     }
+    if let Some(m) = &mm {
+        if m.shape != [1, seq] {
+            return Err(err("mm_token_type_ids", format!("shape [1, {seq}] like input_ids, found {:?}", m.shape)));
+        }
+    }
+    Ok(ModelInputs { input_ids: ids.data, pixel_values, image_position_ids, mm_token_type_ids: mm.map(|m| m.data) })
 }
 
 fn view<'a>(
@@ -140,7 +111,7 @@ fn read_f32(st: &SafeTensors<'_>, name: &str, path: &Path) -> Result<Option<Dens
 /// `inputs.input_ids`, else prompts (+ images) through the tokenizer and image processor.
 pub fn for_case(case: &crate::case::Case) -> Result<ModelInputs, InputsError> {
     if let Some(path) = &case.inputs.tensors {
-        return ModelInputs::load_safetensors(path);
+        return load_safetensors(path);
     }
     if let Some(ids) = &case.inputs.input_ids {
         if ids.is_empty() {
@@ -199,7 +170,7 @@ mod tests {
         let text = "dado bupa bipi didu bomo <|image|> bese dedu beku <|image|> dega buna bebi xni";
         let c = case(&format!("checkpoint: checkpoint\ninputs:\n  prompts: [\"{text}\"]\n  images: [images/a.png, images/b.png]\n"));
         let got = for_case(&c).unwrap();
-        let want = ModelInputs::load_safetensors(&c.path.parent().unwrap().join("processor.safetensors")).unwrap();
+        let want = load_safetensors(&c.path.parent().unwrap().join("processor.safetensors")).unwrap();
         assert_eq!(got, want);
     }
 

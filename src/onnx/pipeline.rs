@@ -1,14 +1,17 @@
 //! The ONNX Runtime side of a comparison: sessions for an export package, prefill with logits for
 //! every position, and greedy decoding with the KV cache.
 //!
-//! Protocol (DESIGN §7): vision_encoder(pixel_values, pixel_position_ids) → image_features;
-//! embedding(input_ids, image_features) → inputs_embeds; decoder(inputs_embeds, attention_mask,
-//! position_ids, input_ids, past_key_values.i.{key,value}) → logits, present.i.{key,value}. A
-//! text-only package is one model taking `input_ids`. Names, KV geometry and the float type are
-//! read from the sessions; `present.*` values are moved into the next step's `past_key_values.*`
-//! without copying.
+//! Protocol (mobius exports): vision_encoder(pixel_values, pixel_position_ids) → image_features;
+//! embedding(input_ids, image_features) → inputs_embeds (+ per_layer_inputs for gemma4 PLE
+//! models); decoder(inputs_embeds, attention_mask, position_ids, [input_ids], [per_layer_inputs],
+//! past_key_values.i.{key,value}) → logits, present.i.{key,value}. A text-only package is one
+//! model taking `input_ids` (gemma4_text computes its per-layer embeddings inside). Every
+//! embedding output the decoder also takes is routed to it by name, at prefill and at every
+//! decode step, so the pipeline needs no per-family code. Names, KV geometry and the float type
+//! are read from the sessions; `present.*` values are moved into the next step's
+//! `past_key_values.*` without copying.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 use half::f16;
@@ -17,6 +20,7 @@ use ort::value::{DynValue, Tensor, TensorElementType, ValueType};
 
 use super::package::{Layout, OnnxPackage, PackageError, DECODER, EMBEDDING, TEXT_MODEL, VISION_ENCODER};
 use super::runtime::{self, RuntimeError};
+use crate::backend::{Component, Generation, Prefill};
 use crate::inputs::{Dense, ModelInputs};
 
 /// Why the pipeline failed.
@@ -26,10 +30,20 @@ pub enum PipelineError {
     Runtime(#[from] RuntimeError),
     #[error(transparent)]
     Package(#[from] PackageError),
-    #[error("loading {path}: {message}")]
-    Load { path: PathBuf, message: String },
-    #[error("{role}: {message}")]
-    Run { role: &'static str, message: String },
+    #[error("loading {path}: {source}")]
+    Load {
+        path: PathBuf,
+        #[source]
+        source: ort::Error,
+    },
+    /// ONNX Runtime failed while running a sub-model (its message says why).
+    #[error("{role}: ONNX Runtime failed: {source}")]
+    Run {
+        role: &'static str,
+        #[source]
+        source: ort::Error,
+    },
+    /// The export does not follow the protocol (names, ranks, dtypes, shapes).
     #[error("{role}: {message}")]
     Contract { role: &'static str, message: String },
     #[error("the inputs have images but the package {0} has no vision_encoder")]
@@ -37,14 +51,15 @@ pub enum PipelineError {
 }
 
 /// Session settings.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct SessionOptions {
     /// ORT intra-op threads (0 = ORT's default).
     pub intra_threads: usize,
 }
 
-impl Default for SessionOptions {
-    fn default() -> Self {
+impl SessionOptions {
+    /// `ONNX_PARITY_ORT_THREADS` (ORT intra-op threads), else ORT's default.
+    pub fn from_env() -> Self {
         let intra_threads = std::env::var("ONNX_PARITY_ORT_THREADS").ok().and_then(|v| v.parse().ok()).unwrap_or(0);
         SessionOptions { intra_threads }
     }
@@ -62,26 +77,6 @@ struct KvSlot {
     value_dims: [i64; 2],
 }
 
-/// Prefill result: logits for every position and, for multimodal packages, the components.
-#[derive(Debug, Clone)]
-pub struct OnnxPrefill {
-    /// [1, S, V] as f32.
-    pub logits: Dense<f32>,
-    /// [n_tokens, hidden], when the inputs had images.
-    pub image_features: Option<Dense<f32>>,
-    /// [1, S, hidden], for packages with an embedding model.
-    pub inputs_embeds: Option<Dense<f32>>,
-}
-
-/// Greedy decoding result.
-#[derive(Debug, Clone, Default)]
-pub struct OnnxGeneration {
-    /// New tokens only.
-    pub tokens: Vec<i64>,
-    /// Logits that chose each token; entry 0 is the prefill's last position.
-    pub step_logits: Vec<Vec<f32>>,
-}
-
 /// Sessions of one export package.
 pub struct OnnxPipeline {
     root: PathBuf,
@@ -94,7 +89,12 @@ pub struct OnnxPipeline {
     float: TensorElementType,
     hidden: i64,
     decoder_inputs: Vec<String>,
+    /// Embedding outputs the decoder takes as inputs (`inputs_embeds`, `per_layer_inputs`, …).
+    routed: BTreeSet<String>,
 }
+
+/// Outputs of one embedding call, by name.
+type Embedded = BTreeMap<String, DynValue>;
 
 impl OnnxPipeline {
     /// Opens every sub-model the harness drives (CPU EP, or CUDA with TF32 off under `cuda`).
@@ -104,8 +104,8 @@ impl OnnxPipeline {
             Layout::TextOnly => (TEXT_MODEL, package.submodel(TEXT_MODEL)),
             Layout::Multimodal => (DECODER, package.submodel(DECODER)),
         };
-        let decoder_path =
-            decoder_path.ok_or_else(|| PipelineError::Contract { role: DECODER, message: format!("missing from {}", dir.display()) })?;
+        let decoder_path = decoder_path
+            .ok_or_else(|| PipelineError::Contract { role: decoder_role, message: format!("missing from {}", dir.display()) })?;
         let decoder = open_session(decoder_path, opts)?;
         let embedding = package.submodel(EMBEDDING).map(|p| open_session(p, opts)).transpose()?;
         let vision = package.submodel(VISION_ENCODER).map(|p| open_session(p, opts)).transpose()?;
@@ -126,13 +126,17 @@ impl OnnxPipeline {
                 message: format!("logits are {float:?}; only float32 and float16 exports are driven"),
             });
         }
-        let hidden = match &embedding {
-            Some(e) => static_dim(e.outputs().iter().find(|o| o.name() == "inputs_embeds").map(|o| o.dtype()), 2).ok_or_else(|| {
-                PipelineError::Contract { role: EMBEDDING, message: "output `inputs_embeds` needs a static hidden size".into() }
-            })?,
-            None => 0,
+        let (hidden, routed) = match &embedding {
+            Some(e) => {
+                let hidden = static_dim(e.outputs().iter().find(|o| o.name() == "inputs_embeds").map(|o| o.dtype()), 2).ok_or_else(|| {
+                    PipelineError::Contract { role: EMBEDDING, message: "output `inputs_embeds` needs a static hidden size".into() }
+                })?;
+                let routed = e.outputs().iter().map(|o| o.name().to_string()).filter(|n| decoder_inputs.contains(n)).collect();
+                (hidden, routed)
+            }
+            None => (0, BTreeSet::new()),
         };
-        Ok(OnnxPipeline { root: dir.into(), decoder, decoder_role, embedding, vision, kv, float, hidden, decoder_inputs })
+        Ok(OnnxPipeline { root: dir.into(), decoder, decoder_role, embedding, vision, kv, float, hidden, decoder_inputs, routed })
     }
 
     /// `true` for an f16 export (inputs and outputs converted at the boundary).
@@ -145,8 +149,13 @@ impl OnnxPipeline {
         self.kv.len()
     }
 
+    /// The package folder.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
     /// Prefill: logits for every position (and the components on the way).
-    pub fn prefill(&mut self, inputs: &ModelInputs) -> Result<OnnxPrefill, PipelineError> {
+    pub fn prefill(&mut self, inputs: &ModelInputs) -> Result<Prefill, PipelineError> {
         let (prefill, _cache) = self.prefill_with_cache(inputs)?;
         Ok(prefill)
     }
@@ -160,9 +169,9 @@ impl OnnxPipeline {
         max_new: usize,
         eos: &[i64],
         forced: Option<&[i64]>,
-    ) -> Result<(OnnxPrefill, OnnxGeneration), PipelineError> {
+    ) -> Result<(Prefill, Generation), PipelineError> {
         let (prefill, mut cache) = self.prefill_with_cache(inputs)?;
-        let mut gen = OnnxGeneration::default();
+        let mut gen = Generation::default();
         if max_new == 0 {
             return Ok((prefill, gen));
         }
@@ -173,7 +182,8 @@ impl OnnxPipeline {
         for step in 0..limit {
             let next = match forced {
                 Some(f) => f[step],
-                None => greedy_token(&logits),
+                None => greedy_token(&logits)
+                    .ok_or_else(|| PipelineError::Contract { role: self.decoder_role, message: format!("decode step {step}: every logit is NaN") })?,
             };
             gen.tokens.push(next);
             gen.step_logits.push(std::mem::take(&mut logits));
@@ -181,47 +191,57 @@ impl OnnxPipeline {
                 break;
             }
             total += 1;
-            let embeds = self.embed(&[next], None)?;
-            let (l, c) = self.run_decoder(&[next], embeds, total, cache)?;
+            let embedded = self.embed(&[next], None)?;
+            let (l, c) = self.run_decoder(&[next], embedded, total, cache)?;
             cache = c;
             logits = l.data;
         }
         Ok((prefill, gen))
     }
 
-    fn prefill_with_cache(&mut self, inputs: &ModelInputs) -> Result<(OnnxPrefill, Vec<DynValue>), PipelineError> {
+    fn prefill_with_cache(&mut self, inputs: &ModelInputs) -> Result<(Prefill, Vec<DynValue>), PipelineError> {
+        if inputs.input_ids.is_empty() {
+            return Err(PipelineError::Contract { role: self.decoder_role, message: "empty prompt (no input_ids)".into() });
+        }
         let image_features = match (&inputs.pixel_values, &inputs.image_position_ids) {
             (Some(px), Some(pos)) => Some(self.image_features_value(px, pos)?),
             _ => None,
         };
-        let image_features_f32 = image_features.as_ref().map(|v| to_dense_f32(v, VISION_ENCODER)).transpose()?;
-        let embeds = self.embed(&inputs.input_ids, image_features)?;
-        let inputs_embeds = embeds.as_ref().map(|v| to_dense_f32(v, EMBEDDING)).transpose()?;
+        let mut components = BTreeMap::new();
+        if let Some(v) = &image_features {
+            components.insert(Component::ImageFeatures, to_dense_f32(v, VISION_ENCODER, "image_features")?);
+        }
+        let embedded = self.embed(&inputs.input_ids, image_features)?;
+        for (name, v) in &embedded {
+            if let Some(c) = Component::from_name(name) {
+                components.insert(c, to_dense_f32(v, EMBEDDING, name)?);
+            }
+        }
         let empty = self.empty_cache()?;
-        let (logits, cache) = self.run_decoder(&inputs.input_ids, embeds, inputs.input_ids.len(), empty)?;
-        Ok((OnnxPrefill { logits, image_features: image_features_f32, inputs_embeds }, cache))
+        let (logits, cache) = self.run_decoder(&inputs.input_ids, embedded, inputs.input_ids.len(), empty)?;
+        Ok((Prefill { logits, components }, cache))
     }
 
     fn image_features_value(&mut self, px: &Dense<f32>, pos: &Dense<i64>) -> Result<DynValue, PipelineError> {
         let float = self.float;
         let vision = self.vision.as_mut().ok_or_else(|| PipelineError::NoVision(self.root.clone()))?;
-        let run = |m: String| PipelineError::Run { role: VISION_ENCODER, message: m };
+        let run = |source| PipelineError::Run { role: VISION_ENCODER, source };
         let pixel_values = float_value(float, &px.shape, &px.data).map_err(run)?;
-        let pixel_position_ids = Tensor::from_array((pos.shape.clone(), pos.data.clone())).map_err(|e| run(e.to_string()))?;
-        let mut out = vision
-            .run(ort::inputs! { "pixel_values" => pixel_values, "pixel_position_ids" => pixel_position_ids })
-            .map_err(|e| run(e.to_string()))?;
-        out.remove("image_features").ok_or_else(|| run("no output `image_features`".into()))
+        let pixel_position_ids = Tensor::from_array((pos.shape.clone(), pos.data.clone())).map_err(run)?;
+        let mut out = vision.run(ort::inputs! { "pixel_values" => pixel_values, "pixel_position_ids" => pixel_position_ids }).map_err(run)?;
+        out.remove("image_features")
+            .ok_or_else(|| PipelineError::Contract { role: VISION_ENCODER, message: "no output `image_features`".into() })
     }
 
-    /// Runs the embedding model (multimodal packages); `None` for text-only ones, whose decoder
-    /// embeds `input_ids` itself. Decode steps pass `image_features` of shape [0, hidden].
-    fn embed(&mut self, ids: &[i64], image_features: Option<DynValue>) -> Result<Option<DynValue>, PipelineError> {
+    /// Runs the embedding model (multimodal packages) and keeps every output by name; empty for
+    /// text-only packages, whose decoder embeds `input_ids` itself. Decode steps pass
+    /// `image_features` of shape [0, hidden].
+    fn embed(&mut self, ids: &[i64], image_features: Option<DynValue>) -> Result<Embedded, PipelineError> {
         let float = self.float;
         let hidden = self.hidden;
-        let Some(embedding) = self.embedding.as_mut() else { return Ok(None) };
-        let run = |m: String| PipelineError::Run { role: EMBEDDING, message: m };
-        let input_ids = Tensor::from_array((vec![1usize, ids.len()], ids.to_vec())).map_err(|e| run(e.to_string()))?;
+        let Some(embedding) = self.embedding.as_mut() else { return Ok(Embedded::new()) };
+        let run = |source| PipelineError::Run { role: EMBEDDING, source };
+        let input_ids = Tensor::from_array((vec![1usize, ids.len()], ids.to_vec())).map_err(run)?;
         let wants_features = embedding.inputs().iter().any(|i| i.name() == "image_features");
         let mut feed: Vec<(&str, SessionInputValue<'_>)> = vec![("input_ids", input_ids.into())];
         if wants_features {
@@ -231,8 +251,12 @@ impl OnnxPipeline {
             };
             feed.push(("image_features", features.into()));
         }
-        let mut out = embedding.run(feed).map_err(|e| run(e.to_string()))?;
-        out.remove("inputs_embeds").map(Some).ok_or_else(|| run("no output `inputs_embeds`".into()))
+        let out = embedding.run(feed).map_err(run)?;
+        let embedded: Embedded = out.into_iter().map(|(name, v)| (name.to_string(), v)).collect();
+        if !embedded.contains_key("inputs_embeds") {
+            return Err(PipelineError::Contract { role: EMBEDDING, message: "no output `inputs_embeds`".into() });
+        }
+        Ok(embedded)
     }
 
     fn empty_cache(&self) -> Result<Vec<DynValue>, PipelineError> {
@@ -240,7 +264,7 @@ impl OnnxPipeline {
         for slot in &self.kv {
             for dims in [slot.key_dims, slot.value_dims] {
                 let shape = [1usize, dims[0] as usize, 0, dims[1] as usize];
-                cache.push(float_value(self.float, &shape, &[]).map_err(|m| PipelineError::Run { role: self.decoder_role, message: m })?);
+                cache.push(float_value(self.float, &shape, &[]).map_err(|source| PipelineError::Run { role: self.decoder_role, source })?);
             }
         }
         Ok(cache)
@@ -251,12 +275,13 @@ impl OnnxPipeline {
     fn run_decoder(
         &mut self,
         ids: &[i64],
-        embeds: Option<DynValue>,
+        mut embedded: Embedded,
         total: usize,
         cache: Vec<DynValue>,
     ) -> Result<(Dense<f32>, Vec<DynValue>), PipelineError> {
         let role = self.decoder_role;
-        let run = |m: String| PipelineError::Run { role, message: m };
+        let run = |source| PipelineError::Run { role, source };
+        let contract = |message: String| PipelineError::Contract { role, message };
         let s = ids.len();
         let past = total - s;
         let mut feed: Vec<(String, SessionInputValue<'_>)> = Vec::with_capacity(self.decoder_inputs.len());
@@ -265,39 +290,40 @@ impl OnnxPipeline {
                 continue;
             }
             let value: DynValue = match name.as_str() {
-                "input_ids" => Tensor::from_array((vec![1usize, s], ids.to_vec())).map_err(|e| run(e.to_string()))?.into_dyn(),
-                "attention_mask" => {
-                    Tensor::from_array((vec![1usize, total], vec![1i64; total])).map_err(|e| run(e.to_string()))?.into_dyn()
+                "input_ids" => Tensor::from_array((vec![1usize, s], ids.to_vec())).map_err(run)?.into_dyn(),
+                "attention_mask" => Tensor::from_array((vec![1usize, total], vec![1i64; total])).map_err(run)?.into_dyn(),
+                "position_ids" => Tensor::from_array((vec![1usize, s], (past as i64..total as i64).collect::<Vec<_>>())).map_err(run)?.into_dyn(),
+                other if self.routed.contains(other) => embedded
+                    .remove(other)
+                    .ok_or_else(|| contract(format!("input `{other}` comes from the embedding model, which did not produce it")))?,
+                "inputs_embeds" => return Err(contract("needs `inputs_embeds` but the package has no embedding model".into())),
+                other => {
+                    return Err(contract(format!(
+                        "input `{other}` is neither part of the decoder protocol nor an output of the embedding model"
+                    )))
                 }
-                "position_ids" => Tensor::from_array((vec![1usize, s], (past as i64..total as i64).collect::<Vec<_>>()))
-                    .map_err(|e| run(e.to_string()))?
-                    .into_dyn(),
-                "inputs_embeds" => match &embeds {
-                    Some(_) => continue,
-                    None => return Err(run("needs `inputs_embeds` but the package has no embedding model".into())),
-                },
-                other => return Err(run(format!("input `{other}` is not part of the decoder protocol"))),
             };
             feed.push((name.clone(), value.into()));
-        }
-        if let Some(e) = embeds {
-            feed.push(("inputs_embeds".into(), e.into()));
         }
         let mut values = cache.into_iter();
         for slot in &self.kv {
             let (Some(k), Some(v)) = (values.next(), values.next()) else {
-                return Err(run("KV cache shorter than the decoder's KV inputs".into()));
+                return Err(contract("KV cache shorter than the decoder's KV inputs".into()));
             };
             feed.push((slot.past_key.clone(), k.into()));
             feed.push((slot.past_value.clone(), v.into()));
         }
-        let mut out = self.decoder.run(feed).map_err(|e| run(e.to_string()))?;
-        let logits = out.remove("logits").ok_or_else(|| run("no output `logits`".into()))?;
-        let logits = to_dense_f32(&logits, role)?;
+        let mut out = self.decoder.run(feed).map_err(run)?;
+        let logits = out.remove("logits").ok_or_else(|| contract("no output `logits`".into()))?;
+        let logits = to_dense_f32(&logits, role, "logits")?;
+        match logits.shape.as_slice() {
+            [1, seq, v] if *seq == s && *v > 0 => {}
+            other => return Err(contract(format!("output `logits` has shape {other:?}, expected [1, {s}, vocab > 0]"))),
+        }
         let mut present = Vec::with_capacity(self.kv.len() * 2);
         for slot in &self.kv {
             for name in [&slot.present_key, &slot.present_value] {
-                present.push(out.remove(name.as_str()).ok_or_else(|| run(format!("no output `{name}`")))?);
+                present.push(out.remove(name.as_str()).ok_or_else(|| contract(format!("no output `{name}`")))?);
             }
         }
         Ok((logits, present))
@@ -306,10 +332,10 @@ impl OnnxPipeline {
 
 fn open_session(path: &Path, opts: &SessionOptions) -> Result<Session, PipelineError> {
     let env = runtime::environment()?;
-    let load = |m: String| PipelineError::Load { path: path.into(), message: m };
-    let mut builder = Session::builder(env).map_err(|e| load(e.to_string()))?;
+    let load = |source: ort::Error| PipelineError::Load { path: path.into(), source };
+    let mut builder = Session::builder(env).map_err(load)?;
     if opts.intra_threads > 0 {
-        builder = builder.with_intra_threads(opts.intra_threads).map_err(|e| load(e.to_string()))?;
+        builder = builder.with_intra_threads(opts.intra_threads).map_err(|e| load(e.into()))?;
     }
     #[cfg(feature = "cuda")]
     {
@@ -318,15 +344,15 @@ fn open_session(path: &Path, opts: &SessionOptions) -> Result<Session, PipelineE
         // to CPU would report CPU numbers as GPU ones.
         builder = builder
             .with_execution_providers([ort::ep::CUDA::default().with_tf32(false).build().error_on_failure()])
-            .map_err(|e| load(format!("CUDA execution provider unavailable: {e}")))?;
+            .map_err(|e| load(e.into()))?;
     }
-    builder.commit_from_file(path).map_err(|e| load(e.to_string()))
+    builder.commit_from_file(path).map_err(load)
 }
 
 /// KV pairs in index order, with the static [heads, head_dim] of each key and value.
 fn kv_slots(decoder: &Session, role: &'static str) -> Result<Vec<KvSlot>, PipelineError> {
     let contract = |m: String| PipelineError::Contract { role, message: m };
-    let mut by_index: HashMap<usize, ()> = HashMap::new();
+    let mut indices: BTreeSet<usize> = BTreeSet::new();
     for i in decoder.inputs() {
         if let Some(rest) = i.name().strip_prefix("past_key_values.") {
             let idx = rest
@@ -334,10 +360,10 @@ fn kv_slots(decoder: &Session, role: &'static str) -> Result<Vec<KvSlot>, Pipeli
                 .next()
                 .and_then(|n| n.parse::<usize>().ok())
                 .ok_or_else(|| contract(format!("cannot read the layer index of input `{}`", i.name())))?;
-            by_index.insert(idx, ());
+            indices.insert(idx);
         }
     }
-    let n = by_index.len();
+    let n = indices.len();
     let mut slots = Vec::with_capacity(n);
     for idx in 0..n {
         let dims_of = |name: &str| -> Result<[i64; 2], PipelineError> {
@@ -381,27 +407,28 @@ fn static_dim(ty: Option<&ValueType>, axis: usize) -> Option<i64> {
 }
 
 /// A float tensor in the export's activation type.
-fn float_value(float: TensorElementType, shape: &[usize], data: &[f32]) -> Result<DynValue, String> {
+fn float_value(float: TensorElementType, shape: &[usize], data: &[f32]) -> Result<DynValue, ort::Error> {
     let shape = shape.to_vec();
-    match float {
-        TensorElementType::Float16 => Tensor::from_array((shape, data.iter().map(|&x| f16::from_f32(x)).collect::<Vec<_>>()))
-            .map(|t| t.into_dyn())
-            .map_err(|e| e.to_string()),
-        _ => Tensor::from_array((shape, data.to_vec())).map(|t| t.into_dyn()).map_err(|e| e.to_string()),
-    }
+    Ok(match float {
+        TensorElementType::Float16 => Tensor::from_array((shape, data.iter().map(|&x| f16::from_f32(x)).collect::<Vec<_>>()))?.into_dyn(),
+        _ => Tensor::from_array((shape, data.to_vec()))?.into_dyn(),
+    })
 }
 
-/// Reads a float32 or float16 output as f32 (f16 → f32 is exact).
-fn to_dense_f32(v: &DynValue, role: &'static str) -> Result<Dense<f32>, PipelineError> {
-    let run = |m: String| PipelineError::Run { role, message: m };
+/// Reads a float32 or float16 output `name` as f32 (f16 → f32 is exact).
+fn to_dense_f32(v: &DynValue, role: &'static str, name: &str) -> Result<Dense<f32>, PipelineError> {
+    let dims = |shape: &[i64]| shape.iter().map(|&d| d as usize).collect::<Vec<_>>();
     if let Ok((shape, data)) = v.try_extract_tensor::<f32>() {
-        return Ok(Dense::new(shape.iter().map(|&d| d as usize).collect(), data.to_vec()));
+        return Ok(Dense::new(dims(shape), data.to_vec()));
     }
-    let (shape, data) = v.try_extract_tensor::<f16>().map_err(|e| run(format!("expected a float32 or float16 tensor: {e}")))?;
-    Ok(Dense::new(shape.iter().map(|&d| d as usize).collect(), data.iter().map(|x| x.to_f32()).collect()))
+    let (shape, data) = v
+        .try_extract_tensor::<f16>()
+        .map_err(|e| PipelineError::Contract { role, message: format!("output `{name}`: expected a float32 or float16 tensor ({e})") })?;
+    Ok(Dense::new(dims(shape), data.iter().map(|x| x.to_f32()).collect()))
 }
 
-/// The greedy choice: [`crate::compare::argmax`] (first maximum, NaN never wins) as a token id.
-pub fn greedy_token(logits: &[f32]) -> i64 {
-    crate::compare::argmax(logits).map_or(0, |i| i as i64)
+/// The greedy choice: [`crate::compare::argmax`] (first maximum, NaN never wins) as a token id;
+/// `None` when no logit is a number.
+pub fn greedy_token(logits: &[f32]) -> Option<i64> {
+    crate::compare::argmax(logits).map(|i| i as i64)
 }

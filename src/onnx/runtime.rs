@@ -37,13 +37,26 @@ pub enum RuntimeError {
     Io(String),
 }
 
+/// The execution provider of this build and the wheel that carries its library.
+struct Provider {
+    name: &'static str,
+    wheel: &'static str,
+}
+
+const PROVIDER: Provider = if cfg!(feature = "cuda") {
+    Provider { name: "CUDAExecutionProvider (TF32 off)", wheel: "onnxruntime-gpu" }
+} else {
+    Provider { name: "CPUExecutionProvider", wheel: "onnxruntime" }
+};
+
+/// The execution provider sessions use (for reports).
+pub fn execution_provider() -> &'static str {
+    PROVIDER.name
+}
+
 /// Which wheel carries the library for this build.
 fn wheel_name() -> &'static str {
-    if cfg!(feature = "cuda") {
-        "onnxruntime-gpu"
-    } else {
-        "onnxruntime"
-    }
+    PROVIDER.wheel
 }
 
 fn library_file_name() -> String {

@@ -1,7 +1,8 @@
 //! L3 synthetic tier: the export and the reference, on the same (random) weights and inputs, must
 //! give the same logits at every prefill position and every KV-cache decode step, within
-//! `atol + rtol·|ref|`. For multimodal cases the components are compared first (image features,
-//! then input embeddings, then logits) so the verdict names where divergence starts.
+//! `atol + rtol·|ref|`. The components both back ends produce are compared first, in pipeline
+//! order (image features, input embeddings, per-layer inputs), then the logits, so the verdict
+//! names where divergence starts.
 
 use super::outcome::{Status, TierOutcome};
 use crate::compare::{allclose, AllcloseReport};
@@ -56,24 +57,25 @@ pub fn compare(reference: &ReferenceRun, onnx: &OnnxRun, tol: &L3Tolerance) -> T
             }
         }
     };
+    let (expected, actual) = (&reference.run, &onnx.forced);
     // Components localise a divergence; they do not gate on their own (the gate is the logits).
-    if let (Some(a), Some(e)) = (&onnx.prefill.image_features, &reference.image_features) {
-        note("image_features", stage("image_features", a, e, tol), &mut metrics);
+    for (c, e) in &expected.prefill.components {
+        if let Some(a) = actual.prefill.components.get(c) {
+            note(c.as_str(), stage(c.as_str(), a, e, tol), &mut metrics);
+        }
     }
-    if let Some(a) = &onnx.prefill.inputs_embeds {
-        note("inputs_embeds", stage("inputs_embeds", a, &reference.inputs_embeds, tol), &mut metrics);
-    }
-    let prefill = stage("logits", &onnx.prefill.logits, &reference.logits, tol);
+    let prefill = stage("logits", &actual.prefill.logits, &expected.prefill.logits, tol);
     let prefill_report = prefill.as_ref().ok().cloned();
     let mut pass = note("logits", prefill, &mut metrics);
 
     // Decode steps: step 0 is the prefill's last position (already gated), steps 1.. are cached.
-    let steps = onnx.forced.step_logits.len().min(reference.step_logits.len());
+    let (expected_steps, actual_steps) = (&expected.generation.step_logits, &actual.generation.step_logits);
+    let steps = actual_steps.len().min(expected_steps.len());
     let mut worst_step: Option<(usize, AllcloseReport)> = None;
     let mut decode_pass = true;
     for k in 1..steps {
-        let a = &onnx.forced.step_logits[k];
-        let e = &reference.step_logits[k];
+        let a = &actual_steps[k];
+        let e = &expected_steps[k];
         match allclose(a, e, &[a.len()], tol.atol, tol.rtol) {
             Ok(r) => {
                 decode_pass &= r.pass;
@@ -87,9 +89,9 @@ pub fn compare(reference: &ReferenceRun, onnx: &OnnxRun, tol: &L3Tolerance) -> T
             }
         }
     }
-    if reference.step_logits.len() > 1 && steps < reference.step_logits.len() {
+    if expected_steps.len() > 1 && steps < expected_steps.len() {
         decode_pass = false;
-        lines.push(format!("decode: ONNX produced {} steps, the reference {}", onnx.forced.step_logits.len(), reference.step_logits.len()));
+        lines.push(format!("decode: ONNX produced {} steps, the reference {}", actual_steps.len(), expected_steps.len()));
     }
     if let Some((k, r)) = &worst_step {
         metrics.insert("decode_max_abs_diff".into(), r.max_abs_diff.into());
@@ -103,7 +105,7 @@ pub fn compare(reference: &ReferenceRun, onnx: &OnnxRun, tol: &L3Tolerance) -> T
     let status = if pass { Status::Pass } else { Status::Fail };
     let mut out = TierOutcome::new(status, format!("scope {}; {}", reference.scope, lines.join("; ")));
     out.metrics.extend(metrics);
-    out = out.metric("decode_steps", steps.saturating_sub(1)).metric("bidirectional_scope", reference.scope);
+    out = out.metric("decode_steps", steps.saturating_sub(1)).metric("bidirectional_scope", reference.scope.as_str());
     if let Some(r) = prefill_report {
         out = out
             .metric("max_abs_diff", r.max_abs_diff)
@@ -111,11 +113,8 @@ pub fn compare(reference: &ReferenceRun, onnx: &OnnxRun, tol: &L3Tolerance) -> T
             .metric("cosine", r.cosine)
             .metric("atol", r.atol)
             .metric("rtol", r.rtol);
-        let v = reference.logits.shape.last().copied().unwrap_or(0);
-        if v > 0 {
-            let last = |d: &Dense<f32>| d.data[d.data.len() - v..].to_vec();
-            let same = crate::compare::argmax(&last(&onnx.prefill.logits)) == crate::compare::argmax(&last(&reference.logits));
-            out = out.metric("argmax_match", same);
+        if let (Some(a), Some(e)) = (actual.prefill.last_logits(), expected.prefill.last_logits()) {
+            out = out.metric("argmax_match", crate::compare::argmax(a) == crate::compare::argmax(e));
         }
     }
     if let Some(d) = first_divergence {
@@ -127,28 +126,34 @@ pub fn compare(reference: &ReferenceRun, onnx: &OnnxRun, tol: &L3Tolerance) -> T
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::onnx::pipeline::{OnnxGeneration, OnnxPrefill};
+    use crate::backend::{Component, Generation, Prefill, Run};
+    use onnx_parity_reference::BidirectionalScope;
 
     fn runs(onnx_logits: Vec<f32>, onnx_step: Vec<f32>) -> (ReferenceRun, OnnxRun) {
+        let embeds = Dense::new(vec![1, 2, 1], vec![0.5, 0.5]);
         let reference = ReferenceRun {
-            scope: "none",
-            logits: Dense::new(vec![1, 2, 3], vec![0.0, 1.0, 2.0, 3.0, 4.0, 5.0]),
-            image_features: None,
-            inputs_embeds: Dense::new(vec![1, 2, 1], vec![0.5, 0.5]),
-            tokens: vec![2, 2],
-            step_logits: vec![vec![3.0, 4.0, 5.0], vec![1.0, 1.0, 9.0]],
+            scope: BidirectionalScope::None,
+            run: Run {
+                prefill: Prefill {
+                    logits: Dense::new(vec![1, 2, 3], vec![0.0, 1.0, 2.0, 3.0, 4.0, 5.0]),
+                    components: [(Component::InputsEmbeds, embeds.clone())].into(),
+                },
+                generation: Generation { tokens: vec![2, 2], step_logits: vec![vec![3.0, 4.0, 5.0], vec![1.0, 1.0, 9.0]] },
+            },
         };
         let onnx = OnnxRun {
-            prefill: OnnxPrefill { logits: Dense::new(vec![1, 2, 3], onnx_logits), image_features: None, inputs_embeds: None },
-            forced: OnnxGeneration { tokens: vec![2, 2], step_logits: vec![vec![3.0, 4.0, 5.0], onnx_step] },
-            free: OnnxGeneration::default(),
+            forced: Run {
+                prefill: Prefill { logits: Dense::new(vec![1, 2, 3], onnx_logits), components: [(Component::InputsEmbeds, embeds)].into() },
+                generation: Generation { tokens: vec![2, 2], step_logits: vec![vec![3.0, 4.0, 5.0], onnx_step] },
+            },
+            free: Generation::default(),
         };
         (reference, onnx)
     }
 
     const TOL: L3Tolerance = L3Tolerance { atol: 1e-3, rtol: 1e-3 };
 
-    /// Guards: identical runs pass; the gate is live (the same runs with one bad logit fail).
+    /// Guards: identical runs pass (the next tests show the same runs with one bad value fail).
     #[test]
     fn equal_runs_pass() {
         let (r, o) = runs(vec![0.0, 1.0, 2.0, 3.0, 4.0, 5.0], vec![1.0, 1.0, 9.0]);
@@ -173,11 +178,22 @@ mod tests {
         assert_eq!(out.metrics.get("first_divergence").and_then(|v| v.as_str()), Some("decode step 1"));
     }
 
+    /// Guards: a diverging component is named as the first divergence even when the logits
+    /// agree, and it does not gate on its own.
+    #[test]
+    fn diverging_component_is_localised() {
+        let (r, mut o) = runs(vec![0.0, 1.0, 2.0, 3.0, 4.0, 5.0], vec![1.0, 1.0, 9.0]);
+        o.forced.prefill.components.insert(Component::InputsEmbeds, Dense::new(vec![1, 2, 1], vec![0.5, 0.9]));
+        let out = compare(&r, &o, &TOL);
+        assert_eq!(out.status, Status::Pass, "{}", out.message);
+        assert_eq!(out.metrics.get("first_divergence").and_then(|v| v.as_str()), Some("inputs_embeds"));
+    }
+
     /// Guards: an export that stops producing decode steps early fails.
     #[test]
     fn missing_decode_steps_fail() {
         let (r, mut o) = runs(vec![0.0, 1.0, 2.0, 3.0, 4.0, 5.0], vec![1.0, 1.0, 9.0]);
-        o.forced.step_logits.truncate(1);
+        o.forced.generation.step_logits.truncate(1);
         assert_eq!(compare(&r, &o, &TOL).status, Status::Fail);
     }
 }

@@ -20,7 +20,7 @@ use crate::tolerance::{resolve, Thresholds, Tolerances};
 use outcome::TierOutcome;
 
 /// Every tier, in order; every case gets one trial per entry.
-pub const ALL_LEVELS: [Level; 5] = [Level::L1, Level::L2, Level::L3, Level::L4, Level::L5];
+pub const ALL_LEVELS: [Level; 5] = Level::ALL;
 
 /// Options shared by all trials of a run.
 #[derive(Debug, Clone)]
@@ -123,11 +123,11 @@ fn run_l3(case: &Case, eval: &CaseEvaluation) -> TierOutcome {
     };
     let reference = match eval.reference(case) {
         Ok(r) => r,
-        Err(e) => return TierOutcome::fail(e),
+        Err(e) => return TierOutcome::fail(e.to_string()),
     };
     match eval.onnx(case) {
         Ok(onnx) => l3::compare(reference, onnx, &tol),
-        Err(e) => TierOutcome::fail(e),
+        Err(e) => TierOutcome::fail(e.to_string()),
     }
 }
 
@@ -144,20 +144,27 @@ fn run_l4(case: &Case, opts: &RunOptions, eval: &CaseEvaluation) -> TierOutcome 
     };
     let inputs = match eval.inputs(case) {
         Ok(i) => i,
-        Err(e) => return TierOutcome::fail(e),
+        Err(e) => return TierOutcome::fail(e.to_string()),
     };
     let onnx = match eval.onnx(case) {
         Ok(o) => o,
-        Err(e) => return TierOutcome::fail(e),
+        Err(e) => return TierOutcome::fail(e.to_string()),
     };
-    let logits = &onnx.prefill.logits;
-    let v = logits.shape.last().copied().unwrap_or(0);
-    if v == 0 || logits.data.len() < v {
-        return TierOutcome::fail(format!("ONNX logits have shape {:?}", logits.shape));
-    }
-    let last = &logits.data[logits.data.len() - v..];
-    let live = eval.reference(case).ok().and_then(|r| r.logits.data.len().checked_sub(v).map(|start| &r.logits.data[start..]));
-    l4::compare(last, &inputs.input_ids, &golden, live, &tol)
+    let Some(last) = onnx.forced.prefill.last_logits() else {
+        return TierOutcome::fail(format!("ONNX logits have shape {:?}", onnx.forced.prefill.logits.shape));
+    };
+    let live = match live_reference(case, eval) {
+        Ok(r) => r,
+        Err(o) => return o,
+    };
+    let live_logits = match live {
+        None => None,
+        Some(r) => match r.run.prefill.last_logits() {
+            Some(l) => Some(l),
+            None => return TierOutcome::fail(format!("reference logits have shape {:?}", r.run.prefill.logits.shape)),
+        },
+    };
+    l4::compare(last, &inputs.input_ids, &golden, live_logits, &tol)
 }
 
 fn run_l5(case: &Case, opts: &RunOptions, eval: &CaseEvaluation) -> TierOutcome {
@@ -173,8 +180,20 @@ fn run_l5(case: &Case, opts: &RunOptions, eval: &CaseEvaluation) -> TierOutcome 
     };
     let onnx = match eval.onnx(case) {
         Ok(o) => o,
-        Err(e) => return TierOutcome::fail(e),
+        Err(e) => return TierOutcome::fail(e.to_string()),
     };
-    let live = eval.reference(case).ok().map(|r| r.tokens.as_slice());
+    let live = match live_reference(case, eval) {
+        Ok(r) => r.map(|r| r.run.generation.tokens.as_slice()),
+        Err(o) => return o,
+    };
     l5::compare(&onnx.free.tokens, &golden.generated_tokens, live, tol.min_token_match_ratio)
+}
+
+/// The live reference for L4/L5: `None` when the case has no checkpoint (golden-only), a failed
+/// tier when it has one and the reference fails — never a silent fallback to the golden alone.
+fn live_reference<'a>(case: &Case, eval: &'a CaseEvaluation) -> Result<Option<&'a crate::evaluation::ReferenceRun>, TierOutcome> {
+    if case.checkpoint.is_none() {
+        return Ok(None);
+    }
+    eval.reference(case).map(Some).map_err(|e| TierOutcome::fail(format!("the live reference failed: {e}")))
 }

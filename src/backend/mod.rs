@@ -1,0 +1,100 @@
+//! One interface for every implementation a case compares: the candle reference (both Gemma 4
+//! families) and the exported graphs in ONNX Runtime. Tiers, logits dumps and golden
+//! regeneration see only [`Backend`], [`ModelInputs`] in and [`Run`] out, so a further
+//! implementation (ORT-CUDA against ORT-CPU, a recorded HF oracle, another runtime) is one more
+//! `impl Backend`, not an edit of every tier.
+
+pub mod onnx;
+pub mod reference;
+
+use std::collections::BTreeMap;
+
+use crate::inputs::{Dense, ModelInputs};
+pub use onnx_parity_reference::Generation;
+
+/// A named intermediate tensor both back ends produce, in pipeline order: where a divergence
+/// starts is the first component that differs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Component {
+    /// Vision output `[n_tokens, hidden]` (the soft tokens that replace the image placeholders).
+    ImageFeatures,
+    /// The decoder's input embeddings `[1, S, hidden]`.
+    InputsEmbeds,
+    /// gemma4 PLE: the per-layer inputs every decoder layer receives, `[1, S, layers·ple_dim]`.
+    PerLayerInputs,
+}
+
+impl Component {
+    /// Every component, in pipeline order.
+    pub const ALL: [Component; 3] = [Component::ImageFeatures, Component::InputsEmbeds, Component::PerLayerInputs];
+
+    /// The tensor name (HF's and the exports'), also used in reports and dumps.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Component::ImageFeatures => "image_features",
+            Component::InputsEmbeds => "inputs_embeds",
+            Component::PerLayerInputs => "per_layer_inputs",
+        }
+    }
+
+    /// The component an export output or oracle tensor of this name holds.
+    pub fn from_name(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|c| c.as_str() == name)
+    }
+}
+
+/// A prefill: logits and the components on the way to them.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Prefill {
+    /// `[1, S, vocab]` when all positions were asked for, else at least the last position
+    /// (`[1, 1, vocab]`).
+    pub logits: Dense<f32>,
+    pub components: BTreeMap<Component, Dense<f32>>,
+}
+
+impl Prefill {
+    /// The last position's logits, or `None` when the logits have no vocabulary axis.
+    pub fn last_logits(&self) -> Option<&[f32]> {
+        let v = *self.logits.shape.last()?;
+        (v > 0 && self.logits.data.len() >= v).then(|| &self.logits.data[self.logits.data.len() - v..])
+    }
+}
+
+/// What to generate after the prefill.
+#[derive(Debug, Clone, Copy)]
+pub struct GenerationRequest<'a> {
+    /// New tokens (0: prefill only).
+    pub max_new_tokens: usize,
+    /// Free-running decoding stops after the first of these (which is returned).
+    pub eos: &'a [i64],
+    /// Teacher forcing: feed these tokens instead of the argmax (at most `max_new_tokens`, no EOS
+    /// stop), so two implementations' step logits compare on identical histories.
+    pub forced: Option<&'a [i64]>,
+    /// Logits for every prompt position (L3 needs them; L4/L5 only the last).
+    pub all_position_logits: bool,
+}
+
+/// One prefill and the generation that continued from it.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Run {
+    pub prefill: Prefill,
+    pub generation: Generation,
+}
+
+/// Why a back end could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum BackendError {
+    #[error(transparent)]
+    Reference(#[from] onnx_parity_reference::Error),
+    #[error(transparent)]
+    Onnx(#[from] crate::onnx::pipeline::PipelineError),
+}
+
+/// An implementation of the model function.
+pub trait Backend {
+    /// What this is, for reports ("candle reference f32 (gemma4_text, scope none)", "ONNX Runtime 1.31.1 CPU …").
+    fn describe(&self) -> String;
+
+    /// Prefill with logits and components, then greedy generation as `request` says.
+    fn run(&mut self, inputs: &ModelInputs, request: &GenerationRequest<'_>) -> Result<Run, BackendError>;
+}

@@ -1,0 +1,25 @@
+//! The exported graphs in ONNX Runtime as a [`Backend`].
+
+use super::{Backend, BackendError, GenerationRequest, Run};
+use crate::inputs::ModelInputs;
+use crate::onnx::pipeline::OnnxPipeline;
+
+impl Backend for OnnxPipeline {
+    fn describe(&self) -> String {
+        format!(
+            "ONNX Runtime {} {} ({}, {} KV pairs, {})",
+            crate::onnx::runtime::ORT_VERSION,
+            crate::onnx::runtime::execution_provider(),
+            self.root().display(),
+            self.kv_pairs(),
+            if self.is_f16() { "float16" } else { "float32" }
+        )
+    }
+
+    /// The export always returns logits for every prompt position (`all_position_logits` is
+    /// moot here).
+    fn run(&mut self, inputs: &ModelInputs, request: &GenerationRequest<'_>) -> Result<Run, BackendError> {
+        let (prefill, generation) = self.greedy(inputs, request.max_new_tokens, request.eos, request.forced)?;
+        Ok(Run { prefill, generation })
+    }
+}

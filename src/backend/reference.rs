@@ -1,0 +1,71 @@
+//! The candle reference as a [`Backend`]: a loaded checkpoint and the bidirectional scope it is
+//! judged in (the case's `bidirectional:`, else what HF's own forward does for the model type).
+
+use std::path::Path;
+
+use candle_core::Tensor;
+use onnx_parity_reference::{BidirectionalScope, GenerateOptions, Gemma4};
+
+use super::{Backend, BackendError, Component, GenerationRequest, Prefill, Run};
+use crate::inputs::{Dense, ModelInputs};
+
+/// A loaded reference model.
+#[derive(Debug)]
+pub struct ReferenceBackend {
+    model: Gemma4,
+    scope: BidirectionalScope,
+}
+
+impl ReferenceBackend {
+    /// Loads the checkpoint; `scope` `None` = HF's forward scope for it.
+    pub fn load(checkpoint: &Path, scope: Option<BidirectionalScope>) -> Result<Self, onnx_parity_reference::Error> {
+        let model = Gemma4::load(checkpoint)?;
+        let scope = scope.unwrap_or_else(|| model.hf_forward_scope());
+        Ok(Self { model, scope })
+    }
+
+    /// The mask scope the reference runs in.
+    pub fn scope(&self) -> BidirectionalScope {
+        self.scope
+    }
+
+    /// The loaded model.
+    pub fn model(&self) -> &Gemma4 {
+        &self.model
+    }
+}
+
+/// A candle tensor as a dense f32 array.
+pub fn dense(t: &Tensor) -> candle_core::Result<Dense<f32>> {
+    Ok(Dense::new(t.dims().to_vec(), t.flatten_all()?.to_dtype(candle_core::DType::F32)?.to_vec1()?))
+}
+
+impl Backend for ReferenceBackend {
+    fn describe(&self) -> String {
+        format!("candle reference {:?} ({}, bidirectional scope {})", self.model.dtype(), self.model.config().model_type(), self.scope)
+    }
+
+    fn run(&mut self, inputs: &ModelInputs, request: &GenerationRequest<'_>) -> Result<Run, BackendError> {
+        let opts = GenerateOptions {
+            scope: self.scope,
+            max_new_tokens: request.max_new_tokens,
+            eos: request.eos,
+            forced: request.forced,
+            all_position_logits: request.all_position_logits,
+        };
+        let run = self.model.generate(inputs, &opts)?;
+        let d = |t: &Tensor| dense(t).map_err(onnx_parity_reference::Error::from);
+        let mut prefill = Prefill { logits: d(&run.logits)?, ..Default::default() };
+        let p = &run.prepared;
+        if let Some(f) = &p.image_features {
+            prefill.components.insert(Component::ImageFeatures, d(f)?);
+        }
+        prefill.components.insert(Component::InputsEmbeds, d(&p.inputs_embeds)?);
+        if let Some(ple) = &p.per_layer_inputs {
+            // [1, S, L, P] → [1, S, L·P], the layout the exports' embedding model emits.
+            let (b, s, l, w) = ple.dims4().map_err(onnx_parity_reference::Error::from)?;
+            prefill.components.insert(Component::PerLayerInputs, d(&ple.reshape((b, s, l * w)).map_err(onnx_parity_reference::Error::from)?)?);
+        }
+        Ok(Run { prefill, generation: run.generation })
+    }
+}
