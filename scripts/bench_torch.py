@@ -1,9 +1,10 @@
 #!/usr/bin/env python
 """HF transformers eager f32 prefill benchmark, the torch side of reference/examples/bench_prefill.rs.
 
-Same checkpoint (scripts/make_bench_checkpoint.py), same prompt (256 deterministic text tokens),
-same work (logits for every position), 2 threads. Prints median wall time of the timed runs and
-the process's peak RSS.
+Same checkpoint (scripts/make_bench_checkpoint.py, either family), same prompt (256 deterministic
+text tokens), same work (logits for every position), 2 threads, eager attention and (MoE) eager
+experts — the implementation the reference reproduces. Prints median wall time of the timed runs
+and the process's peak RSS.
 
     ~/.cache/onnx-parity/fixture-venv/bin/python scripts/bench_torch.py [/tmp/gemma4-bench] [runs]
 """
@@ -14,7 +15,10 @@ import sys
 import time
 
 import torch
-from transformers import Gemma4UnifiedForConditionalGeneration
+import json
+from pathlib import Path
+
+from transformers import Gemma4ForCausalLM, Gemma4UnifiedForConditionalGeneration
 
 CKPT = sys.argv[1] if len(sys.argv) > 1 else "/tmp/gemma4-bench"
 RUNS = int(sys.argv[2]) if len(sys.argv) > 2 else 5
@@ -31,9 +35,15 @@ def prompt_ids() -> list[int]:
 
 def main() -> None:
     t0 = time.perf_counter()
-    model = Gemma4UnifiedForConditionalGeneration.from_pretrained(
-        CKPT, dtype=torch.float32, attn_implementation="eager"
-    ).eval()
+    model_type = json.loads((Path(CKPT) / "config.json").read_text())["model_type"]
+    if model_type == "gemma4_text":
+        model = Gemma4ForCausalLM.from_pretrained(
+            CKPT, dtype=torch.float32, attn_implementation="eager", experts_implementation="eager"
+        ).eval()
+    else:
+        model = Gemma4UnifiedForConditionalGeneration.from_pretrained(
+            CKPT, dtype=torch.float32, attn_implementation="eager"
+        ).eval()
     load_s = time.perf_counter() - t0
     ids = torch.tensor([prompt_ids()], dtype=torch.long)
     times = []
@@ -43,7 +53,7 @@ def main() -> None:
             t = time.perf_counter()
             out = model(input_ids=ids, use_cache=False)
             times.append(time.perf_counter() - t)
-    assert out.logits.shape == (1, SEQ, model.config.text_config.vocab_size)
+    assert out.logits.shape == (1, SEQ, model.config.get_text_config().vocab_size)
     rss_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     weights_mib = sum(p.numel() * 4 for p in model.parameters()) / 2**20
     print(f"torch {torch.__version__} threads={torch.get_num_threads()} load {load_s:.2f}s")

@@ -18,7 +18,7 @@
 use std::path::PathBuf;
 use std::time::Instant;
 
-use onnx_parity_reference::{BidirectionalScope, Gemma4, ModelInputs};
+use onnx_parity_reference::{Gemma4, ModelInputs};
 
 const SEQ: usize = 256;
 
@@ -60,7 +60,7 @@ fn main() -> anyhow::Result<()> {
     // Same prompt formula as bench_torch.py.
     let input_ids: Vec<i64> = std::iter::once(2).chain((1..SEQ).map(|i| 16 + ((i * 7919) % 32000) as i64)).collect();
     let inputs = ModelInputs { input_ids, ..Default::default() };
-    let scope = BidirectionalScope::AllLayers;
+    let scope = model.hf_forward_scope();
     let logits = model.prefill(&inputs, scope)?; // warm-up
                                                  // Copy the last row out: a view would keep the whole logits buffer alive.
     let last: Vec<f32> = logits.squeeze(0)?.get(SEQ - 1)?.to_vec1()?;

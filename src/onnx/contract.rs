@@ -3,8 +3,9 @@
 //! config fixes (hidden size, vocabulary, KV heads × head_dim per non-shared layer).
 //!
 //! This reads only the handful of config fields that shape the graph's interface, with HF's
-//! defaults (transformers 5.14.1 `Gemma4UnifiedTextConfig`), so it stays an independent statement
-//! of "what the config implies" rather than a copy of either implementation.
+//! defaults (transformers 5.14.1 `Gemma4UnifiedTextConfig` / `Gemma4TextConfig`, which differ in
+//! `hidden_size_per_layer_input` and `use_bidirectional_attention`), so it stays an independent
+//! statement of "what the config implies" rather than a copy of either implementation.
 
 use std::path::{Path, PathBuf};
 
@@ -70,6 +71,8 @@ pub struct ExportContract {
     pub model_type: String,
     pub hidden_size: i64,
     pub vocab_size: i64,
+    /// gemma4 PLE width per layer (0 = none).
+    pub per_layer_input_dim: i64,
     pub kv: Vec<KvGeometry>,
     pub submodels: Vec<SubmodelContract>,
 }
@@ -114,6 +117,7 @@ impl ExportContract {
     fn from_config(path: &Path, root: &Value) -> Result<Self, ContractError> {
         let top = Fields { path, obj: root };
         let model_type = root.get("model_type").and_then(Value::as_str).unwrap_or_default().to_string();
+        let gemma4 = matches!(model_type.as_str(), "gemma4" | "gemma4_text");
         let (text, multimodal, has_vision) = match model_type.as_str() {
             "gemma4_unified" | "gemma4" => {
                 let text = root.get("text_config").ok_or_else(|| top.err("text_config", "required for a multimodal model"))?;
@@ -130,8 +134,15 @@ impl ExportContract {
         let kv_heads = t.int("num_key_value_heads", Some(4))?;
         let head_dim = t.int("head_dim", Some(256))?;
         let global_head_dim = t.opt_int("global_head_dim")?.unwrap_or(512);
-        let global_kv_heads = t.opt_int("num_global_key_value_heads")?.unwrap_or(kv_heads);
         let k_eq_v = t.bool("attention_k_eq_v", false)?;
+        // HF reads num_global_key_value_heads only with k_eq_v, and fails when it is null then.
+        let global_kv_heads = match (k_eq_v, t.opt_int("num_global_key_value_heads")?) {
+            (true, Some(n)) => n,
+            (true, None) => return Err(t.err("num_global_key_value_heads", "an integer when attention_k_eq_v is true")),
+            (false, _) => kv_heads,
+        };
+        // gemma4 PLE width (on by default there; unified has none): per_layer_inputs carry L·P.
+        let ple = if gemma4 { t.int("hidden_size_per_layer_input", Some(256))? } else { 0 };
         let n_shared = t.int("num_kv_shared_layers", Some(0))?;
         if n_layers <= 0 || n_shared < 0 || n_shared >= n_layers {
             return Err(t.err("num_kv_shared_layers", &format!("0 ≤ shared < num_hidden_layers ({n_layers}), found {n_shared}")));
@@ -169,21 +180,35 @@ impl ExportContract {
             let embeds = || t_in("inputs_embeds", ElemType::Float, vec![any, any, fixed(hidden)]);
             let features = || t_in("image_features", ElemType::Float, vec![any, fixed(hidden)]);
             // The decoder derives the image-block mask from input_ids, so it needs them exactly
-            // when the config asks for bidirectional vision attention.
+            // when the config asks for bidirectional vision attention (unified's default is
+            // "vision", gemma4's null).
             let bidirectional = text.get("use_bidirectional_attention").and_then(Value::as_str) == Some("vision")
                 || (text.get("use_bidirectional_attention").is_none() && model_type == "gemma4_unified");
             let mut dec_ids = ids();
             dec_ids.required = bidirectional && has_vision;
             let mut dec_in = vec![embeds(), mask(), pos(), dec_ids];
+            let mut emb_out = vec![embeds()];
+            if ple > 0 {
+                // The embedding model computes the per-layer inputs (it has the token ids); the
+                // decoder takes them at prefill and every decode step.
+                let per_layer = || t_in("per_layer_inputs", ElemType::Float, vec![any, any, fixed(n_layers * ple)]);
+                dec_in.push(per_layer());
+                emb_out.push(per_layer());
+            }
             dec_in.extend(past);
             let mut dec_out = vec![logits];
             dec_out.extend(present);
             submodels.push(SubmodelContract { role: DECODER, inputs: dec_in, outputs: dec_out });
             let emb_in = if has_vision { vec![ids(), features()] } else { vec![ids()] };
-            submodels.push(SubmodelContract { role: EMBEDDING, inputs: emb_in, outputs: vec![embeds()] });
+            submodels.push(SubmodelContract { role: EMBEDDING, inputs: emb_in, outputs: emb_out });
             if has_vision {
                 let v = Fields { path, obj: &root["vision_config"] };
-                let patch = v.int("patch_size", Some(16))? * v.int("pooling_kernel_size", Some(3))?;
+                // unified: merged (k·p)² patches; gemma4: the tower's unmerged p² patches.
+                let patch = if gemma4 {
+                    v.int("patch_size", Some(16))?
+                } else {
+                    v.int("patch_size", Some(16))? * v.int("pooling_kernel_size", Some(3))?
+                };
                 let patch_dim = patch * patch * 3;
                 submodels.push(SubmodelContract {
                     role: VISION_ENCODER,
@@ -201,7 +226,7 @@ impl ExportContract {
             outputs.extend(present);
             submodels.push(SubmodelContract { role: TEXT_MODEL, inputs, outputs });
         }
-        Ok(ExportContract { model_type, hidden_size: hidden, vocab_size: vocab, kv, submodels })
+        Ok(ExportContract { model_type, hidden_size: hidden, vocab_size: vocab, per_layer_input_dim: ple, kv, submodels })
     }
 }
 
@@ -250,6 +275,44 @@ mod tests {
         assert_eq!(geo, vec![(2, 16), (1, 32), (2, 16), (1, 32)]);
         assert_eq!(c.submodels.len(), 1);
         assert_eq!(c.submodels[0].inputs.len(), 3 + 8);
+    }
+
+    /// Guards: gemma4 multimodal PLE (on by default) routes per_layer_inputs [*, *, L·P] from the
+    /// embedding model to the decoder; the vision encoder takes unmerged 3·p² patches; without
+    /// use_bidirectional_attention (gemma4's default is null) the decoder need not take input_ids.
+    #[test]
+    fn gemma4_ple_and_tower_contract() {
+        let cfg = serde_json::json!({
+            "model_type": "gemma4",
+            "text_config": {"hidden_size": 64, "vocab_size": 512, "num_hidden_layers": 2, "num_key_value_heads": 1,
+                            "head_dim": 16, "global_head_dim": 32, "hidden_size_per_layer_input": 16},
+            "vision_config": {"patch_size": 2, "pooling_kernel_size": 3}
+        });
+        let c = ExportContract::from_config(Path::new("config.json"), &cfg).expect("contract");
+        let sub = |role| c.submodels.iter().find(|s| s.role == role).expect("sub-model");
+        let ple = |ts: &[ExpectedTensor]| ts.iter().find(|t| t.name == "per_layer_inputs").map(|t| t.dims.clone());
+        assert_eq!(ple(&sub(DECODER).inputs), Some(vec![ExpectedDim::Any, ExpectedDim::Any, ExpectedDim::Fixed(32)]));
+        assert_eq!(ple(&sub(EMBEDDING).outputs), Some(vec![ExpectedDim::Any, ExpectedDim::Any, ExpectedDim::Fixed(32)]));
+        assert!(!sub(DECODER).inputs.iter().any(|t| t.name == "input_ids" && t.required));
+        assert_eq!(sub(VISION_ENCODER).inputs[0].dims[2], ExpectedDim::Fixed(12));
+        // The same text config without PLE, and unified (never PLE) with the same key.
+        let mut no_ple = cfg.clone();
+        no_ple["text_config"]["hidden_size_per_layer_input"] = 0.into();
+        let c = ExportContract::from_config(Path::new("config.json"), &no_ple).expect("contract");
+        assert!(c.submodels.iter().all(|s| s.inputs.iter().chain(&s.outputs).all(|t| t.name != "per_layer_inputs")));
+        let mut unified = cfg.clone();
+        unified["model_type"] = "gemma4_unified".into();
+        let c = ExportContract::from_config(Path::new("config.json"), &unified).expect("contract");
+        assert_eq!(c.per_layer_input_dim, 0);
+    }
+
+    /// Guards: k_eq_v with null num_global_key_value_heads is an error (HF cannot run it), not a
+    /// silent fallback to num_key_value_heads.
+    #[test]
+    fn k_eq_v_needs_global_kv_heads() {
+        let cfg = serde_json::json!({"model_type": "gemma4_text", "attention_k_eq_v": true, "num_hidden_layers": 2});
+        let e = ExportContract::from_config(Path::new("config.json"), &cfg).expect_err("must fail").to_string();
+        assert!(e.contains("num_global_key_value_heads"), "{e}");
     }
 
     /// Guards: a malformed field is named with the file.
