@@ -21,9 +21,12 @@ use onnx_parity_reference::{BidirectionalScope, Gemma4};
 /// Observed ≤ 2.2e-14 (logits of magnitude ~20); a semantic slip is ≥ 1e-3.
 const F64_BOUND: f32 = 1e-9;
 
-fn f64_oracle(name: &str) -> Result<std::collections::HashMap<String, Tensor>> {
+type Tensors = std::collections::HashMap<String, Tensor>;
+type Metadata = std::collections::HashMap<String, String>;
+
+fn f64_oracle(name: &str) -> Result<(Tensors, Metadata)> {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data").join(format!("{name}-f64.safetensors"));
-    Ok(read_safetensors(&path).with_context(|| "regenerate with scripts/hf_f64_oracle.py")?.0)
+    read_safetensors(&path).with_context(|| "regenerate with scripts/hf_f64_oracle.py")
 }
 
 /// Compares in f64, reported as f32 (differences are far above f32's denormal range).
@@ -34,9 +37,11 @@ fn close64(what: &str, got: &Tensor, want: &Tensor) -> Result<f32> {
     Ok(d as f32)
 }
 
-fn check(name: &str, scopes: &[(BidirectionalScope, &str)], greedy_scope: BidirectionalScope) -> Result<()> {
+/// Every tensor of the f64 oracle that the reference computes: image features, per-layer inputs,
+/// HF-forward logits and the logits of each scope the oracle has, greedy tokens and step logits.
+fn check(name: &str) -> Result<()> {
     let f = load_fixture(name)?; // inputs
-    let oracle = f64_oracle(name)?;
+    let (oracle, meta) = f64_oracle(name)?;
     // HF f32 and HF f64 on the same checkpoint agree to ~1e-5; after a fixture regeneration
     // (new random weights) they differ at O(1): refuse a stale f64 oracle with a clear message.
     let stale = common::max_abs_diff(&oracle.get("logits").context("oracle")?.to_dtype(DType::F32)?, f.oracle("logits")?)?;
@@ -46,16 +51,21 @@ fn check(name: &str, scopes: &[(BidirectionalScope, &str)], greedy_scope: Bidire
          regenerate with scripts/hf_f64_oracle.py {name}"
     );
     let model = Gemma4::load_with_dtype(&fixture_dir(name).join("checkpoint"), DType::F64)?;
-    if let Some(got) = model.image_features(&f.inputs)? {
-        close64("image_features", &got, oracle.get("image_features").context("oracle")?)?;
-    }
-    let got = model.prefill(&f.inputs, model.hf_forward_scope())?;
-    close64("logits (HF forward)", &got, oracle.get("logits").context("oracle")?)?;
     let prepared = model.embed(&f.inputs)?;
-    for (scope, key) in scopes {
-        let got = model.forward(&prepared, *scope)?;
-        close64(key, &got, oracle.get(*key).context("oracle")?)?;
+    if let Some(got) = &prepared.image_features {
+        close64("image_features", got, oracle.get("image_features").context("oracle lacks image_features")?)?;
     }
+    if let Some(got) = &prepared.per_layer_inputs {
+        close64("per_layer_inputs", got, oracle.get("per_layer_inputs").context("oracle lacks per_layer_inputs")?)?;
+    }
+    close64("logits (HF forward)", &model.forward(&prepared, model.hf_forward_scope())?, oracle.get("logits").context("oracle")?)?;
+    for scope in BidirectionalScope::ALL {
+        let key = format!("logits_{}", scope.as_str().replace('-', "_"));
+        if let Some(want) = oracle.get(&key) {
+            close64(&key, &model.forward(&prepared, scope)?, want)?;
+        }
+    }
+    let greedy_scope: BidirectionalScope = meta.get("greedy_scope").context("f64 oracle lacks greedy_scope")?.parse()?;
     let want_tokens = oracle["greedy_tokens"].flatten_all()?.to_vec1::<i64>()?;
     let eos = model.config().text().eos_token_id.as_ref().map(|e| e.to_vec()).unwrap_or_default();
     let gen = model.greedy(&f.inputs, want_tokens.len(), &eos, greedy_scope)?;
@@ -71,18 +81,30 @@ fn check(name: &str, scopes: &[(BidirectionalScope, &str)], greedy_scope: Bidire
 
 #[test]
 fn unified_vision_equals_hf_in_f64() -> Result<()> {
-    check(
-        "unified-vision",
-        &[
-            (BidirectionalScope::AllLayers, "logits_all_layers"),
-            (BidirectionalScope::SlidingWindowed, "logits_sliding_windowed"),
-            (BidirectionalScope::None, "logits_none"),
-        ],
-        BidirectionalScope::AllLayers,
-    )
+    check("unified-vision")
 }
 
 #[test]
 fn unified_text_kvshare_equals_hf_in_f64() -> Result<()> {
-    check("unified-text-kvshare", &[], BidirectionalScope::None)
+    check("unified-text-kvshare")
+}
+
+#[test]
+fn gemma4_text_ple_equals_hf_in_f64() -> Result<()> {
+    check("gemma4-text-ple")
+}
+
+#[test]
+fn gemma4_text_moe_equals_hf_in_f64() -> Result<()> {
+    check("gemma4-text-moe")
+}
+
+#[test]
+fn gemma4_vision_equals_hf_in_f64() -> Result<()> {
+    check("gemma4-vision")
+}
+
+#[test]
+fn gemma4_vision_large_equals_hf_in_f64() -> Result<()> {
+    check("gemma4-vision-large")
 }

@@ -82,6 +82,21 @@ fn decode_equals_prefill(f: &Fixture) -> Result<()> {
     Ok(())
 }
 
+/// The scopes must differ where the masks do (guards against a scope silently collapsing onto
+/// another and still passing because the oracles happen to be close). Image prompts only.
+fn scopes_distinguishable(f: &Fixture) -> Result<()> {
+    if !f.inputs.has_images() {
+        return Ok(());
+    }
+    let prepared = f.model.embed(&f.inputs)?;
+    let all: Vec<_> = BidirectionalScope::ALL.iter().map(|&s| f.model.forward(&prepared, s)).collect::<Result<_, _>>()?;
+    for (i, j) in [(0, 1), (0, 2), (1, 2)] {
+        let d = common::max_abs_diff(&all[i], &all[j])?;
+        ensure!(d > 1e-2, "scopes {} and {} differ by only {d:e}", BidirectionalScope::ALL[i], BidirectionalScope::ALL[j]);
+    }
+    Ok(())
+}
+
 macro_rules! fixture_tests {
     ($($module:ident => $name:literal),* $(,)?) => {$(
         mod $module {
@@ -94,6 +109,8 @@ macro_rules! fixture_tests {
             fn greedy_tokens_and_decode_steps_match_hf() -> Result<()> { greedy(&load_fixture($name)?) }
             #[test]
             fn decode_steps_equal_prefill_of_extended_sequence() -> Result<()> { decode_equals_prefill(&load_fixture($name)?) }
+            #[test]
+            fn scopes_are_distinguishable() -> Result<()> { scopes_distinguishable(&load_fixture($name)?) }
         }
     )*};
 }
