@@ -1,14 +1,33 @@
 #!/usr/bin/env bash
 # Regenerates the committed fixtures (fixtures/*, layout in fixtures/README.md).
-# Creates/reuses the pinned venv (scripts/fixture-venv.sh), then runs scripts/make_fixtures.py
-# on CPU, single-threaded, offline. Extra arguments go to make_fixtures.py (--report FILE, --only).
+# Creates/reuses the pinned venv (scripts/fixture-venv.sh), then runs, on CPU, single-threaded, offline:
+#   unified family: scripts/make_fixtures.py (extra arguments of this script go to it: --report FILE, --only)
+#   gemma4 family:  scripts/make_fixtures_gemma4.py (arguments from $GEMMA4_FIXTURE_ARGS, e.g.
+#                   "--only gemma4-vision --report /tmp/g4.log")
+# and the float64 HF oracles of both families (reference/tests/data/<fixture>-f64.safetensors).
+# FIXTURE_FAMILIES="unified gemma4" (default) selects the families.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY="$(scripts/fixture-venv.sh | tail -n 1)"
 export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 PYTHONHASHSEED=0 CUDA_VISIBLE_DEVICES="" \
-  HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
-"$PY" scripts/make_fixtures.py "$@"
-# float64 HF oracles for the reference's semantics test (reference/tests/f64_semantics.rs).
-for fixture in unified-vision unified-text-kvshare; do
-  "$PY" scripts/hf_f64_oracle.py "$fixture"
+  HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false PYTHONDONTWRITEBYTECODE=1
+FAMILIES="${FIXTURE_FAMILIES:-unified gemma4}"
+for family in $FAMILIES; do
+  case "$family" in
+    unified)
+      "$PY" scripts/make_fixtures.py "$@"
+      # float64 HF oracles for the reference's semantics test (reference/tests/f64_semantics.rs).
+      for fixture in unified-vision unified-text-kvshare; do
+        "$PY" scripts/hf_f64_oracle.py "$fixture"
+      done
+      ;;
+    gemma4)
+      # shellcheck disable=SC2086  # word-splitting of the argument list is intended
+      "$PY" scripts/make_fixtures_gemma4.py ${GEMMA4_FIXTURE_ARGS:-}
+      for fixture in gemma4-text-ple gemma4-text-moe gemma4-vision gemma4-vision-large; do
+        "$PY" scripts/hf_f64_oracle.py "$fixture"
+      done
+      ;;
+    *) echo "unknown fixture family: $family (unified, gemma4)" >&2; exit 2 ;;
+  esac
 done
