@@ -63,7 +63,6 @@ impl Resample {
     }
 }
 
-
 /// An 8-bit RGB image, row-major, channels interleaved (what PIL's `convert("RGB")` gives).
 #[derive(Debug, Clone, PartialEq)]
 pub struct RgbImage {
@@ -268,7 +267,6 @@ pub fn resize_aa_u8(img: &RgbImage, out_h: usize, out_w: usize, filter: Resample
     RgbImage { height: out_h, width: out_w, data }
 }
 
-
 /// uint8 → f32 per channel, as `rescale_and_normalize` computes it. `rescale` is
 /// `rescale_factor` when `do_rescale`, `normalize` is `(image_mean, image_std)` when
 /// `do_normalize`:
@@ -425,7 +423,7 @@ mod tests {
         let f32_product = (0..256).filter(|&v| t[0][v] == v as f32 * (1.0f64 / 255.0) as f32).count();
         let f64_product = (0..256).filter(|&v| t[0][v] == (v as f64 / 255.0) as f32).count();
         assert_eq!(f32_product, 256);
-        assert!(f64_product < 256, "the f64 product should differ somewhere");
+        assert_eq!(f64_product, 256 - 126, "the f64 product rounded to f32 differs on 126 values (numpy, measured)");
         let n = value_table(Some(1.0 / 255.0), Some(([0.5; 3], [0.5; 3])));
         assert_eq!(n[1][0], (0.0 - 0.5 * 255.0f32) / (0.5 * 255.0f32));
         assert_eq!(value_table(None, None)[2][200], 200.0);

@@ -242,3 +242,149 @@ impl ImageProcessor {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    /// A W×H image whose sample at (y, x, c) is `10·y + 3·x + c` (< 256 for the sizes used), so a
+    /// value names its place.
+    fn numbered(h: usize, w: usize) -> RgbImage {
+        let data = (0..h).flat_map(|y| (0..w).flat_map(move |x| (0..3).map(move |c| (10 * y + 3 * x + c) as u8))).collect();
+        RgbImage { height: h, width: w, data }
+    }
+
+    /// Raw values, no resize: patch 2 px, k 2, 70 soft tokens (so 280 Gemma4 rows).
+    fn processor(family: Family) -> ImageProcessor {
+        let config = ImageProcessorConfig {
+            patch_size: 2,
+            pooling_kernel_size: 2,
+            max_soft_tokens: 70,
+            do_resize: false,
+            do_rescale: false,
+            ..ImageProcessorConfig::default()
+        };
+        ImageProcessor { family, config }
+    }
+
+    /// The values of the `side`-px block at grid (gx, gy) of `numbered`, flattened (row, column, channel).
+    fn block(gx: usize, gy: usize, side: usize) -> Vec<f32> {
+        (0..side)
+            .flat_map(|r| (0..side).flat_map(move |c| (0..3).map(move |ch| (10 * (gy * side + r) + 3 * (gx * side + c) + ch) as f32)))
+            .collect()
+    }
+
+    /// Guards: Gemma4 rows are single unmerged `patch_size` px patches (3·p² values, HWC inside a
+    /// patch), row-major over the patch grid, with (x = column, y = row) positions, padded with
+    /// zero rows and (-1, -1) up to `max_soft_tokens · k²` rows; the prompt gets patches / k²
+    /// soft tokens.
+    #[test]
+    fn gemma4_rows_are_unmerged_patches_padded_to_max_patches() {
+        let ip = processor(Family::Gemma4);
+        assert_eq!((ip.rows(), ip.patch_dim()), (280, 12));
+        // 8×4 (W×H): a 4×2 grid of 2 px patches = 2 tokens of k×k = 2×2 patches.
+        let out = ip.process_image(&numbered(4, 8), Path::new("t.png")).unwrap();
+        assert_eq!(out.num_soft_tokens, 2);
+        assert_eq!(out.pixel_values.len(), 280 * 12);
+        assert_eq!(out.position_ids.len(), 280 * 2);
+        let mut want_pos = Vec::new();
+        for gy in 0..2 {
+            for gx in 0..4 {
+                let m = gy * 4 + gx;
+                assert_eq!(&out.pixel_values[m * 12..(m + 1) * 12], block(gx, gy, 2).as_slice(), "patch {m} (x {gx}, y {gy})");
+                want_pos.extend([gx as i64, gy as i64]);
+            }
+        }
+        // Patch 1 is the second patch of the first row, not the second row of the first kernel.
+        assert_eq!(&out.pixel_values[12..15], &[6., 7., 8.]);
+        assert_eq!(&out.position_ids[..16], want_pos.as_slice());
+        assert!(out.pixel_values[8 * 12..].iter().all(|&v| v == 0.0));
+        assert!(out.position_ids[16..].iter().all(|&v| v == -1));
+    }
+
+    /// Guards: Unified rows are k×k patches merged into one (k·p) px block (3·(k·p)² values),
+    /// positions on the merged grid, padded to `max_soft_tokens` rows, one soft token per row —
+    /// and they carry the same pixels as the Gemma4 rows, only grouped differently.
+    #[test]
+    fn unified_rows_merge_k_by_k_patches() {
+        let ip = processor(Family::Unified);
+        assert_eq!((ip.rows(), ip.patch_dim()), (70, 48));
+        let out = ip.process_image(&numbered(4, 8), Path::new("t.png")).unwrap();
+        assert_eq!(out.num_soft_tokens, 2);
+        assert_eq!(out.pixel_values.len(), 70 * 48);
+        assert_eq!(&out.pixel_values[..48], block(0, 0, 4).as_slice());
+        assert_eq!(&out.pixel_values[48..96], block(1, 0, 4).as_slice());
+        assert_eq!(&out.position_ids[..6], &[0, 0, 1, 0, -1, -1]);
+        assert!(out.pixel_values[96..].iter().all(|&v| v == 0.0));
+    }
+
+    /// Guards: with the resize on, both families pick the same target size and soft-token count
+    /// (HF's shared `get_aspect_ratio_preserving_size`), and Gemma4 pads to k² times the rows.
+    #[test]
+    fn families_agree_on_size_and_soft_tokens() {
+        let img = numbered(5, 3);
+        let (mut g, mut u) = (processor(Family::Gemma4), processor(Family::Unified));
+        g.config.do_resize = true;
+        u.config.do_resize = true;
+        // 3×5 → 24×40 (W×H): 12×20 patches of 2 px → 6×10 = 60 tokens.
+        let (go, uo) = (g.process_image(&img, Path::new("t.png")).unwrap(), u.process_image(&img, Path::new("t.png")).unwrap());
+        assert_eq!((go.num_soft_tokens, uo.num_soft_tokens), (60, 60));
+        assert_eq!(go.position_ids[2 * 239..2 * 240], [11, 19]);
+        assert_eq!(go.position_ids[2 * 240], -1);
+        assert_eq!(uo.position_ids[2 * 59..2 * 60], [5, 9]);
+    }
+
+    /// Guards: with `do_resize` false, sides must be multiples of k·p in both families.
+    #[test]
+    fn unresized_image_must_fit_whole_tokens() {
+        let e = processor(Family::Gemma4).process_image(&numbered(2, 8), Path::new("odd.png")).unwrap_err().to_string();
+        assert!(e.contains("odd.png") && e.contains("divisible by pooling_kernel_size·patch_size = 4"), "{e}");
+    }
+
+    fn source(image_processor: Value, processor: Option<Value>) -> ImageProcessorSource {
+        ImageProcessorSource {
+            json: image_processor,
+            path: "ckpt/processor_config.json".into(),
+            nested: true,
+            processor_config: processor.map(|p| (p, PathBuf::from("ckpt/processor_config.json"))),
+        }
+    }
+
+    fn resolve(ip: Value, processor: Option<Value>, config: Value) -> Result<Family, String> {
+        Family::resolve(&source(ip, processor), &config, Path::new("ckpt/config.json")).map_err(|e| e.to_string())
+    }
+
+    /// Guards: the family comes from `image_processor_type`, `processor_class` or (as a fallback)
+    /// `model_type`, for both families.
+    #[test]
+    fn family_is_read_from_class_names_or_model_type() {
+        let none = json!({});
+        assert_eq!(resolve(json!({"image_processor_type": "Gemma4ImageProcessor"}), None, none.clone()), Ok(Family::Gemma4));
+        assert_eq!(resolve(json!({}), Some(json!({"processor_class": "Gemma4UnifiedProcessor"})), none.clone()), Ok(Family::Unified));
+        assert_eq!(resolve(json!({}), None, json!({"model_type": "gemma4"})), Ok(Family::Gemma4));
+        assert_eq!(resolve(json!({}), None, json!({"model_type": "gemma4_unified"})), Ok(Family::Unified));
+        // An unrelated model_type does not veto an explicit class.
+        assert_eq!(
+            resolve(json!({"image_processor_type": "Gemma4UnifiedImageProcessor"}), None, json!({"model_type": "other"})),
+            Ok(Family::Unified)
+        );
+    }
+
+    /// Guards: unknown classes, contradicting fields and a checkpoint that names no family are
+    /// errors naming the file and field.
+    #[test]
+    fn family_errors_name_the_file_and_field() {
+        let e = resolve(json!({}), Some(json!({"processor_class": "Gemma3Processor"})), json!({})).unwrap_err();
+        assert!(e.contains("ckpt/processor_config.json") && e.contains("`processor_class` is \"Gemma3Processor\""), "{e}");
+        let e = resolve(json!({"image_processor_type": "Gemma4ImageProcessorPil"}), None, json!({})).unwrap_err();
+        assert!(e.contains("`image_processor.image_processor_type` is \"Gemma4ImageProcessorPil\""), "{e}");
+        let e =
+            resolve(json!({"image_processor_type": "Gemma4ImageProcessor"}), None, json!({"model_type": "gemma4_unified"})).unwrap_err();
+        assert!(e.contains("ckpt/config.json") && e.contains("`model_type` is \"gemma4_unified\"") && e.contains("layouts differ"), "{e}");
+        let e = resolve(json!({}), None, json!({"model_type": "llama"})).unwrap_err();
+        assert!(e.contains("cannot tell which Gemma 4 image processor") && e.contains("`model_type` \"llama\""), "{e}");
+        let e = resolve(json!({"image_processor_type": 3}), None, json!({})).unwrap_err();
+        assert!(e.contains("expected a class name"), "{e}");
+    }
+}

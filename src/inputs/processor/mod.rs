@@ -29,23 +29,32 @@
 //!    exists). With images and no text, the prompt is the placeholders joined by spaces.
 //! 5. `mm_token_type_ids`: 1 for image soft tokens (not boi/eoi), 2 video, 3 audio, else 0.
 //!
-//! Checked against HF. Unified: the `unified-vision` fixture (unit test, bit-exact), and while
+//! Checked against HF (all `pixel_values` bits, `image_position_ids`, `input_ids` and
+//! `mm_token_type_ids` equal). Unified: the `unified-vision` fixture (unit test), and while
 //! writing it, 140 image/config pairs (upscaling and downscaling 5×900 … 1600×1200, patch 2–16,
-//! k 2–3, 70–1120 soft tokens, bicubic and bilinear, rescale, normalise, RGBA/L/LA/P PNGs) with
-//! all `pixel_values` bits and `image_position_ids` equal, and 8 prompts' `input_ids`.
-//! Gemma4: see the `gemma4-vision` fixture test and [`family`].
+//! k 2–3, 70–1120 soft tokens, bicubic and bilinear, rescale, normalise, RGBA/L/LA/P PNGs) and 8
+//! prompts; after the split into families, 184 more pairs (62 processor calls) again. Gemma4: the
+//! `gemma4-vision` fixture (unit test), and while writing it, 480 image/config pairs in 118
+//! processor calls of up to 6 images each: patch 2, 3, 4, 5, 6, 7, 8, 10, 14, 16 with k 2 or 3,
+//! every supported `max_soft_tokens`, images from 1×1, 2×1 and 100×1 to 1600×1200 and 2000×3
+//! (305 upscaled, 115 downscaled, 60 already at their target size), bicubic and bilinear,
+//! per-channel and scalar normalisation, a non-default `rescale_factor`, `do_rescale` false
+//! (HF then returns uint8, equal in value), RGB/RGBA/L/LA/P/P-with-transparency PNGs, default
+//! (empty) prompts and placeholders glued to words.
 //!
 //! Deliberate differences: a text-only prompt yields only `input_ids` (HF adds an all-zero
 //! `mm_token_type_ids`, which carries no information for a text-only model input); JPEG decoding
 //! is close but not bit-exact (see [`super::image::load_rgb`]); 16-bit images are refused; with
 //! `do_resize` false, sides must be multiples of `k · patch_size` (see
-//! [`family::ImageProcessor::process_image`]).
+//! [`family::ImageProcessor::process_image`]); `Gemma4ImageProcessorPil` (the PIL backend, not
+//! what `AutoImageProcessor` picks when torchvision is installed) is refused. HF's
+//! `validate_inputs` rejects *every* call, text-only included, when the tokenizer has no
+//! `boa_token`/`eoa_token` (`audio is not None and … or boa is None or eoa is None` — an
+//! operator-precedence slip, measured in 5.14.1); this port does not need those tokens.
 
 pub mod config;
 pub mod family;
 mod tokens;
-#[cfg(test)]
-mod devcheck; // DEV ONLY
 
 use std::path::{Path, PathBuf};
 
@@ -240,11 +249,11 @@ mod tests {
         Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/unified-vision")
     }
 
-    /// Guards: the Unified path reproduces HF's `Gemma4UnifiedProcessor` output on the fixture
-    /// bit for bit (ids, token types, positions and every `pixel_values` bit).
-    #[test]
-    fn processor_reproduces_hf_fixture_exactly() {
-        let dir = fixture();
+    /// Runs the prompt and images of `fixtures/<name>/processor.json` through the checkpoint's
+    /// processor and asserts HF's `processor.safetensors` is reproduced bit for bit; returns the
+    /// family the checkpoint resolved to.
+    fn assert_reproduces_hf_fixture(name: &str) -> Family {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures").join(name);
         let desc: Value = serde_json::from_str(&std::fs::read_to_string(dir.join("processor.json")).unwrap()).unwrap();
         let prompt = desc["text"].as_str().unwrap();
         let images: Vec<PathBuf> = desc["images"].as_array().unwrap().iter().map(|p| dir.join(p.as_str().unwrap())).collect();
@@ -260,6 +269,22 @@ mod tests {
         // Bit-exact: the uint8 antialiased resize and the f32 rescale are reproduced exactly.
         assert_eq!(max_diff, 0.0, "pixel_values max abs diff vs HF");
         assert!(g.data.iter().zip(&w.data).all(|(a, b)| a.to_bits() == b.to_bits()));
+        p.image_processor().map(|ip| ip.family).unwrap()
+    }
+
+    /// Guards: the Unified path reproduces HF's `Gemma4UnifiedProcessor` output on the fixture
+    /// bit for bit (ids, token types, positions and every `pixel_values` bit).
+    #[test]
+    fn processor_reproduces_hf_fixture_exactly() {
+        assert_eq!(assert_reproduces_hf_fixture("unified-vision"), Family::Unified);
+    }
+
+    /// Guards: the Gemma4 path reproduces HF's `Gemma4Processor` output (unmerged patches padded
+    /// to `max_soft_tokens · k²`, `patches / k²` image tokens per image) on the `gemma4-vision`
+    /// fixture bit for bit.
+    #[test]
+    fn gemma4_processor_reproduces_hf_fixture_exactly() {
+        assert_eq!(assert_reproduces_hf_fixture("gemma4-vision"), Family::Gemma4);
     }
 
     /// Guards: BOS comes from `tokenizer.json`'s post-processor, and a text-only prompt yields
@@ -299,4 +324,3 @@ mod tests {
         assert!(e.contains("processor.json") && e.contains("cannot decode"), "{e}");
     }
 }
-
