@@ -25,7 +25,6 @@ import argparse
 import copy
 import hashlib
 import json
-import math
 import os
 import shutil
 import subprocess
@@ -236,7 +235,6 @@ def init_weights(model: torch.nn.Module, seed: int) -> None:
                           "output_max")):
             tensors[name] = buf
     text_cfg = model.config.get_text_config()
-    hidden = text_cfg.hidden_size
     with torch.no_grad():
         for name in sorted(tensors):
             t = tensors[name]
@@ -562,12 +560,10 @@ class Proofs:
         self.kind, self.cfg, self.sd, self.inputs, self.base = kind, cfg_dict, state_dict, inputs, base_logits
         self.res: dict = {}
 
-    def run(self, label, expect_zero=False, **kw):
+    def run(self, label, **kw):
         d = maxdiff(logits_with(self.kind, self.cfg, self.sd, self.inputs, **kw), self.base)
         self.res[label] = d
         log(f"    flip {label:<74} max|Δlogits| = {d:.4f}")
-        if expect_zero:
-            assert d == 0.0, (label, d)
         return d
 
     def add(self, label, d):
