@@ -227,6 +227,50 @@ fn onnx_logits_dump_matches_hf_oracle() {
     assert_eq!(read_i64(&out, "greedy_tokens"), read_i64(&oracle, "greedy_tokens"));
 }
 
+/// Runs `logits` with `backend` (`--checkpoint DIR` or `--onnx DIR`) on a fixture's inputs and
+/// returns the dump's path (inside `dir`).
+fn dump(dir: &tempfile::TempDir, flag: &str, backend: &str, inputs: &str) -> PathBuf {
+    let out = dir.path().join("dump.safetensors");
+    let o = cli(&["logits", flag, &fixture(backend), "--inputs", &fixture(inputs), "--out", &out.display().to_string(), "--greedy", "8"]);
+    assert!(o.status.success(), "{}", text(&o));
+    out
+}
+
+/// Guards issue acceptance: `logits --checkpoint` works for the gemma4 family with the same
+/// flags — the vision-tower + PLE fixture equals the HF oracle (logits ≤ 1e-4, image_features
+/// and per_layer_inputs ≤ 1e-5, the PLE tensor in the exports' [1, S, L·P] layout), and so does
+/// the MoE text fixture.
+#[test]
+fn gemma4_reference_logits_dumps_match_hf_oracle() {
+    let dir = tmpdir();
+    let out = dump(&dir, "--checkpoint", "gemma4-vision/checkpoint", "gemma4-vision/inputs.safetensors");
+    let oracle = root().join("fixtures/gemma4-vision/oracle.safetensors");
+    assert!(max_abs(&read_f32(&out, "logits").1, &read_f32(&oracle, "logits").1) <= 1e-4);
+    assert!(max_abs(&read_f32(&out, "image_features").1, &read_f32(&oracle, "image_features").1) <= 1e-5);
+    let (shape, ple) = read_f32(&out, "per_layer_inputs");
+    let (oshape, hf) = read_f32(&oracle, "per_layer_inputs");
+    assert_eq!(shape, vec![oshape[0], oshape[1], oshape[2] * oshape[3]]);
+    assert!(max_abs(&ple, &hf) <= 1e-5);
+    assert_eq!(read_i64(&out, "greedy_tokens"), read_i64(&oracle, "greedy_tokens"));
+
+    let out = dump(&dir, "--checkpoint", "gemma4-text-moe/checkpoint", "gemma4-text-moe/inputs.safetensors");
+    let oracle = root().join("fixtures/gemma4-text-moe/oracle.safetensors");
+    assert!(max_abs(&read_f32(&out, "logits").1, &read_f32(&oracle, "logits").1) <= 1e-4);
+    assert_eq!(read_i64(&out, "greedy_tokens"), read_i64(&oracle, "greedy_tokens"));
+}
+
+/// Guards issue acceptance: `logits --onnx` drives a gemma4_text export that computes its
+/// per-layer embeddings inside (agrees with HF within the L3 tolerance, same greedy tokens).
+#[test]
+fn gemma4_onnx_logits_dump_matches_hf_oracle() {
+    let dir = tmpdir();
+    let out = dump(&dir, "--onnx", "gemma4-text-ple/onnx", "gemma4-text-ple/inputs.safetensors");
+    let oracle = root().join("fixtures/gemma4-text-ple/oracle.safetensors");
+    let d = max_abs(&read_f32(&out, "logits").1, &read_f32(&oracle, "logits").1);
+    assert!(d <= 1e-3, "ONNX vs HF logits max abs diff {d}");
+    assert_eq!(read_i64(&out, "greedy_tokens"), read_i64(&oracle, "greedy_tokens"));
+}
+
 /// Guards: `golden` writes new goldens, reports unchanged ones, and refuses to replace a golden
 /// that differs unless --force (then replaces it, byte-identical to a fresh write).
 #[test]
