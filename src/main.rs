@@ -6,12 +6,12 @@ use std::time::Instant;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
-use onnx_parity::case::{discover, Level};
 use onnx_parity::backend::reference::ReferenceBackend;
 use onnx_parity::backend::Backend;
+use onnx_parity::case::{discover, Level};
 use onnx_parity::dump;
-use onnx_parity::onnx::pipeline::{OnnxPipeline, SessionOptions};
 use onnx_parity::evaluation::CaseEvaluation;
+use onnx_parity::onnx::pipeline::{OnnxPipeline, SessionOptions};
 use onnx_parity::regenerate::{regenerate, GoldenChange};
 use onnx_parity::report::{CaseReport, LevelReport, RunMetadata, RunReport};
 use onnx_parity::tiers::{self, outcome::TierOutcome, RunOptions, ALL_LEVELS};

@@ -35,4 +35,4 @@ pub use config::{Family, LayerType, ModelConfig, ModelType, TextConfig, VisionCo
 pub use error::{Error, Result};
 pub use io::{Dense, Generation, ModelInputs};
 pub use mask::BidirectionalScope;
-pub use model::{GenerateOptions, Gemma4, Prepared, Run};
+pub use model::{Gemma4, GenerateOptions, Prepared, Run};

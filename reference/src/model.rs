@@ -259,7 +259,8 @@ impl Gemma4 {
         let rule = self.mask_rule(&prepared, opts.scope);
         let mut cache = self.text.new_cache(seq + opts.max_new_tokens)?;
         let hidden = self.text.forward_hidden(&embeds, ple.as_ref(), &rule, &mut cache)?;
-        let logits = if opts.all_position_logits { self.text.logits(&hidden)? } else { self.text.logits(&hidden.narrow(0, seq - 1, 1)?)? };
+        let logits =
+            if opts.all_position_logits { self.text.logits(&hidden)? } else { self.text.logits(&hidden.narrow(0, seq - 1, 1)?)? };
         let mut row: Vec<f32> = logits.get(logits.dim(0)? - 1)?.to_dtype(DType::F32)?.to_vec1()?;
         let limit = opts.forced.map_or(opts.max_new_tokens, |f| f.len().min(opts.max_new_tokens));
         let mut generation = Generation::default();

@@ -4,7 +4,7 @@
 use std::path::Path;
 
 use candle_core::Tensor;
-use onnx_parity_reference::{BidirectionalScope, GenerateOptions, Gemma4};
+use onnx_parity_reference::{BidirectionalScope, Gemma4, GenerateOptions};
 
 use super::{Backend, BackendError, Component, GenerationRequest, Prefill, Run};
 use crate::inputs::{Dense, ModelInputs};
@@ -64,7 +64,9 @@ impl Backend for ReferenceBackend {
         if let Some(ple) = &p.per_layer_inputs {
             // [1, S, L, P] → [1, S, L·P], the layout the exports' embedding model emits.
             let (b, s, l, w) = ple.dims4().map_err(onnx_parity_reference::Error::from)?;
-            prefill.components.insert(Component::PerLayerInputs, d(&ple.reshape((b, s, l * w)).map_err(onnx_parity_reference::Error::from)?)?);
+            prefill
+                .components
+                .insert(Component::PerLayerInputs, d(&ple.reshape((b, s, l * w)).map_err(onnx_parity_reference::Error::from)?)?);
         }
         Ok(Run { prefill, generation: run.generation })
     }

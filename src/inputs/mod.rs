@@ -42,7 +42,7 @@ pub fn load_safetensors(path: &Path) -> Result<ModelInputs, InputsError> {
     let st = SafeTensors::deserialize(&bytes).map_err(|e| InputsError::Format { path: path.into(), message: e.to_string() })?;
     let err = |name: &str, expected: String| InputsError::Tensor { path: path.into(), name: name.into(), expected };
     for audio in ["input_features", "input_features_mask"] {
-        if st.names().iter().any(|n| *n == audio) {
+        if st.names().contains(&audio) {
             return Err(err(audio, "audio inputs are not supported (audio is out of scope: text and images only)".into()));
         }
     }

@@ -128,9 +128,10 @@ impl OnnxPipeline {
         }
         let (hidden, routed) = match &embedding {
             Some(e) => {
-                let hidden = static_dim(e.outputs().iter().find(|o| o.name() == "inputs_embeds").map(|o| o.dtype()), 2).ok_or_else(|| {
-                    PipelineError::Contract { role: EMBEDDING, message: "output `inputs_embeds` needs a static hidden size".into() }
-                })?;
+                let hidden =
+                    static_dim(e.outputs().iter().find(|o| o.name() == "inputs_embeds").map(|o| o.dtype()), 2).ok_or_else(|| {
+                        PipelineError::Contract { role: EMBEDDING, message: "output `inputs_embeds` needs a static hidden size".into() }
+                    })?;
                 let routed = e.outputs().iter().map(|o| o.name().to_string()).filter(|n| decoder_inputs.contains(n)).collect();
                 (hidden, routed)
             }
@@ -182,8 +183,10 @@ impl OnnxPipeline {
         for step in 0..limit {
             let next = match forced {
                 Some(f) => f[step],
-                None => greedy_token(&logits)
-                    .ok_or_else(|| PipelineError::Contract { role: self.decoder_role, message: format!("decode step {step}: every logit is NaN") })?,
+                None => greedy_token(&logits).ok_or_else(|| PipelineError::Contract {
+                    role: self.decoder_role,
+                    message: format!("decode step {step}: every logit is NaN"),
+                })?,
             };
             gen.tokens.push(next);
             gen.step_logits.push(std::mem::take(&mut logits));
@@ -228,7 +231,8 @@ impl OnnxPipeline {
         let run = |source| PipelineError::Run { role: VISION_ENCODER, source };
         let pixel_values = float_value(float, &px.shape, &px.data).map_err(run)?;
         let pixel_position_ids = Tensor::from_array((pos.shape.clone(), pos.data.clone())).map_err(run)?;
-        let mut out = vision.run(ort::inputs! { "pixel_values" => pixel_values, "pixel_position_ids" => pixel_position_ids }).map_err(run)?;
+        let mut out =
+            vision.run(ort::inputs! { "pixel_values" => pixel_values, "pixel_position_ids" => pixel_position_ids }).map_err(run)?;
         out.remove("image_features")
             .ok_or_else(|| PipelineError::Contract { role: VISION_ENCODER, message: "no output `image_features`".into() })
     }
@@ -292,7 +296,9 @@ impl OnnxPipeline {
             let value: DynValue = match name.as_str() {
                 "input_ids" => Tensor::from_array((vec![1usize, s], ids.to_vec())).map_err(run)?.into_dyn(),
                 "attention_mask" => Tensor::from_array((vec![1usize, total], vec![1i64; total])).map_err(run)?.into_dyn(),
-                "position_ids" => Tensor::from_array((vec![1usize, s], (past as i64..total as i64).collect::<Vec<_>>())).map_err(run)?.into_dyn(),
+                "position_ids" => {
+                    Tensor::from_array((vec![1usize, s], (past as i64..total as i64).collect::<Vec<_>>())).map_err(run)?.into_dyn()
+                }
                 other if self.routed.contains(other) => embedded
                     .remove(other)
                     .ok_or_else(|| contract(format!("input `{other}` comes from the embedding model, which did not produce it")))?,

@@ -258,11 +258,7 @@ impl TextConfig {
         if !self.enable_moe_block {
             return None;
         }
-        Some(MoeSpec {
-            num_experts: self.num_experts?,
-            top_k: self.top_k_experts?,
-            intermediate_size: self.moe_intermediate_size?,
-        })
+        Some(MoeSpec { num_experts: self.num_experts?, top_k: self.top_k_experts?, intermediate_size: self.moe_intermediate_size? })
     }
 
     /// HF `__post_init__`: default `layer_types` (every 6th layer full), last layer forced to
@@ -434,9 +430,11 @@ impl TextConfig {
             return Err(Error::config("vocab_size_per_layer_input", 0, "must be positive when hidden_size_per_layer_input > 0"));
         }
         if self.enable_moe_block {
-            for (field, v) in
-                [("num_experts", self.num_experts), ("top_k_experts", self.top_k_experts), ("moe_intermediate_size", self.moe_intermediate_size)]
-            {
+            for (field, v) in [
+                ("num_experts", self.num_experts),
+                ("top_k_experts", self.top_k_experts),
+                ("moe_intermediate_size", self.moe_intermediate_size),
+            ] {
                 match v {
                     None => {
                         return Err(Error::config(field, "null", "required when enable_moe_block is true (HF fails building the experts)"))

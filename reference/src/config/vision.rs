@@ -164,7 +164,9 @@ impl VisionTowerConfig {
     pub fn rope_theta(&self) -> Result<f64> {
         match &self.rope_parameters {
             None => Ok(100.0),
-            Some(p) => p.rope_theta.ok_or_else(|| Error::config("vision_config.rope_parameters", "rope_theta: null", "rope_theta is required")),
+            Some(p) => {
+                p.rope_theta.ok_or_else(|| Error::config("vision_config.rope_parameters", "rope_theta: null", "rope_theta is required"))
+            }
         }
     }
 

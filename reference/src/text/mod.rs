@@ -70,7 +70,14 @@ impl DecoderLayer {
     }
 
     /// `per_layer_input`: this layer's slice `[seq, P]` of the PLE inputs (PLE models only).
-    fn forward(&self, x: &Tensor, per_layer_input: Option<&Tensor>, rope: (&Tensor, &Tensor), mask: Option<&Tensor>, cache: &mut KvCache) -> Result<Tensor> {
+    fn forward(
+        &self,
+        x: &Tensor,
+        per_layer_input: Option<&Tensor>,
+        rope: (&Tensor, &Tensor),
+        mask: Option<&Tensor>,
+        cache: &mut KvCache,
+    ) -> Result<Tensor> {
         let h = self.input_layernorm.forward(x)?;
         let h = self.attn.forward(&h, rope.0, rope.1, mask, cache)?;
         let h = self.post_attention_layernorm.forward(&h)?;
@@ -216,7 +223,13 @@ impl TextModel {
     }
 
     /// Decoder stack plus final norm: `[seq, hidden]`.
-    pub fn forward_hidden(&self, embeds: &Tensor, per_layer_inputs: Option<&Tensor>, mask_rule: &MaskRule, cache: &mut KvCache) -> Result<Tensor> {
+    pub fn forward_hidden(
+        &self,
+        embeds: &Tensor,
+        per_layer_inputs: Option<&Tensor>,
+        mask_rule: &MaskRule,
+        cache: &mut KvCache,
+    ) -> Result<Tensor> {
         self.forward_layers(embeds, per_layer_inputs, mask_rule, cache, None)
     }
 

@@ -116,11 +116,7 @@ impl Router {
             order.truncate(self.top_k);
             let picked: Vec<f64> = order.iter().map(|&i| row[i]).collect();
             let total = prec.sum(&picked);
-            let weights = order
-                .iter()
-                .zip(&picked)
-                .map(|(&i, &p)| prec.round(prec.round(p / total) * self.per_expert_scale[i]))
-                .collect();
+            let weights = order.iter().zip(&picked).map(|(&i, &p)| prec.round(prec.round(p / total) * self.per_expert_scale[i])).collect();
             routing.experts.push(order);
             routing.weights.push(weights);
         }

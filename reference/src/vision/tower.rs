@@ -22,12 +22,12 @@
 use candle_core::{DType, Tensor};
 
 use crate::config::{Activation, VisionTowerConfig};
+use crate::config::{RopeKind, RopeSpec};
 use crate::error::{Error, Result};
 use crate::nn::linear::{ClippableLinear, Linear};
 use crate::nn::norm::RmsNorm;
 use crate::nn::ops::gated_activation;
 use crate::nn::rope::Rope;
-use crate::config::{RopeKind, RopeSpec};
 use crate::text::grouped_attention;
 use crate::weights::Weights;
 
@@ -54,7 +54,8 @@ struct Rope2d {
 
 impl VisionAttention {
     fn load(cfg: &VisionTowerConfig, w: &Weights, prefix: &str) -> Result<Self> {
-        let (h, nh, nkv, hd, clip) = (cfg.hidden_size, cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim, cfg.use_clipped_linears);
+        let (h, nh, nkv, hd, clip) =
+            (cfg.hidden_size, cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim, cfg.use_clipped_linears);
         let lin = |name: &str, i, o| ClippableLinear::load(w, &format!("{prefix}.{name}"), i, o, clip);
         Ok(Self {
             q_proj: lin("q_proj", h, nh * hd)?,
@@ -106,7 +107,12 @@ impl VisionMlp {
     fn load(cfg: &VisionTowerConfig, w: &Weights, prefix: &str) -> Result<Self> {
         let (h, i, clip) = (cfg.hidden_size, cfg.intermediate_size, cfg.use_clipped_linears);
         let lin = |name: &str, a, b| ClippableLinear::load(w, &format!("{prefix}.{name}"), a, b, clip);
-        Ok(Self { gate_proj: lin("gate_proj", h, i)?, up_proj: lin("up_proj", h, i)?, down_proj: lin("down_proj", i, h)?, act: cfg.activation()? })
+        Ok(Self {
+            gate_proj: lin("gate_proj", h, i)?,
+            up_proj: lin("up_proj", h, i)?,
+            down_proj: lin("down_proj", i, h)?,
+            act: cfg.activation()?,
+        })
     }
 
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
@@ -221,7 +227,10 @@ impl VisionTower {
             return Err(Error::input(format!("pixel_values last dim {patch_dim} ≠ 3·patch_size² = {}", self.patch_dim)));
         }
         if image_position_ids.dims() != [n_img, max_patches, 2] {
-            return Err(Error::input(format!("image_position_ids must be [{n_img}, {max_patches}, 2], got {:?}", image_position_ids.dims())));
+            return Err(Error::input(format!(
+                "image_position_ids must be [{n_img}, {max_patches}, 2], got {:?}",
+                image_position_ids.dims()
+            )));
         }
         let k2 = self.kernel * self.kernel;
         if max_patches == 0 || !max_patches.is_multiple_of(k2) {

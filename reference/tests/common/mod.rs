@@ -40,7 +40,10 @@ pub fn load_fixture(name: &str) -> Result<Fixture> {
     let ids = |k: &str| -> Result<Option<Vec<i64>>> { inp.get(k).map(|t| Ok(t.flatten_all()?.to_vec1::<i64>()?)).transpose() };
     let inputs = ModelInputs {
         input_ids: ids("input_ids")?.context("inputs.safetensors lacks input_ids")?,
-        pixel_values: inp.get("pixel_values").map(|t| Ok::<_, anyhow::Error>(Dense::new(t.dims().to_vec(), t.flatten_all()?.to_vec1::<f32>()?))).transpose()?,
+        pixel_values: inp
+            .get("pixel_values")
+            .map(|t| Ok::<_, anyhow::Error>(Dense::new(t.dims().to_vec(), t.flatten_all()?.to_vec1::<f32>()?)))
+            .transpose()?,
         image_position_ids: inp
             .get("image_position_ids")
             .map(|t| Ok::<_, anyhow::Error>(Dense::new(t.dims().to_vec(), t.flatten_all()?.to_vec1::<i64>()?)))
