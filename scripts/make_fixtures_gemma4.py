@@ -9,9 +9,13 @@ Fixtures (each derived from the real config in shared/anchors/hf-configs/, only 
                        source layer, double-wide MLP, 1 KV head, head_dim 16 / global 32
   gemma4-text-moe      26B-A4B-like `gemma4_text`: MoE block (8 experts, top-3) beside the dense MLP, k_eq_v
   gemma4-vision        E2B-like `gemma4` (Gemma4ForConditionalGeneration): the text-ple decoder + a vision tower
-                       with clipped linears (bounds that bite), GQA, pooling 3; two images; HF processor fixture
+                       with clipped linears (bounds that bite), GQA, pooling 3; two images; HF processor fixture;
+                       onnx/ is the export of the function-equivalent checkpoint with the vision K/V heads
+                       repeated (mobius-onnx 0.1.0 cannot build the GQA tower: the error is printed)
   gemma4-vision-large  31B-like `gemma4`: k_eq_v, no PLE, use_bidirectional_attention "vision", vision tower
                        with standardize (non-trivial std_bias/std_scale); two images
+  (both vision fixtures: HF processor files in checkpoint/, and inputs-one-image.safetensors +
+  processor-one-image.json: the HF processor's output on a one-image prompt)
 
 Per fixture: checkpoint (save_pretrained, f32), mobius f32 export, inputs, HF eager f32 oracle tensors
 (attn_implementation="eager" AND experts_implementation="eager"), printed feature-flag proofs, conditioning
@@ -971,11 +975,13 @@ class Gemma4OrtPipeline(mf.OrtPipeline):
                 "tokens": tokens, "step_logits": np.stack(steps)}
 
 
-def report_onnx(name, onnx_dir, hf, pixel_values=None, image_position_ids=None, input_ids=None, scopes=None) -> dict:
+def report_onnx(name, onnx_dir, hf, pixel_values=None, image_position_ids=None, input_ids=None, scopes=None,
+                show_io=True) -> dict:
     pipe = Gemma4OrtPipeline(onnx_dir)
     res: dict = {"io": {}}
-    log(f"  [{name}] package: " + ", ".join(mf.package_layout(onnx_dir)))
-    for sub, io in pipe.io().items():
+    if show_io:
+        log(f"  [{name}] package: " + ", ".join(mf.package_layout(onnx_dir)))
+    for sub, io in (pipe.io().items() if show_io else ()):
         log(f"  [{name}] {sub}:")
         res["io"][sub] = {"inputs": [[n, t, [str(d) for d in s]] for n, t, s in io["inputs"]],
                           "outputs": [[n, t, [str(d) for d in s]] for n, t, s in io["outputs"]]}
@@ -1489,27 +1495,73 @@ def make_vision(name: str, cfg_dict: dict, seed: int, summary: dict, processor: 
                   "generate_scopes": gen_scopes, "clip_fraction": clip_frac, "config": cfg_dict,
                   "smallest_proof": smallest}
     info["conditioning"] = report_conditioning(model, kind, fdir, fwd_inputs, oracle)
+    # HF processor: tokenizer/processor files in checkpoint/ (both fixtures), the two-image processor fixture
+    # (gemma4-vision: processor.safetensors/json; gemma4-vision-large: only asserted equal to inputs.safetensors),
+    # and the one-image inputs (inputs-one-image.safetensors + processor-one-image.json, both fixtures)
+    proc = make_processor_fixture(fdir, text_ids, img_paths, {"input_ids": input_ids, "pixel_values": pixel_values,
+                                                              "image_position_ids": image_position_ids,
+                                                              "mm_token_type_ids": mm}, write_fixture=processor)
+    one_inputs = make_one_image_inputs(fdir, proc, text_ids, img_paths, text["sliding_window"])
+    one_hf = hf_reference(model, cfg_dict, one_inputs)
     err = try_export(fdir / "checkpoint", fdir / "onnx", name)
     info["export_error"] = err
     scopes = {s: scope_logits[s] for s in ("all-layers", "sliding-windowed", "none")}
+    one_scopes = {s: one_hf[f"logits_{s.replace('-', '_')}"] for s in ("all-layers", "sliding-windowed", "none")}
+    if err is not None and vc["num_key_value_heads"] != vc["num_attention_heads"]:
+        log(f"  [{name}] mobius-onnx {mobius_version()} cannot build the fixture's own config (recorded, not fatal): {err}")
+        info["onnx_source"] = "function-equivalent checkpoint (vision K/V heads repeated)"
+        info["equivalence"] = export_kv_repeated(name, fdir, cfg_dict, state_dict, {"two-image": (fwd_inputs, oracle),
+                                                                                    "one-image": (one_inputs, one_hf)})
+        err = None
+    elif err is None:
+        info["onnx_source"] = "checkpoint/"
     if err is None:
         info["onnx"] = report_onnx(f"{name} f32", fdir / "onnx", oracle, pixel_values, image_position_ids, input_ids, scopes)
         info["localisation"] = localise_vision(name, model, fdir, cfg_dict, state_dict, fwd_inputs, oracle, info["onnx"])
-    elif vc["num_key_value_heads"] != vc["num_attention_heads"]:
-        info["onnx_mha_equivalent"] = mha_equivalent_export(name, fdir, cfg_dict, state_dict, fwd_inputs, oracle, scopes)
-    if processor:
-        make_processor_fixture(fdir, text_ids, img_paths, {"input_ids": input_ids, "pixel_values": pixel_values,
-                                                           "image_position_ids": image_position_ids,
-                                                           "mm_token_type_ids": mm})
+        log(f"  [{name}] one-image inputs (inputs-one-image.safetensors, batch of 1 image):")
+        info["onnx_one_image"] = report_onnx(f"{name} f32 one-image", fdir / "onnx", one_hf, one_inputs["pixel_values"],
+                                             one_inputs["image_position_ids"], one_inputs["input_ids"], one_scopes,
+                                             show_io=False)
+        info["localisation_one_image"] = localise_vision(f"{name} one-image", model, fdir, cfg_dict, state_dict,
+                                                         one_inputs, one_hf, info["onnx_one_image"])
     info["sizes"] = file_sizes(fdir)
     summary[name] = info
 
 
-def mha_equivalent_export(name, fdir, cfg_dict, state_dict, fwd_inputs, oracle, scopes) -> dict:
-    """mobius cannot build the GQA vision tower: export instead the *equivalent* checkpoint whose vision
-    K/V heads are repeated to num_attention_heads (HF logits and image_features of the two are compared
-    below; the flag proof "GQA equivalence" shows the same), to get ONNX-vs-HF numbers for everything
-    else. Staged next to the fixture (stable relative path) and removed: nothing of it is committed."""
+def mobius_version() -> str:
+    from importlib.metadata import version
+    return version("mobius-onnx")
+
+
+def hf_reference(model, cfg_dict, inputs) -> dict:
+    """HF eager f32 tensors on other inputs than the oracle's (not stored): the oracle's tensor set
+    (forward logits, every scope, image_features, inputs_embeds, per_layer_inputs, greedy tokens, step logits)."""
+    text = cfg_dict["text_config"]
+    ids, attn, mm = inputs["input_ids"], inputs["attention_mask"], inputs["mm_token_type_ids"]
+    logits, seen = forward_logits(model, "vision", inputs)
+    with torch.no_grad():
+        feats = model.model.get_image_features(inputs["pixel_values"], inputs["image_position_ids"]).pooler_output
+        masks = scope_masks(model, seen["inputs_embeds"], attn, torch.arange(ids.shape[1])[None], mm)
+        scope_logits = {s: model(**dict(inputs, attention_mask=m), use_cache=False).logits for s, m in masks.items()}
+        greedy, step_logits = hf_generate(model, **inputs)
+    default_scope = "sliding-windowed" if text.get("use_bidirectional_attention") == "vision" else "none"
+    assert torch.equal(scope_logits[default_scope], logits)
+    hf = {"logits": logits, "image_features": feats, "inputs_embeds": seen["inputs_embeds"], "greedy_tokens": greedy,
+          "step_logits": step_logits}
+    hf.update({f"logits_{s.replace('-', '_')}": t for s, t in scope_logits.items()})
+    if "per_layer_inputs" in seen:
+        hf["per_layer_inputs"] = seen["per_layer_inputs"]
+    return hf
+
+
+KV_REPEATED_STAGE = "checkpoint-kv-repeated"  # staging folder next to onnx/ (its path is in the graph names)
+
+
+def kv_repeated(cfg_dict, state_dict):
+    """The function-equivalent checkpoint of a GQA vision tower: each vision layer's k_proj/v_proj output heads
+    repeated num_attention_heads / num_key_value_heads times (KV head j -> query heads j*rep .. j*rep + rep-1, as
+    HF's repeat_kv), num_key_value_heads := num_attention_heads. k_norm ([head_dim], shared by all heads), v_norm
+    (no weight) and the clip bounds (scalars per linear) are per-head-independent: unchanged."""
     vc = cfg_dict["vision_config"]
     cfg = copy.deepcopy(cfg_dict)
     cfg["vision_config"]["num_key_value_heads"] = vc["num_attention_heads"]
@@ -1519,27 +1571,50 @@ def mha_equivalent_export(name, fdir, cfg_dict, state_dict, fwd_inputs, oracle, 
         if key.startswith("model.vision_tower.") and key.endswith(("k_proj.linear.weight", "v_proj.linear.weight")):
             w = sd[key]
             sd[key] = w.view(-1, hd, w.shape[1]).repeat_interleave(rep, dim=0).reshape(-1, w.shape[1]).contiguous()
+        elif key.startswith("model.vision_tower.") and ".self_attn.k_norm." in key:
+            assert sd[key].shape == (hd,), (key, sd[key].shape)
+    for key in sd:
+        if key.startswith("model.vision_tower.") and key.endswith(("_min", "_max")):
+            assert sd[key].numel() == 1, key
+    return cfg, sd, rep
+
+
+def export_kv_repeated(name, fdir, cfg_dict, state_dict, cases: dict) -> dict:
+    """mobius-onnx 0.1.0 ignores vision_config.num_key_value_heads, so the GQA vision tower cannot be built
+    (try_export above records the error). fdir/onnx is instead the export of the function-equivalent checkpoint
+    (kv_repeated), saved (save_pretrained) in a staging folder next to onnx/ (a stable repo-relative path, which
+    mobius writes into the graph names) and removed afterwards. Asserted first: the staged checkpoint, loaded
+    with from_pretrained, gives HF logits (all positions, HF forward) and image_features bit-identical
+    (torch.equal) to the fixture checkpoint's on each case's inputs."""
+    cfg, sd, rep = kv_repeated(cfg_dict, state_dict)
     model = new_model(cfg, "vision")
     missing, unexpected = model.load_state_dict(sd, strict=False)
     assert not [m for m in missing if not m.endswith("lm_head.weight")] and not unexpected
     model.tie_weights()
-    with torch.no_grad():
-        eq_logits = model(**fwd_inputs, use_cache=False).logits
-        eq_feats = model.model.get_image_features(fwd_inputs["pixel_values"], fwd_inputs["image_position_ids"]).pooler_output
-    res = {"hf_mha_vs_hf_gqa_logits": maxdiff(eq_logits, oracle["logits"]),
-           "hf_mha_vs_hf_gqa_image_features": maxdiff(eq_feats, oracle["image_features"])}
-    log(f"  [{name} MHA-equivalent] HF with vision K/V heads repeated x{rep} vs the fixture: logits "
-        f"{res['hf_mha_vs_hf_gqa_logits']:.2e}, image_features {res['hf_mha_vs_hf_gqa_image_features']:.2e}")
-    stage = fdir / "mha-equivalent"
+    stage = fdir / KV_REPEATED_STAGE
+    res: dict = {"stage": str(stage.relative_to(ROOT)), "repeat": rep}
     try:
-        mf.save_checkpoint(model, stage / "checkpoint")
-        err = try_export(stage / "checkpoint", stage / "onnx", f"{name} MHA-equivalent")
-        res["export_error"] = err
-        if err is None:
-            res["onnx"] = report_onnx(f"{name} MHA-equivalent f32", stage / "onnx", oracle, fwd_inputs["pixel_values"],
-                                      fwd_inputs["image_position_ids"], fwd_inputs["input_ids"], scopes)
-            res["localisation"] = localise_vision(f"{name} MHA-equivalent", model, stage, cfg, sd, fwd_inputs, oracle,
-                                                  res["onnx"])
+        mf.save_checkpoint(model, stage)
+        del model
+        eq = load_checkpoint(stage, "vision")
+        assert eq.config.vision_config.num_key_value_heads == cfg_dict["vision_config"]["num_attention_heads"]
+        for label, (inputs, ref) in cases.items():
+            with torch.no_grad():
+                eq_logits = eq(**inputs, use_cache=False).logits
+                eq_feats = eq.model.get_image_features(inputs["pixel_values"], inputs["image_position_ids"]).pooler_output
+            same = {"logits": torch.equal(eq_logits, ref["logits"]), "image_features": torch.equal(eq_feats, ref["image_features"])}
+            res[f"bit_identical_{label}"] = same
+            log(f"  [{name} kv-repeated] HF of the checkpoint with vision K/V heads repeated x{rep} "
+                f"(num_key_value_heads {cfg_dict['vision_config']['num_key_value_heads']} -> "
+                f"{cfg_dict['vision_config']['num_attention_heads']}) vs the fixture checkpoint, {label} inputs: "
+                f"logits (all positions, HF forward) bit-identical {same['logits']}, image_features bit-identical "
+                f"{same['image_features']} (max |Δ| {maxdiff(eq_logits, ref['logits']):.1e}, "
+                f"{maxdiff(eq_feats, ref['image_features']):.1e})")
+            assert all(same.values()), f"the K/V-repeated checkpoint is not function-equivalent on the {label} inputs"
+        del eq
+        err = try_export(stage, fdir / "onnx", f"{name} kv-repeated")
+        assert err is None, f"mobius build of the K/V-repeated checkpoint failed: {err}"
+        log(f"  [{name}] onnx/ = mobius f32 export of {res['stage']} (function-equivalent; staging folder removed)")
     finally:
         shutil.rmtree(stage, ignore_errors=True)
     return res
@@ -1604,7 +1679,7 @@ def localise_vision(name, model, fdir, cfg_dict, state_dict, fwd_inputs, oracle,
 # ---------------------------------------------------------------------------------------------
 # processor fixture (real HF Gemma4Processor)
 # ---------------------------------------------------------------------------------------------
-def make_processor_fixture(fdir: Path, text_ids, img_paths, inputs: dict) -> None:
+def build_processor():
     from transformers import Gemma4Processor
     from transformers.models.gemma4.feature_extraction_gemma4 import Gemma4AudioFeatureExtractor
     from transformers.models.gemma4.video_processing_gemma4 import Gemma4VideoProcessor
@@ -1612,27 +1687,16 @@ def make_processor_fixture(fdir: Path, text_ids, img_paths, inputs: dict) -> Non
     tokenizer = mf.build_tokenizer()
     for tid, attr in ((IMAGE_TOKEN, "image_token_id"), (BOI, "boi_token_id"), (EOI, "eoi_token_id")):
         assert getattr(tokenizer, attr) == tid, attr
-    proc = Gemma4Processor(feature_extractor=Gemma4AudioFeatureExtractor(),
+    return Gemma4Processor(feature_extractor=Gemma4AudioFeatureExtractor(),
                            image_processor=Gemma4ImageProcessor(**IMAGE_PROCESSOR_KWARGS),
                            tokenizer=tokenizer, video_processor=Gemma4VideoProcessor())
-    words = [mf.vocab_word(i) for i in text_ids]
-    img = proc.image_token
-    text = " ".join(words[:5]) + f" {img} " + " ".join(words[5:8]) + f" {img} " + " ".join(words[8:])
-    call_kwargs = {"return_tensors": "pt"}
-    out = proc(images=[mf.load_images(img_paths)], text=[text], **call_kwargs)
-    tensors = {k: out[k] for k in ("input_ids", "pixel_values", "image_position_ids", "mm_token_type_ids")}
-    same = {k: torch.equal(tensors[k], inputs[k]) for k in tensors}
-    log(f"  processor: {type(proc).__name__} on {text!r}")
-    log(f"  processor output == inputs.safetensors: {same}; dtypes "
-        + ", ".join(f"{k} {v.dtype}" for k, v in tensors.items()))
-    assert all(same.values()), "HF processor output differs from inputs.safetensors"
-    with tempfile.TemporaryDirectory() as tmp:
-        proc.save_pretrained(tmp)
-        for f in ("tokenizer.json", "tokenizer_config.json", "processor_config.json"):
-            shutil.copyfile(Path(tmp) / f, fdir / "checkpoint" / f)
-            os.chmod(fdir / "checkpoint" / f, 0o644)
-    save_tensors(fdir / "processor.safetensors", {k: v.contiguous() for k, v in tensors.items()},
-                 {"format": "pt", "source": "transformers Gemma4Processor.__call__ (see processor.json)"})
+
+
+PROCESSOR_TENSORS = ("input_ids", "pixel_values", "image_position_ids", "mm_token_type_ids")
+
+
+def processor_desc(fdir: Path, text: str, img_paths, call: str, call_kwargs: dict, equals: dict) -> dict:
+    """processor.json's keys (also processor-one-image.json's)."""
     desc = {
         "processor_class": "Gemma4Processor",
         "transformers": transformers.__version__,
@@ -1640,7 +1704,7 @@ def make_processor_fixture(fdir: Path, text_ids, img_paths, inputs: dict) -> Non
                  "(written by Gemma4Processor.save_pretrained)",
         "text": text,
         "images": [str(p.relative_to(fdir)) for p in img_paths],
-        "call": "processor(images=[[a, b]], text=[text], **call_kwargs)",
+        "call": call,
         "call_kwargs": call_kwargs,
         "image_processor_kwargs": IMAGE_PROCESSOR_KWARGS,
         "processor_defaults": {"text_kwargs": {"padding": True, "return_mm_token_type_ids": True},
@@ -1651,9 +1715,85 @@ def make_processor_fixture(fdir: Path, text_ids, img_paths, inputs: dict) -> Non
         "special_tokens": {mf.SPECIAL_TOKENS[i]: i for i in sorted(mf.SPECIAL_TOKENS)},
         "tokenizer": "tokenizers WordLevel over 512 pseudo-words (id i -> vocab_word(i) in make_fixtures.py), "
                      "WhitespaceSplit pre-tokenizer, TemplateProcessing '<bos> $A' post-processor",
-        "equals_inputs_safetensors": True,
     }
-    (fdir / "processor.json").write_text(json.dumps(desc, indent=2) + "\n")
+    desc.update(equals)
+    return desc
+
+
+def make_processor_fixture(fdir: Path, text_ids, img_paths, inputs: dict, write_fixture: bool):
+    """The real HF Gemma4Processor: its save_pretrained files (tokenizer.json, tokenizer_config.json,
+    processor_config.json) into checkpoint/, and its output on the two-image prompt asserted equal to
+    inputs.safetensors; write_fixture: also processor.safetensors + processor.json (gemma4-vision)."""
+    proc = build_processor()
+    words = [mf.vocab_word(i) for i in text_ids]
+    img = proc.image_token
+    text = " ".join(words[:5]) + f" {img} " + " ".join(words[5:8]) + f" {img} " + " ".join(words[8:])
+    call_kwargs = {"return_tensors": "pt"}
+    out = proc(images=[mf.load_images(img_paths)], text=[text], **call_kwargs)
+    tensors = {k: out[k] for k in PROCESSOR_TENSORS}
+    same = {k: torch.equal(tensors[k], inputs[k]) for k in tensors}
+    log(f"  processor: {type(proc).__name__} on {text!r}")
+    log(f"  processor output == inputs.safetensors: {same}; dtypes "
+        + ", ".join(f"{k} {v.dtype}" for k, v in tensors.items()))
+    assert all(same.values()), "HF processor output differs from inputs.safetensors"
+    with tempfile.TemporaryDirectory() as tmp:
+        proc.save_pretrained(tmp)
+        for f in ("tokenizer.json", "tokenizer_config.json", "processor_config.json"):
+            shutil.copyfile(Path(tmp) / f, fdir / "checkpoint" / f)
+            os.chmod(fdir / "checkpoint" / f, 0o644)
+    if write_fixture:
+        save_tensors(fdir / "processor.safetensors", {k: v.contiguous() for k, v in tensors.items()},
+                     {"format": "pt", "source": "transformers Gemma4Processor.__call__ (see processor.json)"})
+        desc = processor_desc(fdir, text, img_paths, "processor(images=[[a, b]], text=[text], **call_kwargs)",
+                              call_kwargs, {"equals_inputs_safetensors": True})
+        (fdir / "processor.json").write_text(json.dumps(desc, indent=2) + "\n")
+    return proc
+
+
+ONE_IMAGE_SPLIT = 3  # text words before the image; the rest (9 > sliding_window 8) after it
+
+
+def make_one_image_inputs(fdir: Path, proc, text_ids, img_paths, window: int) -> dict:
+    """inputs-one-image.safetensors: the real HF Gemma4Processor's output (same four tensors and layout as
+    inputs.safetensors) on a prompt with ONE image placeholder and only images/a.png: the fixture's 12 text
+    words, 3 before the image and 9 after (the trailing text is longer than the sliding window, so the last
+    positions' sliding layers no longer see the image). processor-one-image.json records the text (keys as
+    processor.json). The vision encoder gets a batch of one image (the mobius export cannot run two at once)."""
+    words = [mf.vocab_word(i) for i in text_ids]
+    text = " ".join(words[:ONE_IMAGE_SPLIT]) + f" {proc.image_token} " + " ".join(words[ONE_IMAGE_SPLIT:])
+    call_kwargs = {"return_tensors": "pt"}
+    one = img_paths[:1]
+    out = proc(images=[mf.load_images(one)], text=[text], **call_kwargs)
+    tensors = {k: out[k].contiguous() for k in PROCESSOR_TENSORS}
+    ids = tensors["input_ids"]
+    n_soft = int((ids == IMAGE_TOKEN).sum())
+    expect = ([BOS] + text_ids[:ONE_IMAGE_SPLIT] + [BOI] + [IMAGE_TOKEN] * n_soft + [EOI]
+              + text_ids[ONE_IMAGE_SPLIT:])
+    assert ids[0].tolist() == expect, "unexpected processor token layout"
+    assert torch.equal(tensors["mm_token_type_ids"], (ids == IMAGE_TOKEN).long())
+    S = ids.shape[1]
+    tail = len(text_ids) - ONE_IMAGE_SPLIT
+    assert S > window and tail > window
+    log(f"  one-image inputs: {type(proc).__name__} on {text!r} with {one[0].relative_to(fdir)}: S={S} "
+        f"(= [bos] t*{ONE_IMAGE_SPLIT} [boi] [image]*{n_soft} [eoi] t*{tail}; sliding_window {window}), "
+        + ", ".join(f"{k} {v.dtype} {list(v.shape)}" for k, v in tensors.items()))
+    meta = {
+        "format": "pt",
+        "prompt_layout": f"[bos] t*{ONE_IMAGE_SPLIT} [boi] [image]*n0 [eoi] t*{tail}",
+        "images": json.dumps([str(p.relative_to(fdir)) for p in one]),
+        "image_processor": "transformers Gemma4ImageProcessor",
+        "image_processor_kwargs": json.dumps(IMAGE_PROCESSOR_KWARGS, sort_keys=True),
+        "num_soft_tokens_per_image": json.dumps([n_soft]),
+        "mm_token_type_ids": "1 where input_ids == image_token_id (HF ProcessorMixin.create_mm_token_type_ids)",
+        "source": "transformers Gemma4Processor.__call__ (see processor-one-image.json)",
+    }
+    save_tensors(fdir / "inputs-one-image.safetensors", tensors, meta)
+    desc = processor_desc(fdir, text, one, "processor(images=[[a]], text=[text], **call_kwargs)", call_kwargs,
+                          {"equals_inputs_safetensors": False,
+                           "output": "inputs-one-image.safetensors (the processor's output, bit for bit)"})
+    (fdir / "processor-one-image.json").write_text(json.dumps(desc, indent=2) + "\n")
+    return {"input_ids": ids, "attention_mask": torch.ones_like(ids), "pixel_values": tensors["pixel_values"],
+            "image_position_ids": tensors["image_position_ids"], "mm_token_type_ids": tensors["mm_token_type_ids"]}
 
 
 # ---------------------------------------------------------------------------------------------
