@@ -174,6 +174,17 @@ mod tests {
         assert_eq!(got, want);
     }
 
+    /// Guards: the gemma4 prompt case (cases/vision-language/gemma4-vision-prompt.yaml) gives
+    /// exactly what HF's Gemma4Processor gave for the same prompt and image.
+    #[test]
+    fn gemma4_prompt_case_reproduces_hf_processor_output() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("cases/vision-language/gemma4-vision-prompt.yaml");
+        let c = Case::load(&path).unwrap();
+        let got = for_case(&c).unwrap();
+        let want = load_safetensors(&Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/gemma4-vision/inputs-one-image.safetensors")).unwrap();
+        assert_eq!(got, want);
+    }
+
     #[test]
     fn prompt_case_errors_are_clear() {
         let two = case("checkpoint: checkpoint\ninputs:\n  prompts: [a, b]\n");
