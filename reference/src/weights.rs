@@ -54,12 +54,6 @@ enum Order {
         rows: usize,
         cols: usize,
     },
-    /// Stored `[n, rows, cols]`, produced `[n, cols, rows]`.
-    StackedTransposed {
-        n: usize,
-        rows: usize,
-        cols: usize,
-    },
 }
 
 /// A little-endian stored element type.
@@ -112,13 +106,6 @@ fn decode_banded<E: Elem>(bytes: &[u8], out: &mut [f32], order: Order, release: 
     debug_assert_eq!(bytes.len(), out.len() * E::SIZE);
     const B: usize = 32;
     match order {
-        Order::StackedTransposed { n, rows, cols } => {
-            let per = rows * cols;
-            for i in 0..n {
-                let (src, dst) = (&bytes[i * per * E::SIZE..(i + 1) * per * E::SIZE], &mut out[i * per..(i + 1) * per]);
-                decode_banded::<E>(src, dst, Order::Transposed { rows, cols }, &|off, len| release(i * per * E::SIZE + off, len), band);
-            }
-        }
         Order::RowMajor => {
             for (k, dst) in out.chunks_mut(band).enumerate() {
                 let start = k * band;
@@ -302,16 +289,6 @@ impl Weights {
         Ok(if self.dtype == DType::F32 { t } else { t.to_dtype(self.dtype)? })
     }
 
-    /// Reads a 3-D parameter stored `[n, rows, cols]` (a stack of `n` matrices, e.g. the MoE
-    /// experts' `gate_up_proj`) and returns every matrix transposed: `[n, cols, rows]`,
-    /// contiguous, so `t.get(e)` is expert `e`'s `Wᵀ` ready for a row-major matmul.
-    pub fn get_stacked_t(&self, module_name: &str, expected: [usize; 3]) -> Result<Tensor> {
-        let [n, rows, cols] = expected;
-        let data = self.read_with(module_name, &expected, Order::StackedTransposed { n, rows, cols })?;
-        let t = Tensor::from_vec(data, (n, cols, rows), &Device::Cpu)?;
-        Ok(if self.dtype == DType::F32 { t } else { t.to_dtype(self.dtype)? })
-    }
-
     /// Shape-checks `module_name` and decodes it to f32 values (row-major).
     fn read(&self, module_name: &str, expected: &[usize]) -> Result<Vec<f32>> {
         self.read_with(module_name, expected, Order::RowMajor)
@@ -415,7 +392,7 @@ mod tests {
         let (n, rows, cols) = (3, 70, 45);
         let vals: Vec<f32> = (0..n * rows * cols).map(|i| (i as f32 * 0.37).sin()).collect();
         let bytes: Vec<u8> = vals.iter().flat_map(|v| v.to_le_bytes()).collect();
-        for order in [Order::RowMajor, Order::Transposed { rows: n * rows, cols }, Order::StackedTransposed { n, rows, cols }] {
+        for order in [Order::RowMajor, Order::Transposed { rows: n * rows, cols }] {
             let mut whole = vec![0f32; vals.len()];
             decode_banded::<F32Le>(&bytes, &mut whole, order, &|_, _| {}, usize::MAX / 2);
             let released = RefCell::new(Vec::new());

@@ -125,13 +125,18 @@ impl Router {
 }
 
 /// `Gemma4TextExperts`: `gate_up_proj [E, 2I, H]` (gate rows first, then up) and
-/// `down_proj [E, H, I]`, stored without a `.weight` suffix; kept per expert transposed.
+/// `down_proj [E, H, I]`, stored without a `.weight` suffix, kept as stored.
+///
+/// Each expert sees only the few tokens routed to it (T·k/E rows), a shape at which the gemm
+/// kernel is much faster as `W · xᵀ` (M = 2I or H large, N = the tokens) than as `x · Wᵀ`; the
+/// stored layout is exactly that `W`, and the gate and up halves of `W · xᵀ` are contiguous row
+/// blocks.
 #[derive(Debug)]
 struct Experts {
-    /// `[E, H, 2I]`: `gate_up_t.get(e)` is expert e's `gate_up_projᵀ`.
-    gate_up_t: Tensor,
-    /// `[E, I, H]`.
-    down_t: Tensor,
+    /// `[E, 2I, H]`.
+    gate_up: Tensor,
+    /// `[E, H, I]`.
+    down: Tensor,
     intermediate: usize,
     act: Activation,
 }
@@ -140,8 +145,8 @@ impl Experts {
     fn load(cfg: &TextConfig, moe: MoeSpec, w: &Weights, prefix: &str) -> Result<Self> {
         let (e, h, i) = (moe.num_experts, cfg.hidden_size, moe.intermediate_size);
         Ok(Self {
-            gate_up_t: w.get_stacked_t(&format!("{prefix}.gate_up_proj"), [e, 2 * i, h])?,
-            down_t: w.get_stacked_t(&format!("{prefix}.down_proj"), [e, h, i])?,
+            gate_up: w.get(&format!("{prefix}.gate_up_proj"), &[e, 2 * i, h])?,
+            down: w.get(&format!("{prefix}.down_proj"), &[e, h, i])?,
             intermediate: i,
             act: cfg.activation()?,
         })
@@ -150,16 +155,16 @@ impl Experts {
     /// `x` `[T, hidden]` → `[T, hidden]`: HF's eager loop (see the module doc).
     fn forward(&self, x: &Tensor, routing: &Routing) -> Result<Tensor> {
         let (t, h) = x.dims2()?;
-        let prec = Precision::of(x.dtype());
-        let n_experts = self.gate_up_t.dim(0)?;
-        let mut out = vec![0f64; t * h];
+        let n_experts = self.gate_up.dim(0)?;
+        let i = self.intermediate;
+        let mut out = Accumulator::new(x.dtype(), t * h);
         for e in 0..n_experts {
             // Rows in HF's `torch.where(expert_mask[e])` order: rank k, then token.
-            let mut rows: Vec<(usize, usize, f64)> = Vec::new();
+            let mut rows: Vec<(usize, f64)> = Vec::new();
             for k in 0..routing.experts.first().map_or(0, Vec::len) {
                 for (tok, (ids, ws)) in routing.experts.iter().zip(&routing.weights).enumerate() {
                     if ids[k] == e {
-                        rows.push((k, tok, ws[k]));
+                        rows.push((tok, ws[k]));
                     }
                 }
             }
@@ -167,24 +172,61 @@ impl Experts {
                 continue;
             }
             let n = rows.len();
-            let tokens = Tensor::from_vec(rows.iter().map(|&(_, tok, _)| tok as u32).collect::<Vec<_>>(), n, x.device())?;
-            let xs = x.index_select(&tokens, 0)?;
-            let gate_up = xs.matmul(&self.gate_up_t.get(e)?)?;
-            // An owned copy: for one row both halves are contiguous views of one buffer, which the
-            // in-place kernel must not alias.
-            let gate = gate_up.narrow(1, 0, self.intermediate)?.copy()?;
-            let up = gate_up.narrow(1, self.intermediate, self.intermediate)?.contiguous()?;
-            let hidden = gated_activation(self.act, gate, &up)?;
-            let y = hidden.matmul(&self.down_t.get(e)?)?;
-            let w = Tensor::from_vec(rows.iter().map(|&(_, _, w)| w).collect::<Vec<_>>(), (n, 1), x.device())?.to_dtype(x.dtype())?;
-            let y = host_f64(&y.broadcast_mul(&w)?)?;
-            for (row, &(_, tok, _)) in y.chunks(h).zip(&rows) {
-                for (o, &v) in out[tok * h..(tok + 1) * h].iter_mut().zip(row) {
-                    *o = prec.round(*o + v);
-                }
-            }
+            let tokens = Tensor::from_vec(rows.iter().map(|&(tok, _)| tok as u32).collect::<Vec<_>>(), n, x.device())?;
+            let xs_t = x.index_select(&tokens, 0)?.t()?.contiguous()?; // [H, n]
+            let gate_up = self.gate_up.get(e)?.matmul(&xs_t)?; // [2I, n]
+                                                               // An owned copy: the in-place kernel must not alias `up`'s buffer.
+            let gate = gate_up.narrow(0, 0, i)?.copy()?;
+            let up = gate_up.narrow(0, i, i)?.contiguous()?;
+            let hidden = gated_activation(self.act, gate, &up)?; // [I, n]
+            let y_t = self.down.get(e)?.matmul(&hidden)?; // [H, n]
+            let w = Tensor::from_vec(rows.iter().map(|&(_, w)| w).collect::<Vec<_>>(), (1, n), x.device())?.to_dtype(x.dtype())?;
+            out.add_columns(&y_t.broadcast_mul(&w)?, rows.iter().map(|&(tok, _)| tok), h)?;
         }
-        Ok(Tensor::from_vec(out, (t, h), x.device())?.to_dtype(x.dtype())?)
+        out.into_tensor((t, h), x.device())
+    }
+}
+
+/// `out[tok] += rows[j]` for the j-th token, rows of width `h`.
+fn add_rows<T: Copy + std::ops::AddAssign>(out: &mut [T], rows: &[T], tokens: impl Iterator<Item = usize>, h: usize) {
+    for (row, tok) in rows.chunks(h).zip(tokens) {
+        for (o, &v) in out[tok * h..(tok + 1) * h].iter_mut().zip(row) {
+            *o += v;
+        }
+    }
+}
+
+/// The experts' output buffer, summed in the compute dtype like HF's `index_add_`.
+enum Accumulator {
+    F32(Vec<f32>),
+    F64(Vec<f64>),
+}
+
+impl Accumulator {
+    fn new(dtype: DType, len: usize) -> Self {
+        if dtype == DType::F64 {
+            Accumulator::F64(vec![0.0; len])
+        } else {
+            Accumulator::F32(vec![0.0; len])
+        }
+    }
+
+    /// `out[tok] += y_t[:, j]` for the j-th token of `tokens` (`y_t`: `[hidden, n]`).
+    fn add_columns(&mut self, y_t: &Tensor, tokens: impl Iterator<Item = usize>, h: usize) -> Result<()> {
+        // One transposing copy, then contiguous row additions.
+        let y = y_t.t()?.contiguous()?;
+        match self {
+            Accumulator::F32(out) => add_rows(out, &y.flatten_all()?.to_vec1::<f32>()?, tokens, h),
+            Accumulator::F64(out) => add_rows(out, &y.flatten_all()?.to_vec1::<f64>()?, tokens, h),
+        }
+        Ok(())
+    }
+
+    fn into_tensor(self, shape: (usize, usize), device: &candle_core::Device) -> Result<Tensor> {
+        Ok(match self {
+            Accumulator::F32(v) => Tensor::from_vec(v, shape, device)?,
+            Accumulator::F64(v) => Tensor::from_vec(v, shape, device)?,
+        })
     }
 }
 
