@@ -181,7 +181,8 @@ mod tests {
         let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("cases/vision-language/gemma4-vision-prompt.yaml");
         let c = Case::load(&path).unwrap();
         let got = for_case(&c).unwrap();
-        let want = load_safetensors(&Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/gemma4-vision/inputs-one-image.safetensors")).unwrap();
+        let want =
+            load_safetensors(&Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/gemma4-vision/inputs-one-image.safetensors")).unwrap();
         assert_eq!(got, want);
     }
 
