@@ -112,6 +112,14 @@ pub(crate) fn log_unknown_keys(section: &str, other: &BTreeMap<String, Value>) {
     }
 }
 
+/// Fails naming the first field whose value is 0 (sizes HF would build empty modules from).
+pub(crate) fn require_positive(fields: &[(&'static str, usize)]) -> Result<()> {
+    match fields.iter().find(|(_, v)| *v == 0) {
+        Some((field, v)) => Err(Error::config(field, v, "must be positive")),
+        None => Ok(()),
+    }
+}
+
 /// The two model families. Unified and gemma4 share the text decoder (the gemma4 one adds
 /// per-layer embeddings and MoE) and differ in their image path and mask scope.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]

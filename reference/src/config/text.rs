@@ -15,7 +15,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::{log_unknown_keys, BidirectionalAttention, Family, LayerType, TokenIds};
+use super::{log_unknown_keys, require_positive, BidirectionalAttention, Family, LayerType, TokenIds};
 use crate::error::{Error, Result};
 
 /// One entry of `rope_parameters` (keyed by layer type).
@@ -317,7 +317,7 @@ impl TextConfig {
                 format!("must have num_hidden_layers = {} entries", self.num_hidden_layers),
             ));
         }
-        for (field, v) in [
+        require_positive(&[
             ("vocab_size", self.vocab_size),
             ("hidden_size", self.hidden_size),
             ("intermediate_size", self.intermediate_size),
@@ -326,11 +326,7 @@ impl TextConfig {
             ("num_key_value_heads", self.num_key_value_heads),
             ("head_dim", self.head_dim),
             ("sliding_window", self.sliding_window),
-        ] {
-            if v == 0 {
-                return Err(Error::config(field, v, "must be positive"));
-            }
-        }
+        ])?;
         if !(self.rms_norm_eps.is_finite() && self.rms_norm_eps >= 0.0) {
             return Err(Error::config("rms_norm_eps", self.rms_norm_eps, "must be finite, ≥ 0"));
         }

@@ -7,8 +7,8 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::log_unknown_keys;
 use super::text::{Activation, RopeParameters};
+use super::{log_unknown_keys, require_positive};
 use crate::error::{Error, Result};
 
 /// `Gemma4UnifiedVisionConfig` (encoder-free embedder).
@@ -60,16 +60,12 @@ impl UnifiedVisionConfig {
     /// Checks the fields HF's embedder needs to be shape-consistent.
     pub fn validate(&self) -> Result<()> {
         log_unknown_keys("vision_config", &self.other);
-        for (field, v) in [
+        require_positive(&[
             ("patch_size", self.patch_size),
             ("pooling_kernel_size", self.pooling_kernel_size),
             ("mm_embed_dim", self.mm_embed_dim),
             ("mm_posemb_size", self.mm_posemb_size),
-        ] {
-            if v == 0 {
-                return Err(Error::config(field, v, "must be positive"));
-            }
-        }
+        ])?;
         if self.output_proj_dims != self.mm_embed_dim {
             return Err(Error::config(
                 "output_proj_dims",
@@ -180,18 +176,14 @@ impl VisionTowerConfig {
         let unread: BTreeMap<String, Value> =
             self.other.iter().filter(|(k, _)| !TOWER_INERT_KEYS.contains(&k.as_str())).map(|(k, v)| (k.clone(), v.clone())).collect();
         log_unknown_keys("vision_config", &unread);
-        for (field, v) in [
+        require_positive(&[
             ("vision_config.hidden_size", self.hidden_size),
             ("vision_config.intermediate_size", self.intermediate_size),
             ("vision_config.num_attention_heads", self.num_attention_heads),
             ("vision_config.num_key_value_heads", self.num_key_value_heads),
             ("vision_config.patch_size", self.patch_size),
             ("vision_config.position_embedding_size", self.position_embedding_size),
-        ] {
-            if v == 0 {
-                return Err(Error::config(field, v, "must be positive"));
-            }
-        }
+        ])?;
         self.activation()?;
         if !self.num_attention_heads.is_multiple_of(self.num_key_value_heads) {
             return Err(Error::config(

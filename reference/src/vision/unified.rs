@@ -65,18 +65,8 @@ impl UnifiedEmbedder {
     /// `[n_img, max_patches, 2]` (i64, (−1, −1) = padding) → features `[n_tokens, hidden]` of the
     /// non-padding patches, image-major then patch order (HF's `vision_outputs[~padding_mask]`).
     pub fn forward(&self, pixel_values: &Tensor, image_position_ids: &Tensor) -> Result<Tensor> {
-        let (n_img, max_patches, patch_dim) = pixel_values
-            .dims3()
-            .map_err(|_| Error::input(format!("pixel_values must be [n_img, max_patches, patch_dim], got {:?}", pixel_values.dims())))?;
-        if patch_dim != self.patch_dim {
-            return Err(Error::input(format!("pixel_values last dim {patch_dim} ≠ model_patch_size²·3 = {}", self.patch_dim)));
-        }
-        if image_position_ids.dims() != [n_img, max_patches, 2] {
-            return Err(Error::input(format!(
-                "image_position_ids must be [{n_img}, {max_patches}, 2], got {:?}",
-                image_position_ids.dims()
-            )));
-        }
+        let (n_img, max_patches) = super::check_patch_inputs(pixel_values, image_position_ids, self.patch_dim, "model_patch_size²·3")?;
+        let patch_dim = self.patch_dim;
         let pos: Vec<i64> = image_position_ids.to_dtype(candle_core::DType::I64)?.flatten_all()?.to_vec1()?;
 
         // Keep patches unless both coordinates are −1 (`(ids == -1).all(-1)`).
