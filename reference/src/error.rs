@@ -78,11 +78,6 @@ pub enum Error {
     #[error("invalid input: {0}")]
     Input(String),
 
-    /// Audio inputs were given: the reference (like the whole harness) does not implement the
-    /// audio tower.
-    #[error("audio inputs ({0}) are not supported: the reference implements text and vision only (audio is out of scope)")]
-    AudioUnsupported(String),
-
     /// A broken internal invariant (a bug in the reference, never bad input).
     #[error("internal error: {0}")]
     Internal(String),

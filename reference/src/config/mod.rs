@@ -461,6 +461,61 @@ mod tests {
         assert!(matches!(unknown, Err(Error::UnsupportedModelType(_))));
     }
 
+    /// Guards the gemma4 family's own defaults (configuration_gemma4.py): PLE on (256), window
+    /// 512, no bidirectional overlay; and that an explicit value still wins.
+    #[test]
+    fn gemma4_defaults_differ_from_unified() -> Result<()> {
+        let g = text(r#"{"model_type":"gemma4_text","num_hidden_layers":2,"global_head_dim":256}"#)?;
+        let t = g.text();
+        assert_eq!(t.ple(), Some(PleSpec { dim: 256, vocab: 262_144 }));
+        assert_eq!(t.sliding_window, 512);
+        assert_eq!(t.use_bidirectional_attention, None);
+        assert_eq!(g.family(), Family::Gemma4);
+        assert_eq!(g.text_prefix(), "model");
+        let u = text(r#"{"model_type":"gemma4_unified_text","num_hidden_layers":2,"global_head_dim":256}"#)?;
+        assert_eq!(u.text().ple(), None);
+        assert_eq!(u.text().sliding_window, 1024);
+        let off = text(
+            r#"{"model_type":"gemma4_text","num_hidden_layers":2,"global_head_dim":256,"hidden_size_per_layer_input":0,"sliding_window":9}"#,
+        )?;
+        assert_eq!(off.text().ple(), None);
+        assert_eq!(off.text().sliding_window, 9);
+        let composite = text(r#"{"model_type":"gemma4","text_config":{"num_hidden_layers":2,"global_head_dim":256},"vision_config":{}}"#)?;
+        assert_eq!(composite.text().ple().map(|p| p.dim), Some(256));
+        assert!(matches!(composite.vision(), Some(VisionConfig::Tower(v)) if v.patch_dim() == 768));
+        assert_eq!(composite.text_prefix(), "model.language_model");
+        assert_eq!(composite.image_token_id(), Some(258_880));
+        Ok(())
+    }
+
+    /// Guards the named rejections of gemma4 configs HF cannot run (or would run wrongly).
+    #[test]
+    fn gemma4_rejections() {
+        let field = |json: &str| match text(json) {
+            Err(Error::UnsupportedConfig { field, .. }) => field,
+            other => panic!("expected a config error for {json}, got {other:?}"),
+        };
+        let base = r#""model_type":"gemma4_text","num_hidden_layers":2,"global_head_dim":256"#;
+        assert_eq!(field(&format!(r#"{{{base},"hidden_size_per_layer_input":null}}"#)), "hidden_size_per_layer_input");
+        assert_eq!(field(&format!(r#"{{{base},"enable_moe_block":true,"num_experts":8,"moe_intermediate_size":4}}"#)), "top_k_experts");
+        assert_eq!(
+            field(&format!(r#"{{{base},"enable_moe_block":true,"num_experts":2,"top_k_experts":3,"moe_intermediate_size":4}}"#)),
+            "top_k_experts"
+        );
+        // Unified has no PLE / MoE: a value that would matter under gemma4 is refused.
+        let unified = r#""model_type":"gemma4_unified_text","num_hidden_layers":2,"global_head_dim":256"#;
+        assert_eq!(field(&format!(r#"{{{unified},"hidden_size_per_layer_input":16}}"#)), "hidden_size_per_layer_input");
+        assert_eq!(field(&format!(r#"{{{unified},"enable_moe_block":true}}"#)), "enable_moe_block");
+        assert!(text(&format!(r#"{{{unified},"hidden_size_per_layer_input":0,"enable_moe_block":false}}"#)).is_ok());
+        let tower = |v: &str| {
+            format!(r#"{{"model_type":"gemma4","text_config":{{"num_hidden_layers":2,"global_head_dim":256}},"vision_config":{v}}}"#)
+        };
+        assert_eq!(field(&tower(r#"{"pooling_kernel_size":1}"#)), "vision_config.pooling_kernel_size");
+        assert_eq!(field(&tower(r#"{"head_dim":18}"#)), "vision_config.head_dim");
+        assert_eq!(field(&tower(r#"{"num_key_value_heads":5}"#)), "vision_config.num_key_value_heads");
+        assert_eq!(field(&tower(r#"{"rope_parameters":{"rope_type":"yarn","rope_theta":100}}"#)), "vision_config.rope_parameters");
+    }
+
     /// Guards the KV-sharing source rule and the MLP's `> 0` test.
     #[test]
     fn kv_sharing_sources() -> Result<()> {
