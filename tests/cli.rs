@@ -271,6 +271,26 @@ fn gemma4_onnx_logits_dump_matches_hf_oracle() {
     assert_eq!(read_i64(&out, "greedy_tokens"), read_i64(&oracle, "greedy_tokens"));
 }
 
+/// Guards: `logits --onnx` drives the multimodal gemma4 protocol (vision encoder, embedding model
+/// yielding inputs_embeds and per_layer_inputs, decoder taking per_layer_inputs at every step)
+/// and dumps every component; on one image the export agrees with the reference's dump.
+#[test]
+fn gemma4_multimodal_onnx_dump_has_every_component() {
+    let dir = tmpdir();
+    let onnx = dump(&dir, "--onnx", "gemma4-vision/onnx", "gemma4-vision/inputs-one-image.safetensors");
+    let copy = dir.path().join("onnx.safetensors");
+    std::fs::rename(&onnx, &copy).expect("rename");
+    let reference = dump(&dir, "--checkpoint", "gemma4-vision/checkpoint", "gemma4-vision/inputs-one-image.safetensors");
+    for name in ["image_features", "inputs_embeds", "per_layer_inputs"] {
+        let (a, b) = (read_f32(&copy, name), read_f32(&reference, name));
+        assert_eq!(a.0, b.0, "{name} shape");
+        let d = max_abs(&a.1, &b.1);
+        assert!(d <= 1e-5, "{name}: ONNX vs reference {d}");
+    }
+    assert!(max_abs(&read_f32(&copy, "logits").1, &read_f32(&reference, "logits").1) <= 1e-3);
+    assert_eq!(read_i64(&copy, "greedy_tokens"), read_i64(&reference, "greedy_tokens"));
+}
+
 /// Guards: `golden` writes new goldens, reports unchanged ones, and refuses to replace a golden
 /// that differs unless --force (then replaces it, byte-identical to a fresh write).
 #[test]
