@@ -20,6 +20,7 @@
 //! # let _ = (logits, gen); Ok(()) }
 //! ```
 
+pub mod audio_manifest;
 pub mod config;
 pub mod error;
 pub mod io;

@@ -38,6 +38,17 @@ pub struct Prepared {
     pub per_layer_inputs: Option<Tensor>,
 }
 
+/// What [`Gemma4::check_headers`] found.
+#[derive(Debug)]
+pub struct HeaderCheck {
+    /// The model built on placeholders (its manifest is what it asked for).
+    pub model: Gemma4,
+    /// Requested tensors the checkpoint lacks or has mis-shaped.
+    pub problems: Vec<crate::weights::Problem>,
+    /// Checkpoint tensors the model did not ask for, with their stored shapes.
+    pub unread: BTreeMap<String, Vec<usize>>,
+}
+
 /// How [`Gemma4::generate`] runs.
 #[derive(Debug, Clone, Copy)]
 pub struct GenerateOptions<'a> {
@@ -83,11 +94,36 @@ impl Gemma4 {
     /// f32 through `.float()` and whose RoPE cos/sin are forced to f32).
     pub fn load_with_dtype(checkpoint_dir: &Path, dtype: DType) -> Result<Self> {
         let config = ModelConfig::from_file(&checkpoint_dir.join("config.json"))?;
+        Ok(Self::build(config, Weights::open_with_dtype(checkpoint_dir, dtype)?)?.0)
+    }
+
+    /// The model `config` describes, built without weights (zero-stride placeholders, no
+    /// memory): its [`Gemma4::weight_manifest`] is every tensor the reference reads, at full size.
+    pub fn dry(config: ModelConfig) -> Result<Self> {
+        Ok(Self::build(config, Weights::dry())?.0)
+    }
+
+    /// Like [`Gemma4::dry`], checking every tensor against the safetensors headers of
+    /// `checkpoint_dir` (data never read): returns the model and what the checkpoint lacks or has
+    /// mis-shaped, plus the checkpoint's tensor names (with their shapes) that the model did not
+    /// ask for.
+    pub fn check_headers(config: ModelConfig, checkpoint_dir: &Path) -> Result<HeaderCheck> {
+        let (model, w) = Self::build(config, Weights::headers(checkpoint_dir)?)?;
+        let unread = w
+            .names()
+            .filter(|n| !model.manifest.contains_key(*n))
+            .map(|n| (n.to_string(), w.shape_of(n).map(<[usize]>::to_vec).unwrap_or_default()))
+            .collect();
+        Ok(HeaderCheck { problems: w.problems(), unread, model })
+    }
+
+    /// Builds the model from `w`, returning the weights source too (its manifest, problems).
+    fn build(config: ModelConfig, w: Weights) -> Result<(Self, Weights)> {
         let renames = match config.family() {
             Family::Unified => UNIFIED_RENAMES,
             Family::Gemma4 => &[],
         };
-        let w = Weights::open_with_dtype(checkpoint_dir, dtype)?.with_renames(renames);
+        let w = w.with_renames(renames);
         let text = TextModel::load(config.text(), &w, config.text_prefix(), config.tie_word_embeddings())?;
         let hidden = config.text().hidden_size;
         let vision = match config.vision() {
@@ -99,7 +135,7 @@ impl Gemma4 {
         };
         let manifest = w.manifest();
         tracing::debug!(tensors = manifest.len(), unused = w.names().filter(|n| !manifest.contains_key(*n)).count(), "checkpoint loaded");
-        Ok(Self { config, text, vision, manifest })
+        Ok((Self { config, text, vision, manifest }, w))
     }
 
     /// The parsed, post-initialised config.

@@ -65,7 +65,7 @@ impl ClippableLinear {
         let linear = Linear::load(w, &format!("{prefix}.linear"), in_dim, out_dim, false)?;
         let clip = if clipped {
             let bound = |name: &str, default: f64| -> Result<f64> {
-                Ok(match w.get_opt(&format!("{prefix}.{name}"), &[])? {
+                Ok(match w.get_buffer(&format!("{prefix}.{name}"), &[])? {
                     Some(t) => t.to_dtype(candle_core::DType::F64)?.to_scalar::<f64>()?,
                     None => default,
                 })

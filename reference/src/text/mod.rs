@@ -135,15 +135,15 @@ impl TextModel {
         let layers = (0..cfg.num_hidden_layers)
             .map(|i| DecoderLayer::load(cfg, w, &format!("{prefix}.layers.{i}"), i))
             .collect::<Result<Vec<_>>>()?;
-        let lm_head = match w.get_opt_t("lm_head.weight", [v, h])? {
-            Some(t) => Linear::from_weight_t(t),
-            None if tie => Linear::from_weight_t(embed_t.clone()),
-            None => {
-                return Err(Error::MissingTensor {
-                    name: "lm_head.weight".into(),
-                    location: "checkpoint (tie_word_embeddings is false)".into(),
-                })
+        // HF ties `lm_head.weight ← embed_tokens.weight` unless the checkpoint has its own
+        // (it skips tying when both exist with different values); untied, it is required.
+        let lm_head = if tie {
+            match w.get_opt_t("lm_head.weight", [v, h])? {
+                Some(t) => Linear::from_weight_t(t),
+                None => Linear::from_weight_t(embed_t.clone()),
             }
+        } else {
+            Linear::from_weight_t(w.get_t("lm_head.weight", [v, h])?)
         };
         let layer_types = cfg.layer_types()?.to_vec();
         let mut ropes = Vec::new();

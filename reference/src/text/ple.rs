@@ -22,13 +22,14 @@ use crate::error::{Error, Result};
 use crate::nn::linear::Linear;
 use crate::nn::norm::RmsNorm;
 use crate::nn::ops::gated_activation;
-use crate::weights::Weights;
+use crate::weights::{RowTable, Weights};
 
 /// The model-level PLE weights.
 #[derive(Debug)]
 pub(crate) struct PerLayerEmbedding {
-    /// `embed_tokens_per_layer.weight` `[vocab, L·P]`, row-major: lookups gather rows.
-    table: Tensor,
+    /// `embed_tokens_per_layer.weight` `[vocab, L·P]`, left in the checkpoint's mapping (2.35 G
+    /// elements on E2B): lookups decode the rows they need.
+    table: RowTable,
     /// `f32(√P)` as HF's `embed_scale` buffer holds it (an f32 buffer, also in f64 mode).
     table_scale: f32,
     projection: Linear,
@@ -49,7 +50,7 @@ impl PerLayerEmbedding {
     pub(crate) fn load(cfg: &TextConfig, spec: PleSpec, w: &Weights, prefix: &str) -> Result<Self> {
         let (l, p, h) = (cfg.num_hidden_layers, spec.dim, cfg.hidden_size);
         Ok(Self {
-            table: w.get(&format!("{prefix}.embed_tokens_per_layer.weight"), &[spec.vocab, l * p])?,
+            table: w.get_rows(&format!("{prefix}.embed_tokens_per_layer.weight"), [spec.vocab, l * p])?,
             table_scale: (p as f64).sqrt() as f32,
             projection: Linear::load(w, &format!("{prefix}.per_layer_model_projection"), h, l * p, false)?,
             projection_norm: RmsNorm::load(w, &format!("{prefix}.per_layer_projection_norm"), p, cfg.rms_norm_eps)?,
@@ -77,9 +78,8 @@ impl PerLayerEmbedding {
                 })
             })
             .collect::<Result<Vec<u32>>>()?;
-        let idx = Tensor::from_vec(idx, s, self.table.device())?;
         let (l, p) = (self.layers, self.spec.dim);
-        let tok = self.table.index_select(&idx, 0)?.affine(self.table_scale as f64, 0.0)?.reshape((s, l, p))?;
+        let tok = self.table.gather(&idx)?.affine(self.table_scale as f64, 0.0)?.reshape((s, l, p))?;
         let proj = self.projection.forward(embeds)?.affine(projection_scale(self.hidden), 0.0)?.reshape((s, l, p))?;
         let proj = self.projection_norm.forward(&proj)?;
         Ok((proj + tok)?.affine(INPUT_SCALE, 0.0)?)

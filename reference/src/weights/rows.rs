@@ -1,0 +1,87 @@
+//! Tables the model only gathers rows from, kept in the checkpoint's mapping in their stored
+//! dtype and decoded row by row on lookup.
+//!
+//! Why: the per-layer embedding table of gemma-4-E2B is `[262144, 35·256]` = 2.35 G elements —
+//! 4.7 GB in the bf16 checkpoint, 9.4 GB upcast to f32 — and a prompt reads a few dozen of its
+//! rows. Upcasting it once, as every other weight is, would dominate the reference's memory.
+
+use std::sync::Arc;
+
+use candle_core::{DType, Device, Tensor};
+use safetensors::Dtype as StDtype;
+
+use super::decode::{decode, Bf16Le, F16Le, F32Le, Order};
+use super::Shard;
+use crate::error::{Error, Result};
+
+/// A `[rows, cols]` table read by row.
+pub struct RowTable(Inner);
+
+enum Inner {
+    /// Rows decoded from the mapping on lookup.
+    Mapped { name: String, shard: Arc<Shard>, offset: usize, dtype: StDtype, shape: [usize; 2], out: DType },
+    /// A dry/headers source's stand-in (zeros of the table's shape).
+    Placeholder(Tensor),
+}
+
+impl std::fmt::Debug for RowTable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.0 {
+            Inner::Mapped { name, dtype, shape, .. } => write!(f, "RowTable({name}, {dtype:?}, {shape:?})"),
+            Inner::Placeholder(t) => write!(f, "RowTable(placeholder {:?})", t.dims()),
+        }
+    }
+}
+
+impl RowTable {
+    pub(crate) fn mapped(name: String, shard: Arc<Shard>, offset: usize, dtype: StDtype, shape: [usize; 2], out: DType) -> Self {
+        RowTable(Inner::Mapped { name, shard, offset, dtype, shape, out })
+    }
+
+    pub(crate) fn placeholder(t: Tensor) -> Self {
+        RowTable(Inner::Placeholder(t))
+    }
+
+    /// Number of rows.
+    pub fn rows(&self) -> usize {
+        match &self.0 {
+            Inner::Mapped { shape, .. } => shape[0],
+            Inner::Placeholder(t) => t.dims().first().copied().unwrap_or(0),
+        }
+    }
+
+    /// Rows `ids` (each `< rows()`) as a `[ids.len(), cols]` tensor of the compute dtype.
+    pub fn gather(&self, ids: &[u32]) -> Result<Tensor> {
+        let (name, shard, offset, dtype, [rows, cols], out) = match &self.0 {
+            Inner::Placeholder(t) => {
+                let idx = Tensor::from_vec(ids.to_vec(), ids.len(), t.device())?;
+                return Ok(t.index_select(&idx, 0)?);
+            }
+            Inner::Mapped { name, shard, offset, dtype, shape, out } => (name, shard, *offset, *dtype, *shape, *out),
+        };
+        let elem = match dtype {
+            StDtype::F32 => 4,
+            _ => 2,
+        };
+        let mmap = shard.mmap.as_ref().ok_or_else(|| Error::Internal(format!("{name}: a row lookup on a headers-only source")))?;
+        let mut data = vec![0f32; ids.len() * cols];
+        for (&id, dst) in ids.iter().zip(data.chunks_mut(cols.max(1))) {
+            let id = id as usize;
+            if id >= rows {
+                return Err(Error::Internal(format!("{name}: row {id} outside 0..{rows}")));
+            }
+            let start = offset + id * cols * elem;
+            let bytes = mmap.get(start..start + cols * elem).ok_or_else(|| Error::Safetensors {
+                path: shard.path.clone(),
+                source: safetensors::SafeTensorError::InvalidOffset(name.clone()),
+            })?;
+            match dtype {
+                StDtype::F32 => decode::<F32Le>(bytes, dst, Order::RowMajor, &|_, _| {}),
+                StDtype::F16 => decode::<F16Le>(bytes, dst, Order::RowMajor, &|_, _| {}),
+                _ => decode::<Bf16Le>(bytes, dst, Order::RowMajor, &|_, _| {}),
+            }
+        }
+        let t = Tensor::from_vec(data, (ids.len(), cols), &Device::Cpu)?;
+        Ok(if out == DType::F32 { t } else { t.to_dtype(out)? })
+    }
+}
