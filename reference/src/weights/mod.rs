@@ -148,31 +148,50 @@ pub fn checkpoint_files(dir: &Path) -> Result<Vec<PathBuf>> {
     }
 }
 
+/// One tensor as a safetensors header describes it.
+#[derive(serde::Deserialize)]
+struct HeaderTensor {
+    dtype: StDtype,
+    shape: Vec<usize>,
+    data_offsets: (usize, usize),
+}
+
 /// Reads one file's safetensors header without reading (or mapping) its data: the 8-byte length
-/// and the JSON after it. Works on sparse files of any size.
-fn read_header(path: &Path) -> Result<(usize, safetensors::tensor::Metadata)> {
+/// and the JSON after it. Works on sparse files of any size. (`SafeTensors::read_metadata` wants
+/// the whole file in one buffer, so the header is validated here: offsets inside the file,
+/// byte sizes that fit shape and dtype.)
+fn read_header(path: &Path) -> Result<(usize, Vec<(String, HeaderTensor)>)> {
     use std::io::Read;
     let io = |source| Error::Io { path: path.to_path_buf(), source };
+    let bad = |e: safetensors::SafeTensorError| Error::Safetensors { path: path.to_path_buf(), source: e };
     let mut file = std::fs::File::open(path).map_err(io)?;
     let mut len = [0u8; 8];
     file.read_exact(&mut len).map_err(io)?;
     let n = u64::from_le_bytes(len);
     const MAX_HEADER: u64 = 100 << 20;
     if n > MAX_HEADER {
-        return Err(Error::Safetensors { path: path.into(), source: safetensors::SafeTensorError::HeaderTooLarge });
+        return Err(bad(safetensors::SafeTensorError::HeaderTooLarge));
     }
-    let mut buf = vec![0u8; 8 + n as usize];
-    buf[..8].copy_from_slice(&len);
-    file.read_exact(&mut buf[8..]).map_err(io)?;
+    let mut buf = vec![0u8; n as usize];
+    file.read_exact(&mut buf).map_err(io)?;
     let file_len = file.metadata().map_err(io)?.len() as usize;
-    let (header_len, metadata) = SafeTensors::read_metadata(&buf).map_err(|source| Error::Safetensors { path: path.into(), source })?;
-    // `read_metadata` validates offsets against the buffer it was given (the header only):
-    // check the data section against the real file length here.
-    let data_len = metadata.tensors().values().map(|t| t.data_offsets.1).max().unwrap_or(0);
-    if 8 + header_len + data_len > file_len {
-        return Err(Error::Safetensors { path: path.into(), source: safetensors::SafeTensorError::MetadataIncompleteBuffer });
+    let json: BTreeMap<String, serde_json::Value> =
+        serde_json::from_slice(&buf).map_err(|source| Error::Json { path: path.to_path_buf(), source })?;
+    let data_len = file_len.saturating_sub(8 + n as usize);
+    let mut tensors = Vec::with_capacity(json.len());
+    for (name, v) in json {
+        if name == "__metadata__" {
+            continue;
+        }
+        let t: HeaderTensor = serde_json::from_value(v).map_err(|source| Error::Json { path: path.to_path_buf(), source })?;
+        let (begin, end) = t.data_offsets;
+        let numel: usize = t.shape.iter().product();
+        if begin > end || end > data_len || (end - begin) != numel * t.dtype.size() {
+            return Err(bad(safetensors::SafeTensorError::InvalidOffset(name)));
+        }
+        tensors.push((name, t));
     }
-    Ok((header_len, metadata))
+    Ok((n as usize, tensors))
 }
 
 impl Weights {
@@ -220,24 +239,34 @@ impl Weights {
         let mut w = Self::empty(dir.to_path_buf(), source);
         w.dtype = dtype;
         for (i, path) in files.into_iter().enumerate() {
-            let (mmap, header_len, metadata) = if source == Source::Mapped {
+            let (mmap, header_len) = if source == Source::Mapped {
                 let file = std::fs::File::open(&path).map_err(|source| Error::Io { path: path.clone(), source })?;
                 // SAFETY: the mapping is read-only; the checkpoint must not be modified while the
                 // model uses it (the same contract as every mmap-based loader, e.g. candle's).
                 let mmap = unsafe { Mmap::map(&file) }.map_err(|source| Error::Io { path: path.clone(), source })?;
                 let (header_len, metadata) =
                     SafeTensors::read_metadata(&mmap).map_err(|source| Error::Safetensors { path: path.clone(), source })?;
-                (Some(mmap), header_len, metadata)
+                for (name, info) in metadata.tensors() {
+                    w.entries.insert(
+                        name,
+                        Entry {
+                            shard: i,
+                            dtype: info.dtype,
+                            shape: info.shape.clone(),
+                            begin: info.data_offsets.0,
+                            end: info.data_offsets.1,
+                        },
+                    );
+                }
+                (Some(mmap), header_len)
             } else {
-                let (header_len, metadata) = read_header(&path)?;
-                (None, header_len, metadata)
+                let (header_len, tensors) = read_header(&path)?;
+                for (name, t) in tensors {
+                    let (begin, end) = t.data_offsets;
+                    w.entries.insert(name, Entry { shard: i, dtype: t.dtype, shape: t.shape, begin, end });
+                }
+                (None, header_len)
             };
-            for (name, info) in metadata.tensors() {
-                w.entries.insert(
-                    name,
-                    Entry { shard: i, dtype: info.dtype, shape: info.shape.clone(), begin: info.data_offsets.0, end: info.data_offsets.1 },
-                );
-            }
             w.shards.push(Arc::new(Shard { path, mmap, data_start: 8 + header_len }));
         }
         Ok(w)
