@@ -186,7 +186,7 @@ fn read_header(path: &Path) -> Result<(usize, Vec<(String, HeaderTensor)>)> {
         let t: HeaderTensor = serde_json::from_value(v).map_err(|source| Error::Json { path: path.to_path_buf(), source })?;
         let (begin, end) = t.data_offsets;
         let numel: usize = t.shape.iter().product();
-        if begin > end || end > data_len || (end - begin) != numel * t.dtype.size() {
+        if begin > end || end > data_len || (end - begin) * 8 != numel * t.dtype.bitsize() {
             return Err(bad(safetensors::SafeTensorError::InvalidOffset(name)));
         }
         tensors.push((name, t));
