@@ -12,6 +12,7 @@ pub mod dump;
 pub mod evaluation;
 pub mod golden;
 pub mod hexfloat;
+pub mod hub;
 pub mod inputs;
 pub mod onnx;
 pub mod plan;
