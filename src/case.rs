@@ -384,6 +384,36 @@ struct RawCase {
     tolerance_overrides: Option<ToleranceOverrides>,
     #[serde(default)]
     bidirectional: Option<BidirectionalScope>,
+    #[serde(default)]
+    config: Option<PathBuf>,
+    #[serde(default)]
+    published_parameters: Option<u64>,
+    #[serde(default)]
+    synthetic: Option<RawSynthetic>,
+}
+
+/// `synthetic:` as written.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawSynthetic {
+    checkpoint: PathBuf,
+    onnx: PathBuf,
+    #[serde(default)]
+    inputs: Option<Inputs>,
+    #[serde(default)]
+    notes: Option<String>,
+}
+
+/// A tiny random stand-in for a real model (a checkpoint derived from its config that keeps
+/// every architectural feature, and its export): the graph (L1) and same-function (L3) tiers of
+/// a case named after a real model run on it, so they need neither the real weights nor a GPU.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Synthetic {
+    pub checkpoint: PathBuf,
+    pub onnx: PathBuf,
+    /// Its own prompt (`inputs.tensors` of the fixture, or prompts through its tokenizer).
+    pub inputs: Inputs,
+    pub notes: Option<String>,
 }
 
 /// One parsed, validated case. Paths are resolved (relative to the YAML's folder).
@@ -419,6 +449,12 @@ pub struct Case {
     pub tolerance_overrides: ToleranceOverrides,
     /// `None` = the model type's default (what its HF `forward` does).
     pub bidirectional: Option<BidirectionalScope>,
+    /// The real model's `config.json` (L2 when the checkpoint itself is absent).
+    pub config: Option<PathBuf>,
+    /// The hub's parameter count of the real model; L2 fails when the config implies another.
+    pub published_parameters: Option<u64>,
+    /// The stand-in L1 and L3 run on.
+    pub synthetic: Option<Synthetic>,
 }
 
 impl Case {
@@ -482,7 +518,30 @@ impl Case {
             xfail: raw.xfail,
             tolerance_overrides: overrides,
             bidirectional: raw.bidirectional,
+            config: resolve(raw.config),
+            published_parameters: raw.published_parameters,
+            synthetic: raw.synthetic.map(|syn| {
+                let mut inputs = syn.inputs.unwrap_or_default();
+                inputs.tensors = resolve(inputs.tensors.take());
+                Synthetic { checkpoint: resolve(Some(syn.checkpoint)).unwrap_or_default(), onnx: resolve(Some(syn.onnx)).unwrap_or_default(), inputs, notes: syn.notes }
+            }),
         })
+    }
+
+    /// The case L1 and L3 run on: the synthetic stand-in (its checkpoint, export and inputs, the
+    /// rest of this case unchanged) when the case has one, else the case itself.
+    pub fn for_synthetic_tiers(&self) -> std::borrow::Cow<'_, Case> {
+        match &self.synthetic {
+            None => std::borrow::Cow::Borrowed(self),
+            Some(s) => std::borrow::Cow::Owned(Case {
+                checkpoint: Some(s.checkpoint.clone()),
+                onnx: Some(s.onnx.clone()),
+                inputs: s.inputs.clone(),
+                tokenizer: None,
+                synthetic: None,
+                ..self.clone()
+            }),
+        }
     }
 
     /// The `xfail` reason that applies to `level`, if any.

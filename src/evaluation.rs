@@ -82,7 +82,8 @@ impl CaseEvaluation {
         self.reference
             .get_or_init(|| {
                 let inputs = self.inputs(case)?;
-                let dir = case.checkpoint.as_deref().ok_or(EvalError::NoCheckpoint)?;
+                let dir = crate::artifacts::checkpoint(case).ok_or(EvalError::NoCheckpoint)?;
+                let dir = dir.as_path();
                 let t = std::time::Instant::now();
                 let fail = |source: BackendError| Arc::new(EvalError::Reference { dir: dir.into(), source });
                 let mut backend = ReferenceBackend::load(dir, case.bidirectional).map_err(|e| fail(e.into()))?;
@@ -100,7 +101,8 @@ impl CaseEvaluation {
         self.onnx
             .get_or_init(|| {
                 let inputs = self.inputs(case)?;
-                let dir = case.onnx.as_deref().ok_or(EvalError::NoExport)?;
+                let dir = crate::artifacts::export(case).ok_or(EvalError::NoExport)?;
+                let dir = dir.as_path();
                 let forced_tokens = self.reference(case).ok().map(|r| r.run.generation.tokens.clone());
                 let t = std::time::Instant::now();
                 let fail = |source: BackendError| Arc::new(EvalError::Onnx { dir: dir.into(), source });
@@ -111,6 +113,24 @@ impl CaseEvaluation {
             })
             .as_ref()
             .map_err(Arc::clone)
+    }
+}
+
+/// A case's evaluations: the real artifacts' (L4, L5) and the synthetic stand-in's (L1, L3; the
+/// same as the real ones when the case has no `synthetic:`).
+#[derive(Debug, Default)]
+pub struct CaseEvaluations {
+    pub real: CaseEvaluation,
+    pub synthetic: CaseEvaluation,
+}
+
+impl CaseEvaluations {
+    /// The evaluation tier `level` runs on.
+    pub fn for_level(&self, level: Level) -> &CaseEvaluation {
+        match level {
+            Level::L1 | Level::L3 => &self.synthetic,
+            _ => &self.real,
+        }
     }
 }
 

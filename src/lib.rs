@@ -4,6 +4,7 @@
 //! Runtime pipeline, behind one [`backend::Backend`] interface) see the same inputs; [`compare`]
 //! turns their difference into a verdict per tier.
 
+pub mod artifacts;
 pub mod atomic;
 pub mod backend;
 pub mod case;

@@ -10,7 +10,7 @@ use onnx_parity::backend::reference::ReferenceBackend;
 use onnx_parity::backend::Backend;
 use onnx_parity::case::{discover, Level};
 use onnx_parity::dump;
-use onnx_parity::evaluation::CaseEvaluation;
+use onnx_parity::evaluation::CaseEvaluations;
 use onnx_parity::onnx::pipeline::{OnnxPipeline, SessionOptions};
 use onnx_parity::regenerate::{regenerate, GoldenChange};
 use onnx_parity::report::{CaseReport, LevelReport, RunMetadata, RunReport};
@@ -146,7 +146,7 @@ fn run(
             Err(e) => (path.display().to_string(), vec![LevelReport { level: "parse".into(), outcome: TierOutcome::fail(e.to_string()) }]),
             Ok(case) => {
                 let mut v = Vec::new();
-                let eval = CaseEvaluation::default();
+                let eval = CaseEvaluations::default();
                 for &level in &levels {
                     let outcome = match tiers::static_skip(&case, level, &opts) {
                         Some(reason) => TierOutcome::skipped(reason),
@@ -187,8 +187,8 @@ fn golden(paths: Vec<PathBuf>, force: bool, goldens: Option<PathBuf>) -> anyhow:
                 continue;
             }
         };
-        if case.checkpoint.is_none() {
-            println!("skipped   {}: no `checkpoint:` for the reference", path.display());
+        if onnx_parity::artifacts::checkpoint(&case).is_none() {
+            println!("skipped   {}: no checkpoint for the reference (`checkpoint:`, or {} in the HF cache)", path.display(), case.model_id);
             continue;
         }
         match regenerate(&case, &root, force) {

@@ -8,13 +8,13 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use crate::case::{discover, Case, Level};
-use crate::evaluation::CaseEvaluation;
+use crate::evaluation::CaseEvaluations;
 use crate::tiers::{static_skip, RunOptions, ALL_LEVELS};
 
 /// What a planned trial does.
 pub enum TrialKind {
     /// Run `level` of `case`; trials of one case share `eval`.
-    Run { case: Arc<Case>, level: Level, eval: Arc<CaseEvaluation> },
+    Run { case: Arc<Case>, level: Level, eval: Arc<CaseEvaluations> },
     /// Not run, for this reason.
     Ignored { reason: String },
     /// Fails with this message without running anything (malformed YAML, no cases).
@@ -44,7 +44,7 @@ pub fn plan(roots: &[PathBuf], opts: &RunOptions) -> Vec<PlannedTrial> {
                 .push(PlannedTrial { name: format!("malformed::{}", path.display()), kind: TrialKind::Failing { message: e.to_string() } }),
             Ok(case) => {
                 let case = Arc::new(case);
-                let eval = Arc::new(CaseEvaluation::default());
+                let eval = Arc::new(CaseEvaluations::default());
                 for level in ALL_LEVELS {
                     let name = format!("{}/{}::{}", case.category, case.name, level);
                     let kind = match static_skip(&case, level, opts) {

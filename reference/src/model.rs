@@ -80,6 +80,8 @@ pub struct Gemma4 {
     text: TextModel,
     vision: Option<VisionPath>,
     manifest: BTreeMap<String, Vec<usize>>,
+    /// Manifest tensors kept in the checkpoint's mapping (gathered by row, never upcast).
+    row_tables: std::collections::BTreeSet<String>,
 }
 
 impl Gemma4 {
@@ -135,7 +137,8 @@ impl Gemma4 {
         };
         let manifest = w.manifest();
         tracing::debug!(tensors = manifest.len(), unused = w.names().filter(|n| !manifest.contains_key(*n)).count(), "checkpoint loaded");
-        Ok((Self { config, text, vision, manifest }, w))
+        let row_tables = w.row_tables();
+        Ok((Self { config, text, vision, manifest, row_tables }, w))
     }
 
     /// The parsed, post-initialised config.
@@ -151,6 +154,12 @@ impl Gemma4 {
     /// Every tensor the reference read, with its shape (for the L2 contract).
     pub fn weight_manifest(&self) -> &BTreeMap<String, Vec<usize>> {
         &self.manifest
+    }
+
+    /// The manifest tensors the reference gathers rows from through the checkpoint's mapping
+    /// (not upcast, not resident: the PLE table).
+    pub fn row_tables(&self) -> &std::collections::BTreeSet<String> {
+        &self.row_tables
     }
 
     /// The scope HF's own `forward` applies to this checkpoint: the model type's default when the

@@ -125,6 +125,24 @@ pub fn for_case(case: &crate::case::Case) -> Result<ModelInputs, InputsError> {
     Err(InputsError::NoInputs)
 }
 
+/// `ONNX_PARITY_TESTDATA`: where images named by bare file names resolve (mobius's cases name
+/// `pipeline-cat-chonk.jpeg`, which lives in mobius's `testdata/`).
+pub const TESTDATA_ENV: &str = "ONNX_PARITY_TESTDATA";
+
+/// An image of a case: relative to the case YAML's folder when it exists there, else under
+/// `$ONNX_PARITY_TESTDATA` (so mobius's case folder runs unchanged), else the YAML-relative path
+/// (whose absence the image loader reports).
+fn image_path(case: &crate::case::Case, name: &str) -> PathBuf {
+    let local = case.path.parent().unwrap_or(Path::new("")).join(name);
+    if local.exists() || Path::new(name).is_absolute() {
+        return local;
+    }
+    match std::env::var_os(TESTDATA_ENV) {
+        Some(dir) if PathBuf::from(&dir).join(name).exists() => PathBuf::from(dir).join(name),
+        _ => local,
+    }
+}
+
 /// Prompt (+ images) through the checkpoint's processor ([`processor::Processor`]). Image paths
 /// are resolved against the case YAML's folder, like every other path of a case. Only one prompt
 /// is supported: the back ends run batch size 1 (mobius cases have one prompt).
@@ -139,14 +157,15 @@ fn from_prompt(case: &crate::case::Case) -> Result<ModelInputs, InputsError> {
     if !case.inputs.audio.is_empty() {
         return Err(InputsError::Invalid(format!("{file}: inputs.audio is not supported by the prompt processor (only text and images)")));
     }
-    let checkpoint = case.checkpoint.as_deref().ok_or_else(|| {
+    let checkpoint = crate::artifacts::checkpoint(case).ok_or_else(|| {
         InputsError::Invalid(format!(
-            "{file}: prompts need `checkpoint:` (its tokenizer.json, tokenizer_config.json, processor_config.json and config.json)"
+            "{file}: prompts need a checkpoint (`checkpoint:`, or {} in the HF cache) for its tokenizer.json, \
+             tokenizer_config.json, processor_config.json and config.json",
+            case.model_id
         ))
     })?;
-    let processor = processor::Processor::load(checkpoint, case.tokenizer.as_deref())?;
-    let base = case.path.parent().unwrap_or(Path::new(""));
-    let images: Vec<PathBuf> = case.inputs.images.iter().map(|p| base.join(p)).collect();
+    let processor = processor::Processor::load(&checkpoint, case.tokenizer.as_deref())?;
+    let images: Vec<PathBuf> = case.inputs.images.iter().map(|p| image_path(case, p)).collect();
     let prompt = case.inputs.prompts.first().map(String::as_str).unwrap_or("");
     processor.process(prompt, &images)
 }
@@ -191,7 +210,7 @@ mod tests {
         let two = case("checkpoint: checkpoint\ninputs:\n  prompts: [a, b]\n");
         assert!(for_case(&two).unwrap_err().to_string().contains("2 prompts; only one is supported"));
         let no_ckpt = case("inputs:\n  prompts: [a]\n");
-        assert!(for_case(&no_ckpt).unwrap_err().to_string().contains("prompts need `checkpoint:`"));
+        assert!(for_case(&no_ckpt).unwrap_err().to_string().contains("prompts need a checkpoint"));
         let missing = case("checkpoint: checkpoint\ninputs:\n  prompts: [\"x <|image|>\"]\n  images: [images/nope.png]\n");
         let e = for_case(&missing).unwrap_err().to_string();
         assert!(e.contains("images/nope.png") && e.contains("cannot open"), "{e}");

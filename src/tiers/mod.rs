@@ -6,15 +6,17 @@
 //! built: nextest counts a run-time skip as a pass, which would hide it.
 
 pub mod l1;
+pub mod l2;
 pub mod l3;
 pub mod l4;
 pub mod l5;
 pub mod outcome;
 
+use std::borrow::Cow;
 use std::path::PathBuf;
 
 use crate::case::{Case, Level};
-use crate::evaluation::CaseEvaluation;
+use crate::evaluation::{CaseEvaluation, CaseEvaluations};
 use crate::golden::{golden_paths, GenerationGolden, Golden};
 use crate::tolerance::{resolve, Thresholds, Tolerances};
 use outcome::TierOutcome;
@@ -33,9 +35,12 @@ pub struct RunOptions {
 
 impl RunOptions {
     /// Defaults for this repository: `goldens/` beside `cases/`, CI from the environment.
+    /// Goldens from `ONNX_PARITY_GOLDENS`, else `goldens/` of this repository.
     pub fn from_env() -> Self {
         RunOptions {
-            goldens_root: PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("goldens"),
+            goldens_root: std::env::var_os("ONNX_PARITY_GOLDENS")
+                .map(PathBuf::from)
+                .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("goldens")),
             ci: std::env::var_os("CI").is_some_and(|v| !v.is_empty() && v != "0" && v != "false"),
         }
     }
@@ -58,47 +63,94 @@ pub fn static_skip(case: &Case, level: Level, opts: &RunOptions) -> Option<Strin
             return Some(format!("ci_skip_reason (CI is set): {r}"));
         }
     }
-    let needs_checkpoint_config = matches!(level, Level::L1 | Level::L2 | Level::L3);
-    if needs_checkpoint_config {
-        match &case.checkpoint {
-            None => return Some(format!("no local checkpoint: add `checkpoint: <HF folder with config.json>` to {}", case.path.display())),
-            Some(dir) if !dir.join("config.json").is_file() => {
-                return Some(format!("checkpoint {} has no config.json: download or regenerate it", dir.display()))
+    if !case.inputs.audio.is_empty() {
+        return Some("audio inputs are out of scope: the reference implements text and vision only".into());
+    }
+    if onnx_parity_reference::ModelType::parse(&case.model_type).is_err() {
+        return Some(format!(
+            "model_type {:?} is not implemented (the reference covers gemma4, gemma4_text, gemma4_unified, gemma4_unified_text)",
+            case.model_type
+        ));
+    }
+    let case = tier_case(case, level);
+    let case = case.as_ref();
+    match level {
+        Level::L1 | Level::L3 => artifact_skip(case, level == Level::L3),
+        Level::L2 => crate::artifacts::config(case).is_none().then(|| {
+            format!(
+                "no real config: add `config: <config.json>` to {}, or provide the checkpoint (`checkpoint:`, or {}@{} in the HF cache)",
+                case.path.display(),
+                case.model_id,
+                case.revision.as_deref().unwrap_or("main")
+            )
+        }),
+        Level::L4 | Level::L5 => {
+            if crate::artifacts::export(case).is_none() {
+                return Some(format!(
+                    "no export of {}: add `onnx: <export folder>` to {} or put it at {} (`python -m mobius build --config <checkpoint> <folder> --dtype {}`)",
+                    case.model_id,
+                    case.path.display(),
+                    crate::artifacts::export_hint(case),
+                    case.dtype.as_str()
+                ));
             }
-            _ => {}
+            let (json, generation) = golden_paths(&opts.goldens_root, &case.category, &case.name);
+            let needed = if level == Level::L4 { json } else { generation };
+            (!needed.is_file()).then(|| {
+                format!(
+                    "golden {} is missing: run `onnx-parity golden {}` on a machine with the checkpoint, or point \
+                     ONNX_PARITY_GOLDENS / --goldens at a folder that has it (mobius's testdata/golden uses the same format)",
+                    needed.display(),
+                    case.path.display()
+                )
+            })
         }
     }
-    if matches!(level, Level::L1 | Level::L3 | Level::L4 | Level::L5) {
-        match &case.onnx {
-            None => return Some(format!("no ONNX export: add `onnx: <export folder>` to {}", case.path.display())),
-            Some(dir) if !dir.is_dir() => {
-                return Some(format!("ONNX export {} does not exist: export it (scripts/make-fixtures.sh for fixtures)", dir.display()))
-            }
-            _ => {}
+}
+
+/// L1 and L3 need the (synthetic or local) checkpoint's config and export; L3 also its weights.
+fn artifact_skip(case: &Case, needs_weights: bool) -> Option<String> {
+    let hint = || match &case.synthetic {
+        Some(_) => String::new(),
+        None => " (or a `synthetic:` stand-in)".to_string(),
+    };
+    match &case.checkpoint {
+        None => return Some(format!("no local checkpoint: add `checkpoint: <HF folder with config.json>`{} to {}", hint(), case.path.display())),
+        Some(dir) if !dir.join("config.json").is_file() => {
+            return Some(format!("checkpoint {} has no config.json: download or regenerate it", dir.display()))
         }
-    }
-    if matches!(level, Level::L4 | Level::L5) {
-        let (json, generation) = golden_paths(&opts.goldens_root, &case.category, &case.name);
-        let needed = if level == Level::L4 { json } else { generation };
-        if !needed.is_file() {
-            return Some(format!(
-                "golden {} is missing: run `onnx-parity golden {}` to make it from the reference",
-                needed.display(),
-                case.path.display()
-            ));
+        Some(dir) if needs_weights && !crate::artifacts::has_weights(dir) => {
+            return Some(format!("checkpoint {} has no safetensors weights: download or regenerate them", dir.display()))
         }
+        _ => {}
     }
-    None
+    match &case.onnx {
+        None => Some(format!("no ONNX export: add `onnx: <export folder>`{} to {}", hint(), case.path.display())),
+        Some(dir) if !dir.is_dir() => Some(format!("ONNX export {} does not exist: export it (scripts/make-fixtures.sh for fixtures)", dir.display())),
+        _ => None,
+    }
+}
+
+/// The case a tier runs on: L1 and L3 of a case with `synthetic:` run on its stand-in.
+pub fn tier_case(case: &Case, level: Level) -> Cow<'_, Case> {
+    match level {
+        Level::L1 | Level::L3 => case.for_synthetic_tiers(),
+        _ => Cow::Borrowed(case),
+    }
 }
 
 /// Tiers this build can run; the others report `skipped`, never a pass.
 pub fn implemented(level: Level) -> bool {
-    matches!(level, Level::L1 | Level::L3 | Level::L4 | Level::L5)
+    matches!(level, Level::L1 | Level::L2 | Level::L3 | Level::L4 | Level::L5)
 }
 
-/// Runs one tier of one case (after [`static_skip`] said it may run). `eval` holds the case's
-/// back-end runs, shared by its tiers.
-pub fn run_level(case: &Case, level: Level, opts: &RunOptions, eval: &CaseEvaluation) -> TierOutcome {
+/// Runs one tier of one case (after [`static_skip`] said it may run). `evals` holds the case's
+/// back-end runs (real and synthetic), shared by its tiers.
+pub fn run_level(case: &Case, level: Level, opts: &RunOptions, evals: &CaseEvaluations) -> TierOutcome {
+    let expected = case.xfail_for(level);
+    let case = tier_case(case, level);
+    let case = case.as_ref();
+    let eval = evals.for_level(level);
     let outcome = match level {
         Level::L1 => match (&case.checkpoint, &case.onnx) {
             (Some(ckpt), Some(onnx)) => l1::check(&ckpt.join("config.json"), onnx, case.dtype.onnx_elem_type()),
@@ -107,9 +159,24 @@ pub fn run_level(case: &Case, level: Level, opts: &RunOptions, eval: &CaseEvalua
         Level::L3 => run_l3(case, eval),
         Level::L4 => run_l4(case, opts, eval),
         Level::L5 => run_l5(case, opts, eval),
-        Level::L2 => TierOutcome::skipped("L2 is not implemented yet"),
+        Level::L2 => run_l2(case),
     };
-    outcome.with_expected_failure(case.xfail_for(level))
+    outcome.with_expected_failure(expected)
+}
+
+fn run_l2(case: &Case) -> TierOutcome {
+    let Some(config) = crate::artifacts::config(case) else {
+        return TierOutcome::skipped("no real config (add `config:` or the checkpoint)");
+    };
+    let checkpoint = crate::artifacts::checkpoint(case).filter(|d| crate::artifacts::has_weights(d));
+    let export = crate::artifacts::export(case);
+    l2::check(l2::L2Inputs {
+        config: &config,
+        checkpoint: checkpoint.as_deref(),
+        export: export.as_deref(),
+        published_parameters: case.published_parameters,
+        float_dtype: case.dtype.onnx_elem_type(),
+    })
 }
 
 fn thresholds(case: &Case) -> Result<Thresholds, TierOutcome> {
@@ -192,7 +259,7 @@ fn run_l5(case: &Case, opts: &RunOptions, eval: &CaseEvaluation) -> TierOutcome 
 /// The live reference for L4/L5: `None` when the case has no checkpoint (golden-only), a failed
 /// tier when it has one and the reference fails — never a silent fallback to the golden alone.
 fn live_reference<'a>(case: &Case, eval: &'a CaseEvaluation) -> Result<Option<&'a crate::evaluation::ReferenceRun>, TierOutcome> {
-    if case.checkpoint.is_none() {
+    if crate::artifacts::checkpoint(case).is_none() {
         return Ok(None);
     }
     eval.reference(case).map(Some).map_err(|e| TierOutcome::fail(format!("the live reference failed: {e}")))

@@ -367,6 +367,11 @@ impl ModelConfig {
         self.audio.is_some()
     }
 
+    /// The raw `audio_config` (for the audio part of a full-size manifest, never run).
+    pub fn audio_config(&self) -> Option<&Value> {
+        self.audio.as_ref()
+    }
+
     /// Whether `lm_head.weight` falls back to the token embedding when absent.
     pub fn tie_word_embeddings(&self) -> bool {
         self.tie_word_embeddings

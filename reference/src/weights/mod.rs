@@ -120,6 +120,8 @@ pub struct Weights {
     renames: Renames,
     source: Source,
     problems: Mutex<Vec<Problem>>,
+    /// Tensors read as [`RowTable`]s (left in the mapping).
+    row_tables: Mutex<std::collections::BTreeSet<String>>,
 }
 
 #[derive(serde::Deserialize)]
@@ -231,6 +233,7 @@ impl Weights {
             renames: &[],
             source,
             problems: Mutex::new(Vec::new()),
+            row_tables: Mutex::new(std::collections::BTreeSet::new()),
         }
     }
 
@@ -306,6 +309,11 @@ impl Weights {
     /// The tensors read so far with their shapes.
     pub fn manifest(&self) -> BTreeMap<String, Vec<usize>> {
         self.used.lock().map(|m| m.clone()).unwrap_or_default()
+    }
+
+    /// Tensors read as row tables (kept in the checkpoint's mapping, not upcast).
+    pub fn row_tables(&self) -> std::collections::BTreeSet<String> {
+        self.row_tables.lock().map(|t| t.clone()).unwrap_or_default()
     }
 
     /// Headers source: every missing or mis-shaped tensor requested so far.
@@ -389,6 +397,9 @@ impl Weights {
     /// A `[rows, cols]` table the model only gathers rows from, left in the mapping in its
     /// stored dtype: rows are decoded when looked up (see [`RowTable`]).
     pub fn get_rows(&self, module_name: &str, expected: [usize; 2]) -> Result<RowTable> {
+        if let Ok(mut t) = self.row_tables.lock() {
+            t.insert(self.stored_name(module_name).unwrap_or_else(|| checkpoint_name(module_name, self.renames)));
+        }
         if let Some(t) = self.placeholder(module_name, &expected, &expected)? {
             return Ok(RowTable::placeholder(t));
         }
