@@ -54,6 +54,16 @@ enum Command {
         #[arg(long)]
         goldens: Option<PathBuf>,
     },
+    /// Download into the HF cache what the cases under PATHs name by `model_id`/`revision`:
+    /// config.json and the tokenizer/processor files (L2, prompts), and with --weights the
+    /// safetensors (the reference for L4/L5). Uses HF_TOKEN (or the token file), HF_ENDPOINT,
+    /// HF_HOME/HF_HUB_CACHE; never logs the token.
+    Fetch {
+        paths: Vec<PathBuf>,
+        /// Also the weights (model.safetensors or the index and its shards).
+        #[arg(long)]
+        weights: bool,
+    },
     /// Dump `logits` [1,S,V] (all positions), `greedy_tokens` and `image_features` from the
     /// reference (--checkpoint) or ONNX Runtime (--onnx) for an inputs safetensors file.
     Logits {
@@ -207,6 +217,54 @@ fn golden(paths: Vec<PathBuf>, force: bool, goldens: Option<PathBuf>) -> anyhow:
     Ok(if ok { ExitCode::SUCCESS } else { ExitCode::FAILURE })
 }
 
+/// Files of a checkpoint the harness reads besides the weights; only config.json is required.
+const CHECKPOINT_FILES: [&str; 5] =
+    ["config.json", "tokenizer.json", "tokenizer_config.json", "processor_config.json", "chat_template.jinja"];
+
+fn fetch(paths: Vec<PathBuf>, weights: bool) -> anyhow::Result<ExitCode> {
+    let hub = onnx_parity::hub::Hub::from_env();
+    let mut seen = std::collections::BTreeSet::new();
+    let mut ok = true;
+    for (path, parsed) in discover(&default_paths(paths)) {
+        let case = match parsed {
+            Ok(c) => c,
+            Err(e) => {
+                ok = false;
+                println!("ERROR {}: {e}", path.display());
+                continue;
+            }
+        };
+        if case.checkpoint.is_some() || case.model_id.is_empty() {
+            continue;
+        }
+        let revision = case.revision.clone().unwrap_or_else(|| "main".into());
+        if !seen.insert((case.model_id.clone(), revision.clone())) {
+            continue;
+        }
+        for (i, file) in CHECKPOINT_FILES.iter().enumerate() {
+            match hub.snapshot_file(&case.model_id, &revision, file) {
+                Ok(p) => println!("fetched   {}@{revision} {file} -> {}", case.model_id, p.display()),
+                Err(e) if i > 0 && e.is_missing_file() => {}
+                Err(e) => {
+                    ok = false;
+                    println!("ERROR     {e}");
+                    break;
+                }
+            }
+        }
+        if weights {
+            match hub.weights(&case.model_id, &revision) {
+                Ok(w) => println!("fetched   {}@{revision} weights ({} files)", case.model_id, w.files().len()),
+                Err(e) => {
+                    ok = false;
+                    println!("ERROR     {e}");
+                }
+            }
+        }
+    }
+    Ok(if ok { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+}
+
 #[allow(clippy::too_many_arguments)]
 fn logits(
     checkpoint: Option<PathBuf>,
@@ -253,6 +311,7 @@ fn main() -> ExitCode {
         Command::List { paths } => list(paths),
         Command::Run { paths, levels, report, markdown, goldens } => run(paths, levels, report, markdown, goldens),
         Command::Golden { paths, force, goldens } => golden(paths, force, goldens),
+        Command::Fetch { paths, weights } => fetch(paths, weights),
         Command::Logits { checkpoint, onnx, inputs, out, greedy, bidirectional, eos } => {
             logits(checkpoint, onnx, inputs, out, greedy, bidirectional, eos)
         }

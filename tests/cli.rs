@@ -328,3 +328,77 @@ fn golden_refuses_to_overwrite_without_force() {
     assert!(o.status.success() && text(&o).contains("replaced"), "{}", text(&o));
     assert_eq!(std::fs::read_to_string(&path).expect("golden"), fresh);
 }
+
+fn cli_env(args: &[&str], env: &[(&str, &Path)]) -> Output {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_onnx-parity"));
+    c.args(args).current_dir(root()).env("ONNX_PARITY_LOG", "warn").env("HF_HUB_OFFLINE", "1");
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    c.output().expect("runs the onnx-parity binary")
+}
+
+/// Lays out `files` as huggingface_hub caches them: `refs/main` → sha, `snapshots/<sha>/<file>`
+/// relative symlinks into `blobs/`. Returns the snapshot folder.
+fn hub_cache(cache: &Path, repo: &str, files: &[(&str, &[u8])]) -> PathBuf {
+    let sha = "0123456789abcdef0123456789abcdef01234567";
+    let repo_dir = cache.join(format!("models--{}", repo.replace('/', "--")));
+    for d in ["refs", "blobs", &format!("snapshots/{sha}")] {
+        std::fs::create_dir_all(repo_dir.join(d)).expect("mkdir");
+    }
+    std::fs::write(repo_dir.join("refs/main"), sha).expect("ref");
+    for (i, (name, bytes)) in files.iter().enumerate() {
+        let blob = format!("blob{i:04}");
+        std::fs::write(repo_dir.join("blobs").join(&blob), bytes).expect("blob");
+        std::os::unix::fs::symlink(format!("../../blobs/{blob}"), repo_dir.join("snapshots").join(sha).join(name)).expect("symlink");
+    }
+    repo_dir.join("snapshots").join(sha)
+}
+
+/// Guards issue acceptance: a case with only `model_id` (no `checkpoint:`, no `config:`) resolves
+/// offline from a cache in huggingface_hub's layout, and L2 reports the 12B's hub parameter count
+/// (audio included) from that config alone.
+#[test]
+fn model_id_only_case_resolves_from_the_hf_cache() {
+    let dir = tmpdir();
+    let config = std::fs::read(root().join("cases/configs/gemma-4-12B.json")).expect("real config");
+    hub_cache(&dir.path().join("hub"), "google/gemma-4-12B", &[("config.json", &config)]);
+    let cases = dir.path().join("causal-lm");
+    std::fs::create_dir_all(&cases).expect("mkdir");
+    let case = cases.join("gemma-4-12b.yaml");
+    std::fs::write(&case, "model_id: google/gemma-4-12B\nmodel_type: gemma4_unified_text\ndtype: float32\nlevels: [L2]\n").expect("case");
+    let report = dir.path().join("r.json");
+    let hub = dir.path().join("hub");
+    let o = cli_env(
+        &["run", &case.display().to_string(), "--levels", "L2", "--report", &report.display().to_string()],
+        &[("HF_HUB_CACHE", &hub)],
+    );
+    assert!(o.status.success(), "{}", text(&o));
+    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&report).expect("report")).expect("json");
+    assert_eq!(v["cases"][0]["levels"][0]["metrics"]["checkpoint_parameters"], 11_959_730_224u64, "{v}");
+    // Without the cache, the same case is skipped with a reason that says what to provide.
+    let empty = dir.path().join("empty");
+    let o = cli_env(
+        &["run", &case.display().to_string(), "--levels", "L2", "--report", &report.display().to_string()],
+        &[("HF_HUB_CACHE", &empty)],
+    );
+    let (_, status, message) = report_levels(&report).remove(0);
+    assert!(status == "skipped" && message.contains("no real config") && message.contains("HF cache"), "{}: {message}", text(&o));
+}
+
+/// Guards issue acceptance: `run --levels L2` on the committed 12B and 31B cases passes and
+/// reports the hub figures.
+#[test]
+fn l2_reports_hub_parameter_counts_for_12b_and_31b() {
+    let dir = tmpdir();
+    for (case, count) in
+        [("cases/causal-lm/gemma-4-12b.yaml", 11_959_730_224u64), ("cases/vision-language/gemma-4-31b-it.yaml", 31_273_088_876)]
+    {
+        let report = dir.path().join("r.json");
+        let o = cli(&["run", case, "--levels", "L2", "--report", &report.display().to_string()]);
+        assert!(o.status.success(), "{case}: {}", text(&o));
+        let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&report).expect("report")).expect("json");
+        assert_eq!(v["cases"][0]["levels"][0]["status"], "pass", "{v}");
+        assert_eq!(v["cases"][0]["levels"][0]["metrics"]["checkpoint_parameters"], count, "{v}");
+    }
+}
