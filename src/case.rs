@@ -523,7 +523,12 @@ impl Case {
             synthetic: raw.synthetic.map(|syn| {
                 let mut inputs = syn.inputs.unwrap_or_default();
                 inputs.tensors = resolve(inputs.tensors.take());
-                Synthetic { checkpoint: resolve(Some(syn.checkpoint)).unwrap_or_default(), onnx: resolve(Some(syn.onnx)).unwrap_or_default(), inputs, notes: syn.notes }
+                Synthetic {
+                    checkpoint: resolve(Some(syn.checkpoint)).unwrap_or_default(),
+                    onnx: resolve(Some(syn.onnx)).unwrap_or_default(),
+                    inputs,
+                    notes: syn.notes,
+                }
             }),
         })
     }

@@ -115,7 +115,13 @@ fn artifact_skip(case: &Case, needs_weights: bool) -> Option<String> {
         None => " (or a `synthetic:` stand-in)".to_string(),
     };
     match &case.checkpoint {
-        None => return Some(format!("no local checkpoint: add `checkpoint: <HF folder with config.json>`{} to {}", hint(), case.path.display())),
+        None => {
+            return Some(format!(
+                "no local checkpoint: add `checkpoint: <HF folder with config.json>`{} to {}",
+                hint(),
+                case.path.display()
+            ))
+        }
         Some(dir) if !dir.join("config.json").is_file() => {
             return Some(format!("checkpoint {} has no config.json: download or regenerate it", dir.display()))
         }
@@ -126,7 +132,9 @@ fn artifact_skip(case: &Case, needs_weights: bool) -> Option<String> {
     }
     match &case.onnx {
         None => Some(format!("no ONNX export: add `onnx: <export folder>`{} to {}", hint(), case.path.display())),
-        Some(dir) if !dir.is_dir() => Some(format!("ONNX export {} does not exist: export it (scripts/make-fixtures.sh for fixtures)", dir.display())),
+        Some(dir) if !dir.is_dir() => {
+            Some(format!("ONNX export {} does not exist: export it (scripts/make-fixtures.sh for fixtures)", dir.display()))
+        }
         _ => None,
     }
 }
