@@ -171,6 +171,7 @@ pub fn check(inputs: L2Inputs<'_>) -> TierOutcome {
         .metric("audio_parameters", audio_parameters)
         .metric("reference_tensors", manifest.len())
         .metric("audio_tensors", audio.len())
+        .metric("reference_resident_bytes", resident_f32)
         .metric("reference_memory_f32_checkpoint_bytes", memory_f32)
         .metric("reference_memory_bf16_checkpoint_bytes", memory_bf16)
         .metric("checked", if inputs.checkpoint.is_some() { "config + checkpoint headers" } else { "config" })
