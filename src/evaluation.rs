@@ -5,6 +5,10 @@
 //! teacher-forced with the reference's greedy tokens so that each decode step compares logits on
 //! identical histories; a free-running export decode (for L5) is run only when the forced tokens
 //! are not what the export would have chosen itself.
+//!
+//! The two runs are sequenced and each back end is dropped when its run is done (only the
+//! results are kept), so a case's peak memory is the larger of the reference's and ORT's, not
+//! their sum — what lets a real checkpoint and its export share one machine.
 
 use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
