@@ -4,14 +4,16 @@
 #   unified family: scripts/make_fixtures.py (extra arguments of this script go to it: --report FILE, --only)
 #   gemma4 family:  scripts/make_fixtures_gemma4.py (arguments from $GEMMA4_FIXTURE_ARGS, e.g.
 #                   "--only gemma4-vision --report /tmp/g4.log")
-# and the float64 HF oracles of both families (reference/tests/data/<fixture>-f64.safetensors).
-# FIXTURE_FAMILIES="unified gemma4" (default) selects the families.
+#   real family:    scripts/make_real_fixtures.py, fixtures/real-<model>-{text,vision}/ derived from the real configs
+#                   in cases/configs/ (arguments from $REAL_FIXTURE_ARGS, e.g. "--only real-12b-vision")
+# and the float64 HF oracles of the unified and gemma4 families (reference/tests/data/<fixture>-f64.safetensors).
+# FIXTURE_FAMILIES="unified gemma4 real" (default) selects the families.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY="$(scripts/fixture-venv.sh | tail -n 1)"
 export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 PYTHONHASHSEED=0 CUDA_VISIBLE_DEVICES="" \
   HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false PYTHONDONTWRITEBYTECODE=1
-FAMILIES="${FIXTURE_FAMILIES:-unified gemma4}"
+FAMILIES="${FIXTURE_FAMILIES:-unified gemma4 real}"
 for family in $FAMILIES; do
   case "$family" in
     unified)
@@ -28,6 +30,10 @@ for family in $FAMILIES; do
         "$PY" scripts/hf_f64_oracle.py "$fixture"
       done
       ;;
-    *) echo "unknown fixture family: $family (unified, gemma4)" >&2; exit 2 ;;
+    real)
+      # shellcheck disable=SC2086  # word-splitting of the argument list is intended
+      "$PY" scripts/make_real_fixtures.py ${REAL_FIXTURE_ARGS:-}
+      ;;
+    *) echo "unknown fixture family: $family (unified, gemma4, real)" >&2; exit 2 ;;
   esac
 done
