@@ -17,6 +17,8 @@ use serde::de::{self, Deserializer, MapAccess, Visitor};
 use serde::Deserialize;
 use thiserror::Error;
 
+use crate::expectation::Expectation;
+
 /// A case file that cannot be used. Every variant names the file.
 #[derive(Debug, Error)]
 pub enum CaseError {
@@ -240,11 +242,12 @@ fn normalize(p: &Path) -> PathBuf {
 }
 
 /// `xfail:` a measured, known divergence. A string applies to every tier of the case; a map
-/// (`{L3: "...", L5: "..."}`) to the tiers it names.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// (`{L3: ..., L5: ...}`) to the tiers it names, each a reason string or a reason with the
+/// measured signature (see [`crate::expectation`]).
+#[derive(Debug, Clone, PartialEq)]
 pub enum Xfail {
-    All(String),
-    PerLevel(BTreeMap<Level, String>),
+    All(Expectation),
+    PerLevel(BTreeMap<Level, Expectation>),
 }
 
 impl<'de> Deserialize<'de> for Xfail {
@@ -253,15 +256,15 @@ impl<'de> Deserialize<'de> for Xfail {
         impl<'de> Visitor<'de> for V {
             type Value = Xfail;
             fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a reason string, or a map from level (L1..L5) to reason string")
+                f.write_str("a reason string, or a map from level (L1..L5) to a reason or {reason, <signature>}")
             }
             fn visit_str<E: de::Error>(self, v: &str) -> Result<Xfail, E> {
-                Ok(Xfail::All(v.to_string()))
+                Ok(Xfail::All(Expectation { reason: v.to_string(), signature: None }))
             }
             fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Xfail, A::Error> {
                 let mut out = BTreeMap::new();
-                while let Some((level, reason)) = map.next_entry::<Level, String>()? {
-                    if out.insert(level, reason).is_some() {
+                while let Some((level, expectation)) = map.next_entry::<Level, Expectation>()? {
+                    if out.insert(level, expectation).is_some() {
                         return Err(de::Error::custom(format!("{level} is listed twice")));
                     }
                 }
@@ -550,11 +553,11 @@ impl Case {
     }
 
     /// The `xfail` reason that applies to `level`, if any.
-    pub fn xfail_for(&self, level: Level) -> Option<&str> {
+    pub fn xfail_for(&self, level: Level) -> Option<&Expectation> {
         match &self.xfail {
             None => None,
-            Some(Xfail::All(reason)) => Some(reason),
-            Some(Xfail::PerLevel(map)) => map.get(&level).map(String::as_str),
+            Some(Xfail::All(e)) => Some(e),
+            Some(Xfail::PerLevel(map)) => map.get(&level),
         }
     }
 }
@@ -700,7 +703,7 @@ bidirectional: sliding-windowed
         assert_eq!(c.bidirectional, Some(BidirectionalScope::SlidingWindowed));
         assert_eq!(c.tolerance_overrides.l3, Some(L3Override { atol: Some(0.2), rtol: None }));
         assert_eq!(c.xfail_for(Level::L3), c.xfail_for(Level::L5));
-        assert!(c.xfail_for(Level::L1).unwrap().starts_with("exporter"));
+        assert!(c.xfail_for(Level::L1).unwrap().reason.starts_with("exporter"));
         assert_eq!((c.name.as_str(), c.category.as_str()), ("demo", "causal-lm"));
     }
 
@@ -721,7 +724,7 @@ bidirectional: sliding-windowed
     #[test]
     fn xfail_per_level() {
         let c = parse(&format!("{MINIMAL}xfail:\n  L5: drifts after 12 tokens\n")).unwrap();
-        assert_eq!(c.xfail_for(Level::L5), Some("drifts after 12 tokens"));
+        assert_eq!(c.xfail_for(Level::L5).map(|e| e.reason.as_str()), Some("drifts after 12 tokens"));
         assert_eq!(c.xfail_for(Level::L4), None);
         assert!(parse(&format!("{MINIMAL}xfail:\n  L9: x\n")).is_err());
     }

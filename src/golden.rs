@@ -126,6 +126,21 @@ where
     d.deserialize_map(OrderedVisitor(std::marker::PhantomData)).map(Some)
 }
 
+/// `serde_json::from_str`, naming the key path of a value of the wrong type (serde_json alone says
+/// `invalid type: string "x", expected i64 at line 2 column 16` without the key).
+fn from_json_named<T: de::DeserializeOwned>(text: &str, origin: &Path) -> Result<T, GoldenError> {
+    let json = |source| GoldenError::Json { path: origin.to_path_buf(), source };
+    let mut d = serde_json::Deserializer::from_str(text);
+    let value = serde_path_to_error::deserialize(&mut d).map_err(|e| {
+        let key = e.path().to_string();
+        let inner = e.into_inner();
+        // "." is the document itself: unknown, missing and duplicate keys already name the key.
+        json(if key == "." { inner } else { <serde_json::Error as de::Error>::custom(format!("`{key}`: {inner}")) })
+    })?;
+    d.end().map_err(json)?;
+    Ok(value)
+}
+
 fn read_optional(path: &Path) -> Result<Option<String>, GoldenError> {
     match fs::read_to_string(path) {
         Ok(text) => Ok(Some(text)),
@@ -142,7 +157,7 @@ impl Golden {
 
     /// Parses golden JSON; `origin` only names the source in errors.
     pub fn from_json_str(text: &str, origin: &Path) -> Result<Golden, GoldenError> {
-        let raw: RawGolden = serde_json::from_str(text).map_err(|source| GoldenError::Json { path: origin.to_path_buf(), source })?;
+        let raw: RawGolden = from_json_named(text, origin)?;
         let field_err = |field: String, message: String| GoldenError::Field { path: origin.to_path_buf(), field, message };
         let hex = |field: &str, i: usize, s: &str| hexfloat::from_hex(s).map_err(|e| field_err(format!("{field}[{i}]"), e.to_string()));
         let top10_logits = raw.top10_logits.iter().enumerate().map(|(i, s)| hex("top10_logits", i, s)).collect::<Result<Vec<_>, _>>()?;
@@ -251,7 +266,7 @@ impl GenerationGolden {
     }
 
     pub fn from_json_str(text: &str, origin: &Path) -> Result<GenerationGolden, GoldenError> {
-        serde_json::from_str(text).map_err(|source| GoldenError::Json { path: origin.to_path_buf(), source })
+        from_json_named(text, origin)
     }
 
     /// The file's exact bytes (Python `json.dump(indent=2)` + `"\n"`).

@@ -11,6 +11,7 @@ pub mod case;
 pub mod compare;
 pub mod dump;
 pub mod evaluation;
+pub mod expectation;
 pub mod golden;
 pub mod hexfloat;
 pub mod hub;

@@ -13,6 +13,9 @@ use serde_json::Value;
 
 use super::package::{DECODER, EMBEDDING, TEXT_MODEL, VISION_ENCODER};
 
+/// Largest `num_hidden_layers` accepted (published Gemma 4 models have at most 60).
+pub const MAX_LAYERS: i64 = 1 << 16;
+
 /// Why no contract could be derived.
 #[derive(Debug, thiserror::Error)]
 pub enum ContractError {
@@ -144,7 +147,11 @@ impl ExportContract {
         // gemma4 PLE width (on by default there; unified has none): per_layer_inputs carry L·P.
         let ple = if gemma4 { t.int("hidden_size_per_layer_input", Some(256))? } else { 0 };
         let n_shared = t.int("num_kv_shared_layers", Some(0))?;
-        if n_layers <= 0 || n_shared < 0 || n_shared >= n_layers {
+        if !(1..=MAX_LAYERS).contains(&n_layers) {
+            // Checked before per-layer lists are built from it (a huge count would abort the process).
+            return Err(t.err("num_hidden_layers", &format!("1 to {MAX_LAYERS} layers, found {n_layers}")));
+        }
+        if n_shared < 0 || n_shared >= n_layers {
             return Err(t.err("num_kv_shared_layers", &format!("0 ≤ shared < num_hidden_layers ({n_layers}), found {n_shared}")));
         }
         let layer_types = layer_types(&t, n_layers as usize)?;
@@ -191,7 +198,10 @@ impl ExportContract {
             if ple > 0 {
                 // The embedding model computes the per-layer inputs (it has the token ids); the
                 // decoder takes them at prefill and every decode step.
-                let per_layer = || t_in("per_layer_inputs", ElemType::Float, vec![any, any, fixed(n_layers * ple)]);
+                let width = n_layers.checked_mul(ple).ok_or_else(|| {
+                    t.err("hidden_size_per_layer_input", &format!("a width whose product with {n_layers} layers fits in 64 bits, found {ple}"))
+                })?;
+                let per_layer = || t_in("per_layer_inputs", ElemType::Float, vec![any, any, fixed(width)]);
                 dec_in.push(per_layer());
                 emb_out.push(per_layer());
             }
@@ -204,12 +214,13 @@ impl ExportContract {
             if has_vision {
                 let v = Fields { path, obj: &root["vision_config"] };
                 // unified: merged (k·p)² patches; gemma4: the tower's unmerged p² patches.
+                let too_big = |field: &str| v.err(field, "a patch whose pixel count (·3 channels) fits in 64 bits");
                 let patch = if gemma4 {
                     v.int("patch_size", Some(16))?
                 } else {
-                    v.int("patch_size", Some(16))? * v.int("pooling_kernel_size", Some(3))?
+                    v.int("patch_size", Some(16))?.checked_mul(v.int("pooling_kernel_size", Some(3))?).ok_or_else(|| too_big("pooling_kernel_size"))?
                 };
-                let patch_dim = patch * patch * 3;
+                let patch_dim = patch.checked_mul(patch).and_then(|p| p.checked_mul(3)).ok_or_else(|| too_big("patch_size"))?;
                 submodels.push(SubmodelContract {
                     role: VISION_ENCODER,
                     inputs: vec![

@@ -95,6 +95,7 @@ fn locate(override_path: Option<PathBuf>, dir: PathBuf) -> Result<PathBuf, Runti
     lock.lock_exclusive().map_err(|e| unavailable(format!("locking {}: {e}", lock_path.display())))?;
     // Another process may have finished the fetch while we waited for the lock.
     if !lib.is_file() {
+        remove_leftovers(&dir);
         fetch_into(&dir).map_err(unavailable)?;
     }
     // Dropping the file releases the lock.
@@ -103,6 +104,20 @@ fn locate(override_path: Option<PathBuf>, dir: PathBuf) -> Result<PathBuf, Runti
         Ok(lib)
     } else {
         Err(unavailable(format!("the wheel did not contain onnxruntime/capi/{}", library_file_name())))
+    }
+}
+
+/// Removes what a fetch killed part-way left behind (its scratch folder with the wheel, temp files
+/// of [`crate::atomic::write_atomic`]). Called under the lock, so no live fetch owns them.
+fn remove_leftovers(dir: &Path) {
+    let Ok(entries) = fs::read_dir(dir) else { return };
+    for path in entries.filter_map(|e| e.ok().map(|e| e.path())) {
+        let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        if name.starts_with(".download-") {
+            let _ = fs::remove_dir_all(&path);
+        } else if name.starts_with('.') && name.contains(".tmp-") {
+            let _ = fs::remove_file(&path);
+        }
     }
 }
 
@@ -137,18 +152,26 @@ fn fetch_into(dir: &Path) -> Result<(), String> {
 }
 
 /// Extracts every `onnxruntime/capi/lib*.so*` member (the runtime and, for the GPU wheel, its
-/// provider libraries, which must sit beside it) into `dir`, each via a temp file + rename.
+/// provider libraries, which must sit beside it) into `dir`, each via a temp file + rename. The
+/// runtime library goes last: its presence is what [`locate`] takes for a finished extraction, so
+/// a fetch killed part-way is redone rather than leaving a runtime without its providers.
 fn extract_capi_libraries(wheel: &Path, dir: &Path) -> Result<usize, String> {
     let file = fs::File::open(wheel).map_err(|e| format!("opening {}: {e}", wheel.display()))?;
     let mut zip = zip::ZipArchive::new(file).map_err(|e| format!("reading {}: {e}", wheel.display()))?;
-    let mut n = 0;
+    let mut members: Vec<(usize, String)> = Vec::new();
     for i in 0..zip.len() {
-        let mut member = zip.by_index(i).map_err(|e| format!("reading {}: {e}", wheel.display()))?;
-        let name = member.name().to_string();
-        let Some(base) = name.strip_prefix("onnxruntime/capi/") else { continue };
+        let member = zip.by_index(i).map_err(|e| format!("reading {}: {e}", wheel.display()))?;
+        let Some(base) = member.name().strip_prefix("onnxruntime/capi/") else { continue };
         if base.contains('/') || !base.starts_with("lib") || !base.contains(".so") {
             continue;
         }
+        members.push((i, base.to_string()));
+    }
+    members.sort_by_key(|(_, base)| *base == library_file_name());
+    let mut n = 0;
+    for (i, base) in members {
+        let mut member = zip.by_index(i).map_err(|e| format!("reading {}: {e}", wheel.display()))?;
+        let name = member.name().to_string();
         let target = dir.join(base);
         let mut bytes = Vec::with_capacity(member.size() as usize);
         member.read_to_end(&mut bytes).map_err(|e| format!("extracting {name}: {e}"))?;

@@ -4,6 +4,8 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
+use crate::expectation::Expectation;
+
 /// Verdict of a tier. `Xfail` is a failure the case YAML expected (and explains).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -60,15 +62,27 @@ impl TierOutcome {
         self
     }
 
-    /// Applies a case's `xfail` reason: an expected failure becomes `xfail`, an unexpected pass
-    /// becomes a failure that says so (a fixed bug must be noticed, not hidden).
-    pub fn with_expected_failure(mut self, reason: Option<&str>) -> Self {
-        let Some(reason) = reason else { return self };
+    /// Applies a case's `xfail` entry: a failure that shows the expected signature (any failure,
+    /// when the entry has none) becomes `xfail`; a failure that does not stays a failure ("failed
+    /// differently than expected"), and a pass becomes one ("unexpected pass"), so neither a new
+    /// bug nor a fixed one hides under an old expectation.
+    pub fn with_expected_failure(mut self, expectation: Option<&Expectation>) -> Self {
+        let Some(e) = expectation else { return self };
+        let reason = &e.reason;
         match self.status {
-            Status::Fail => {
-                self.status = Status::Xfail;
-                self.message = format!("expected failure ({reason}): {}", self.message);
-            }
+            Status::Fail => match e.signature.as_ref().and_then(|s| s.mismatch(&self).map(|d| (s, d))) {
+                None => {
+                    self.status = Status::Xfail;
+                    self.message = format!("expected failure ({reason}): {}", self.message);
+                }
+                Some((s, diff)) => {
+                    self.message = format!(
+                        "failed differently than expected: the case expects {} ({reason}) but {diff}: {}",
+                        s.describe(),
+                        self.message
+                    );
+                }
+            },
             Status::Pass | Status::Ambiguous => {
                 self.status = Status::Fail;
                 self.message = format!("unexpected pass: the case marks this tier xfail ({reason}) but it passed: {}", self.message);
@@ -83,12 +97,28 @@ impl TierOutcome {
 mod tests {
     use super::*;
 
-    /// Guards: xfail converts only failures; a pass under xfail is a failure, never a silent pass.
+    /// Guards: xfail converts only failures; a pass under xfail is a failure, never a silent pass;
+    /// a failure with another signature stays a failure and says what differs.
     #[test]
     fn expected_failure_rules() {
-        assert_eq!(TierOutcome::fail("x").with_expected_failure(Some("r")).status, Status::Xfail);
-        assert_eq!(TierOutcome::new(Status::Pass, "ok").with_expected_failure(Some("r")).status, Status::Fail);
-        assert_eq!(TierOutcome::skipped("s").with_expected_failure(Some("r")).status, Status::Skipped);
+        let r = Expectation { reason: "r".into(), signature: None };
+        let r = Some(&r);
+        assert_eq!(TierOutcome::fail("x").with_expected_failure(r).status, Status::Xfail);
+        assert_eq!(TierOutcome::new(Status::Pass, "ok").with_expected_failure(r).status, Status::Fail);
+        assert_eq!(TierOutcome::new(Status::Ambiguous, "near tie").with_expected_failure(r).status, Status::Fail);
+        assert_eq!(TierOutcome::skipped("s").with_expected_failure(r).status, Status::Skipped);
         assert_eq!(TierOutcome::new(Status::Pass, "ok").with_expected_failure(None).status, Status::Pass);
+        let sig = Expectation {
+            reason: "eps".into(),
+            signature: Some(crate::expectation::Signature {
+                metric: Some("max_abs_diff".into()),
+                value: Some(8.0e-3),
+                ..Default::default()
+            }),
+        };
+        assert_eq!(TierOutcome::fail("x").metric("max_abs_diff", 8.0e-3).with_expected_failure(Some(&sig)).status, Status::Xfail);
+        let other = TierOutcome::fail("x").metric("max_abs_diff", 8.0e-2).with_expected_failure(Some(&sig));
+        assert_eq!(other.status, Status::Fail);
+        assert!(other.message.starts_with("failed differently than expected"), "{}", other.message);
     }
 }

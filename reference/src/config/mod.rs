@@ -120,6 +120,22 @@ pub(crate) fn require_positive(fields: &[(&'static str, usize)]) -> Result<()> {
     }
 }
 
+/// `serde_json::from_value`, naming the key path (`prefix` then the path inside `value`) of a value
+/// of the wrong type, which serde_json alone leaves out (`invalid type: string "x", expected usize`).
+fn from_value_named<T: serde::de::DeserializeOwned>(value: Value, prefix: &str) -> std::result::Result<T, serde_json::Error> {
+    serde_path_to_error::deserialize(value).map_err(|e| {
+        let inner_path = e.path().to_string();
+        let inner = e.into_inner();
+        let key = match (prefix, inner_path.as_str()) {
+            ("", ".") => return inner,
+            (p, ".") => p.to_string(),
+            ("", q) => q.to_string(),
+            (p, q) => format!("{p}.{q}"),
+        };
+        serde::de::Error::custom(format!("`{key}`: {inner}"))
+    })
+}
+
 /// The two model families. Unified and gemma4 share the text decoder (the gemma4 one adds
 /// per-layer embeddings and MoE) and differ in their image path and mask scope.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -284,6 +300,8 @@ impl ModelConfig {
         let value: Value = serde_json::from_str(text).map_err(json_err)?;
         let model_type = ModelType::parse(value.get("model_type").and_then(Value::as_str).unwrap_or_default())?;
         let family = model_type.family();
+        // Where the text fields sit, for messages.
+        let text_key = if model_type.is_composite() { "text_config" } else { "" };
         let parse_text = |v: Option<Value>| -> Result<TextConfig> {
             let mut map = match v {
                 Some(Value::Object(m)) => m,
@@ -293,20 +311,20 @@ impl ModelConfig {
                 }
             };
             family.fill_text_defaults(&mut map);
-            let mut t: TextConfig = serde_json::from_value(Value::Object(map)).map_err(json_err)?;
+            let mut t: TextConfig = from_value_named(Value::Object(map), text_key).map_err(json_err)?;
             t.family = family;
             t.post_init()?;
             Ok(t)
         };
         let cfg = if model_type.is_composite() {
-            let raw: RawComposite = serde_json::from_value(value).map_err(json_err)?;
+            let raw: RawComposite = from_value_named(value, "").map_err(json_err)?;
             log_unknown_keys("config", &raw.other);
             let text = parse_text(raw.text_config)?;
             let vision = match raw.vision_config {
                 None | Some(Value::Null) => None,
                 Some(v) => Some(match family {
-                    Family::Unified => VisionConfig::Unified(serde_json::from_value(v).map_err(json_err)?),
-                    Family::Gemma4 => VisionConfig::Tower(serde_json::from_value(v).map_err(json_err)?),
+                    Family::Unified => VisionConfig::Unified(from_value_named(v, "vision_config").map_err(json_err)?),
+                    Family::Gemma4 => VisionConfig::Tower(from_value_named(v, "vision_config").map_err(json_err)?),
                 }),
             };
             let tokens = PlaceholderTokens {

@@ -18,6 +18,9 @@ use serde_json::Value;
 use super::{log_unknown_keys, require_positive, BidirectionalAttention, Family, LayerType, TokenIds};
 use crate::error::{Error, Result};
 
+/// Largest `num_hidden_layers` accepted (published Gemma 4 models have at most 60).
+pub const MAX_LAYERS: usize = 1 << 16;
+
 /// One entry of `rope_parameters` (keyed by layer type).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RopeParameters {
@@ -267,6 +270,11 @@ impl TextConfig {
     pub fn post_init(&mut self) -> Result<()> {
         if self.use_bidirectional_attention == Some(BidirectionalAttention::All) {
             return Err(Error::BidirectionalAll);
+        }
+        if self.num_hidden_layers > MAX_LAYERS {
+            // Checked before the default layer_types list is built from it (a huge count would
+            // abort the process allocating it).
+            return Err(Error::config("num_hidden_layers", self.num_hidden_layers, format!("more than {MAX_LAYERS} layers")));
         }
         let layer_types = self.layer_types.get_or_insert_with(|| {
             (0..self.num_hidden_layers).map(|i| if (i + 1) % 6 != 0 { LayerType::Sliding } else { LayerType::Full }).collect()

@@ -1,0 +1,211 @@
+//! Expected failures that cannot hide new ones. An `xfail` entry records *why* a tier fails and,
+//! optionally, *what was measured*: the component where the divergence starts, a metric and its
+//! value within a factor, or a substring of the error. A failure that does not match is a FAIL
+//! ("failed differently than expected"), so a new bug under an old expected one is seen; a pass
+//! is an unexpected pass (also a FAIL), so a fixed bug is noticed.
+//!
+//! ```yaml
+//! xfail:
+//!   L3:
+//!     reason: "mobius-onnx 0.1.0 vision LayerNorm eps 1e-6 (HF: 1e-5)"
+//!     first_divergence: image_features
+//!     metric: max_abs_diff          # an outcome metric of the tier
+//!     value: 8.0e-3                 # measured
+//!     within: 2                     # accepted: value/2 ..= value·2 (default 2)
+//!   L4: "a reason alone (no signature): any failure matches"
+//!   L5: {reason: "...", error: "Squeeze_node"}   # the failure message contains this
+//! ```
+//!
+//! Why a factor of 2 by default: the same finding measured on another CPU (AVX2 vs AVX-512
+//! kernels) or ORT build moves by a few per cent (e.g. 8.0e-3 vs 8.1e-3 for the LayerNorm eps),
+//! while a new, different bug on top of it typically moves the number by an order of magnitude,
+//! which a factor of 2 rejects. Counts (token ids, ratios, parameter numbers) use `within: 1`.
+
+use serde::de::{self, Deserializer, MapAccess, Visitor};
+use serde::Deserialize;
+use std::fmt;
+
+use crate::tiers::outcome::TierOutcome;
+
+/// What a failing tier is expected to show.
+#[derive(Debug, Clone, PartialEq, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Signature {
+    /// The `first_divergence` metric (L3: `image_features`, `logits`, `decode step 3`, …).
+    #[serde(default)]
+    pub first_divergence: Option<String>,
+    /// A numeric metric of the outcome and its measured value.
+    #[serde(default)]
+    pub metric: Option<String>,
+    #[serde(default)]
+    pub value: Option<f64>,
+    /// Accepted band: `value / within ..= value · within` (≥ 1; default 2).
+    #[serde(default)]
+    pub within: Option<f64>,
+    /// A substring the failure message must contain (errors: ORT messages, missing tensors).
+    #[serde(default)]
+    pub error: Option<String>,
+}
+
+/// One `xfail` entry: the reason, and optionally the measured signature.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Expectation {
+    pub reason: String,
+    pub signature: Option<Signature>,
+}
+
+/// The default `within` factor (see the module doc).
+pub const DEFAULT_WITHIN: f64 = 2.0;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawExpectation {
+    reason: String,
+    #[serde(flatten)]
+    signature: Signature,
+}
+
+impl<'de> Deserialize<'de> for Expectation {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Expectation;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a reason string, or {reason, first_divergence?, metric?, value?, within?, error?}")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Expectation, E> {
+                Ok(Expectation { reason: v.to_string(), signature: None })
+            }
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Expectation, A::Error> {
+                let raw = RawExpectation::deserialize(de::value::MapAccessDeserializer::new(map))?;
+                let s = raw.signature;
+                if s.metric.is_some() != s.value.is_some() {
+                    return Err(de::Error::custom("xfail: `metric` and `value` go together (the metric and its measured value)"));
+                }
+                if let Some(v) = s.value {
+                    if !v.is_finite() {
+                        return Err(de::Error::custom(format!("xfail: `value` must be a finite number, got {v}")));
+                    }
+                }
+                if let Some(w) = s.within {
+                    if !(w.is_finite() && w >= 1.0) {
+                        return Err(de::Error::custom(format!("xfail: `within` must be a factor ≥ 1, got {w}")));
+                    }
+                    if s.value.is_none() {
+                        return Err(de::Error::custom("xfail: `within` needs `metric` and `value`"));
+                    }
+                }
+                let empty = s == Signature::default();
+                Ok(Expectation { reason: raw.reason, signature: (!empty).then_some(s) })
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+impl Signature {
+    /// What the signature expects, for messages.
+    pub fn describe(&self) -> String {
+        let mut parts = Vec::new();
+        if let Some(c) = &self.first_divergence {
+            parts.push(format!("first divergence {c}"));
+        }
+        if let (Some(m), Some(v)) = (&self.metric, self.value) {
+            let w = self.within.unwrap_or(DEFAULT_WITHIN);
+            parts.push(if w == 1.0 { format!("{m} = {v:e}") } else { format!("{m} {v:e} (×/÷ {w})") });
+        }
+        if let Some(e) = &self.error {
+            parts.push(format!("an error containing {e:?}"));
+        }
+        parts.join(", ")
+    }
+
+    /// `None` when `outcome` shows this signature, else what differs.
+    pub fn mismatch(&self, outcome: &TierOutcome) -> Option<String> {
+        let mut diffs = Vec::new();
+        if let Some(want) = &self.first_divergence {
+            match outcome.metrics.get("first_divergence").and_then(|v| v.as_str()) {
+                Some(got) if got == want => {}
+                got => diffs.push(format!("first divergence {} instead of {want}", got.unwrap_or("none"))),
+            }
+        }
+        if let (Some(m), Some(v)) = (&self.metric, self.value) {
+            let w = self.within.unwrap_or(DEFAULT_WITHIN);
+            let (lo, hi) = if v >= 0.0 { (v / w, v * w) } else { (v * w, v / w) };
+            match outcome.metrics.get(m).and_then(|x| x.as_f64()) {
+                // NaN fails the comparison, so it never matches.
+                Some(got) if got >= lo && got <= hi => {}
+                Some(got) => diffs.push(format!("{m} {got:e} outside {lo:e} ..= {hi:e}")),
+                None => diffs.push(format!("no numeric metric {m}")),
+            }
+        }
+        if let Some(e) = &self.error {
+            if !outcome.message.contains(e.as_str()) {
+                diffs.push(format!("the message does not contain {e:?}"));
+            }
+        }
+        (!diffs.is_empty()).then(|| diffs.join("; "))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tiers::outcome::Status;
+
+    fn parse(yaml: &str) -> Result<Expectation, serde_yaml::Error> {
+        serde_yaml::from_str(yaml)
+    }
+
+    fn failing(max: f64, first: &str, message: &str) -> TierOutcome {
+        TierOutcome::fail(message).metric("max_abs_diff", max).metric("first_divergence", first)
+    }
+
+    /// Guards: the string form is a reason without a signature; the map form parses every field
+    /// and rejects half-given or impossible bands.
+    #[test]
+    fn parsing() {
+        assert_eq!(parse("\"why\"").unwrap(), Expectation { reason: "why".into(), signature: None });
+        let e = parse("{reason: r, first_divergence: image_features, metric: max_abs_diff, value: 8.0e-3, within: 3}").unwrap();
+        let s = e.signature.unwrap();
+        assert_eq!((s.first_divergence.as_deref(), s.metric.as_deref(), s.value, s.within), (Some("image_features"), Some("max_abs_diff"), Some(8.0e-3), Some(3.0)));
+        assert!(parse("{reason: r}").unwrap().signature.is_none());
+        assert!(parse("{reason: r, metric: m}").is_err());
+        assert!(parse("{reason: r, value: 1}").is_err());
+        assert!(parse("{reason: r, metric: m, value: 1, within: 0.5}").is_err());
+        assert!(parse("{reason: r, metric: m, value: .nan}").is_err());
+        assert!(parse("{reason: r, within: 2}").is_err());
+        assert!(parse("{reason: r, typo: 1}").is_err());
+        assert!(parse("{metric: m, value: 1}").is_err());
+    }
+
+    /// Guards the matching rules: the recorded failure matches; a 10× larger difference, NaN, a
+    /// different first component, a missing metric or error text do not.
+    #[test]
+    fn matching() {
+        let s = Signature {
+            first_divergence: Some("image_features".into()),
+            metric: Some("max_abs_diff".into()),
+            value: Some(8.0e-3),
+            within: None,
+            error: None,
+        };
+        assert_eq!(s.mismatch(&failing(8.1e-3, "image_features", "m")), None);
+        assert_eq!(s.mismatch(&failing(4.1e-3, "image_features", "m")), None);
+        assert!(s.mismatch(&failing(8.0e-2, "image_features", "m")).is_some());
+        assert!(s.mismatch(&failing(3.9e-3, "image_features", "m")).is_some());
+        assert!(s.mismatch(&failing(f64::NAN, "image_features", "m")).is_some());
+        assert!(s.mismatch(&failing(8.0e-3, "logits", "m")).is_some());
+        assert!(s.mismatch(&TierOutcome::fail("reference failed: NaN")).is_some());
+        let exact = Signature { metric: Some("top1".into()), value: Some(421.0), within: Some(1.0), ..Default::default() };
+        assert_eq!(exact.mismatch(&TierOutcome::fail("x").metric("top1", 421)), None);
+        assert!(exact.mismatch(&TierOutcome::fail("x").metric("top1", 420)).is_some());
+        let zero = Signature { metric: Some("token_match_ratio".into()), value: Some(0.0), within: Some(1.0), ..Default::default() };
+        assert_eq!(zero.mismatch(&TierOutcome::fail("x").metric("token_match_ratio", 0.0)), None);
+        assert!(zero.mismatch(&TierOutcome::fail("x").metric("token_match_ratio", 0.125)).is_some());
+        let err = Signature { error: Some("Squeeze_node".into()), ..Default::default() };
+        assert_eq!(err.mismatch(&TierOutcome::fail("vision_encoder: ... Squeeze_node_274 ...")), None);
+        assert!(err.mismatch(&TierOutcome::fail("vision_encoder: out of memory")).is_some());
+        let _ = Status::Fail;
+    }
+}
