@@ -23,6 +23,7 @@
 
 use serde::de::{self, Deserializer, MapAccess, Visitor};
 use serde::Deserialize;
+use std::collections::BTreeMap;
 use std::fmt;
 
 use crate::tiers::outcome::TierOutcome;
@@ -39,6 +40,10 @@ pub struct Signature {
     pub metric: Option<String>,
     #[serde(default)]
     pub value: Option<f64>,
+    /// Further metrics and their measured values, each held to the same band: a signature that
+    /// pins the first component *and* the logits catches a new bug downstream of an old one.
+    #[serde(default)]
+    pub metrics: BTreeMap<String, f64>,
     /// Accepted band: `value / within ..= value · within` (≥ 1; default 2).
     #[serde(default)]
     pub within: Option<f64>,
@@ -87,12 +92,15 @@ impl<'de> Deserialize<'de> for Expectation {
                         return Err(de::Error::custom(format!("xfail: `value` must be a finite number, got {v}")));
                     }
                 }
+                if let Some((m, v)) = s.metrics.iter().find(|(_, v)| !v.is_finite()) {
+                    return Err(de::Error::custom(format!("xfail: `metrics.{m}` must be a finite number, got {v}")));
+                }
                 if let Some(w) = s.within {
                     if !(w.is_finite() && w >= 1.0) {
                         return Err(de::Error::custom(format!("xfail: `within` must be a factor ≥ 1, got {w}")));
                     }
-                    if s.value.is_none() {
-                        return Err(de::Error::custom("xfail: `within` needs `metric` and `value`"));
+                    if s.value.is_none() && s.metrics.is_empty() {
+                        return Err(de::Error::custom("xfail: `within` needs `metric` and `value` or `metrics`"));
                     }
                 }
                 let empty = s == Signature::default();
@@ -110,14 +118,20 @@ impl Signature {
         if let Some(c) = &self.first_divergence {
             parts.push(format!("first divergence {c}"));
         }
-        if let (Some(m), Some(v)) = (&self.metric, self.value) {
-            let w = self.within.unwrap_or(DEFAULT_WITHIN);
+        let w = self.within.unwrap_or(DEFAULT_WITHIN);
+        for (m, v) in self.measured() {
             parts.push(if w == 1.0 { format!("{m} = {v:e}") } else { format!("{m} {v:e} (×/÷ {w})") });
         }
         if let Some(e) = &self.error {
             parts.push(format!("an error containing {e:?}"));
         }
         parts.join(", ")
+    }
+
+    /// Every (metric, measured value) the signature holds: `metric`/`value`, then `metrics`.
+    fn measured(&self) -> impl Iterator<Item = (&str, f64)> {
+        let single = self.metric.as_deref().zip(self.value);
+        single.into_iter().chain(self.metrics.iter().map(|(m, v)| (m.as_str(), *v)))
     }
 
     /// `None` when `outcome` shows this signature, else what differs.
@@ -129,8 +143,8 @@ impl Signature {
                 got => diffs.push(format!("first divergence {} instead of {want}", got.unwrap_or("none"))),
             }
         }
-        if let (Some(m), Some(v)) = (&self.metric, self.value) {
-            let w = self.within.unwrap_or(DEFAULT_WITHIN);
+        let w = self.within.unwrap_or(DEFAULT_WITHIN);
+        for (m, v) in self.measured() {
             let (lo, hi) = if v >= 0.0 { (v / w, v * w) } else { (v * w, v / w) };
             match outcome.metrics.get(m).and_then(|x| x.as_f64()) {
                 // NaN fails the comparison, so it never matches.
@@ -189,6 +203,7 @@ mod tests {
             value: Some(8.0e-3),
             within: None,
             error: None,
+            metrics: BTreeMap::new(),
         };
         assert_eq!(s.mismatch(&failing(8.1e-3, "image_features", "m")), None);
         assert_eq!(s.mismatch(&failing(4.1e-3, "image_features", "m")), None);
@@ -207,5 +222,23 @@ mod tests {
         assert_eq!(err.mismatch(&TierOutcome::fail("vision_encoder: ... Squeeze_node_274 ...")), None);
         assert!(err.mismatch(&TierOutcome::fail("vision_encoder: out of memory")).is_some());
         let _ = Status::Fail;
+    }
+
+    /// Guards `metrics`: every listed metric must be in its band, so a new bug downstream of the
+    /// first divergence (logits 10× worse, image features unchanged) does not match.
+    #[test]
+    fn every_listed_metric_is_held() {
+        let e = parse("{reason: r, first_divergence: image_features, metrics: {image_features_max_abs_diff: 1.6e-3, max_abs_diff: 8.0e-3}}").unwrap();
+        let s = e.signature.unwrap();
+        let out = |img: f64, max: f64| {
+            TierOutcome::fail("m").metric("first_divergence", "image_features").metric("image_features_max_abs_diff", img).metric("max_abs_diff", max)
+        };
+        assert_eq!(s.mismatch(&out(1.6e-3, 8.0e-3)), None);
+        let later = s.mismatch(&out(1.6e-3, 8.0e-2)).unwrap();
+        assert!(later.contains("max_abs_diff 8e-2 outside"), "{later}");
+        assert!(s.mismatch(&out(1.6e-2, 8.0e-3)).is_some());
+        assert!(s.describe().contains("image_features_max_abs_diff 1.6e-3 (×/÷ 2)"), "{}", s.describe());
+        assert!(parse("{reason: r, metrics: {m: .inf}}").is_err());
+        assert!(parse("{reason: r, metrics: {m: 1}, within: 1}").is_ok());
     }
 }

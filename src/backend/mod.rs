@@ -88,6 +88,28 @@ pub enum BackendError {
     Reference(#[from] onnx_parity_reference::Error),
     #[error(transparent)]
     Onnx(#[from] crate::onnx::pipeline::PipelineError),
+    /// The reference is the oracle: a NaN or infinity in what it computed is a broken checkpoint
+    /// or a reference bug, never something an export may be compared against.
+    #[error("{backend} produced a non-finite value in {tensor}: {value} at flat index {index} (a NaN or Inf in the oracle is never compared against)")]
+    NonFinite { backend: &'static str, tensor: String, index: usize, value: f32 },
+}
+
+impl Run {
+    /// The first NaN/Inf in the prefill logits, the components or the step logits, as an error.
+    pub fn require_finite(&self, backend: &'static str) -> Result<(), BackendError> {
+        let check = |tensor: &str, data: &[f32]| match data.iter().position(|v| !v.is_finite()) {
+            Some(index) => Err(BackendError::NonFinite { backend, tensor: tensor.to_string(), index, value: data[index] }),
+            None => Ok(()),
+        };
+        check("logits", &self.prefill.logits.data)?;
+        for (c, t) in &self.prefill.components {
+            check(c.as_str(), &t.data)?;
+        }
+        for (k, step) in self.generation.step_logits.iter().enumerate() {
+            check(&format!("decode step {k} logits"), step)?;
+        }
+        Ok(())
+    }
 }
 
 /// An implementation of the model function.
@@ -97,4 +119,25 @@ pub trait Backend {
 
     /// Prefill with logits and components, then greedy generation as `request` says.
     fn run(&mut self, inputs: &ModelInputs, request: &GenerationRequest<'_>) -> Result<Run, BackendError>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run_with(logits: Vec<f32>, component: Vec<f32>, step: Vec<f32>) -> Run {
+        let mut prefill = Prefill { logits: Dense::new(vec![1, 1, logits.len()], logits), ..Default::default() };
+        prefill.components.insert(Component::InputsEmbeds, Dense::new(vec![1, 1, component.len()], component));
+        Run { prefill, generation: Generation { tokens: vec![0], step_logits: vec![step] } }
+    }
+
+    /// Guards: NaN or ±Inf anywhere in a run (logits, a component, a step) is an error naming it.
+    #[test]
+    fn non_finite_runs_are_errors() {
+        assert!(run_with(vec![0.0, 1.0], vec![2.0], vec![3.0]).require_finite("r").is_ok());
+        let named = |r: Run| r.require_finite("r").unwrap_err().to_string();
+        assert!(named(run_with(vec![0.0, f32::NAN], vec![2.0], vec![3.0])).contains("in logits: NaN at flat index 1"));
+        assert!(named(run_with(vec![0.0], vec![f32::INFINITY], vec![3.0])).contains("inputs_embeds"));
+        assert!(named(run_with(vec![0.0], vec![1.0], vec![f32::NEG_INFINITY])).contains("decode step 0 logits"));
+    }
 }

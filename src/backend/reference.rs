@@ -68,6 +68,8 @@ impl Backend for ReferenceBackend {
                 .components
                 .insert(Component::PerLayerInputs, d(&ple.reshape((b, s, l * w)).map_err(onnx_parity_reference::Error::from)?)?);
         }
-        Ok(Run { prefill, generation: run.generation })
+        let run = Run { prefill, generation: run.generation };
+        run.require_finite("the candle reference")?;
+        Ok(run)
     }
 }
