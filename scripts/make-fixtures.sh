@@ -6,14 +6,16 @@
 #                   "--only gemma4-vision --report /tmp/g4.log")
 #   real family:    scripts/make_real_fixtures.py, fixtures/real-<model>-{text,vision}/ derived from the real configs
 #                   in cases/configs/ (arguments from $REAL_FIXTURE_ARGS, e.g. "--only real-12b-vision")
+#   broken family:  scripts/make_broken_layer_fixtures.py, exports of the unified/gemma4 text fixtures with one
+#                   decoder layer's MLP weight perturbed (fixtures/broken-mlp-layer, fixtures/gemma4-broken-mlp-layer)
 # and the float64 HF oracles of the unified and gemma4 families (reference/tests/data/<fixture>-f64.safetensors).
-# FIXTURE_FAMILIES="unified gemma4 real" (default) selects the families.
+# FIXTURE_FAMILIES="unified gemma4 real broken" (default) selects the families.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY="$(scripts/fixture-venv.sh | tail -n 1)"
 export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 PYTHONHASHSEED=0 CUDA_VISIBLE_DEVICES="" \
   HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false PYTHONDONTWRITEBYTECODE=1
-FAMILIES="${FIXTURE_FAMILIES:-unified gemma4 real}"
+FAMILIES="${FIXTURE_FAMILIES:-unified gemma4 real broken}"
 for family in $FAMILIES; do
   case "$family" in
     unified)
@@ -34,6 +36,9 @@ for family in $FAMILIES; do
       # shellcheck disable=SC2086  # word-splitting of the argument list is intended
       "$PY" scripts/make_real_fixtures.py ${REAL_FIXTURE_ARGS:-}
       ;;
-    *) echo "unknown fixture family: $family (unified, gemma4, real)" >&2; exit 2 ;;
+    broken)
+      "$PY" scripts/make_broken_layer_fixtures.py
+      ;;
+    *) echo "unknown fixture family: $family (unified, gemma4, real, broken)" >&2; exit 2 ;;
   esac
 done

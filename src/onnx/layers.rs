@@ -1,0 +1,322 @@
+//! Each decoder layer's output hidden state, exposed from an export without changing its math,
+//! so an L3 divergence can be traced to the first layer that differs.
+//!
+//! A copy of the decoder graph gets the residual stream after every layer as extra graph outputs.
+//! The tensors are found by structure: the hidden state entering layer `i + 1`'s
+//! `input_layernorm` (the final `norm` for the last layer) must be produced inside layer `i`
+//! (node names `…/layers.{i}/…`, as torch-dynamo exporters such as mobius write them). Where that
+//! does not hold the boundaries are reported as not identifiable rather than guessed.
+//!
+//! The copy is edited at the protobuf wire level: the graph field of the `ModelProto` gets extra
+//! `output` entries appended (repeated fields may come in any order) and everything else is kept
+//! byte for byte, tensor payloads and fields this crate does not model included. ORT loads it from
+//! memory with external data (`model.onnx.data`) resolved in the original's folder.
+//!
+//! The instrumented graph only serves the per-layer comparison: exposing an intermediate may
+//! stop ORT from fusing across it, so the gated logits always come from the original graph.
+
+use std::path::{Path, PathBuf};
+
+use prost::Message;
+
+use super::proto::{GraphProto, ModelProto, TensorTypeProto, TypeProto, ValueInfoProto};
+
+/// Why the layer outputs of an export are not available.
+#[derive(Debug, thiserror::Error)]
+pub enum LayersError {
+    #[error("reading {path}: {source}")]
+    Io { path: PathBuf, source: std::io::Error },
+    #[error("{path} is not a valid ONNX ModelProto: {message}")]
+    Decode { path: PathBuf, message: String },
+    /// The graph's structure does not show where layers begin and end.
+    #[error("{path}: decoder layer boundaries not identifiable: {reason}")]
+    Unidentifiable { path: PathBuf, reason: String },
+}
+
+/// One decoder layer's output tensor in the graph.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LayerBoundary {
+    pub layer: usize,
+    /// The graph value holding the layer's output hidden state.
+    pub tensor: String,
+}
+
+/// The `i` of the first `layers.<i>/` path segment of a node name (`decoder/model/layers.3/mlp/…`).
+fn layer_index(name: &str) -> Option<usize> {
+    segment_layer(name).map(|(i, _)| i)
+}
+
+/// `(i, rest after "layers.<i>/")` of the first `layers.<i>/` segment.
+fn segment_layer(name: &str) -> Option<(usize, &str)> {
+    let mut from = 0;
+    while let Some(at) = name[from..].find("layers.") {
+        let start = from + at;
+        let rest = &name[start + "layers.".len()..];
+        let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
+        let at_segment_start = start == 0 || name.as_bytes()[start - 1] == b'/';
+        if at_segment_start && digits > 0 && rest.as_bytes().get(digits) == Some(&b'/') {
+            return rest[..digits].parse().ok().map(|i| (i, &rest[digits + 1..]));
+        }
+        from = start + 1;
+    }
+    None
+}
+
+/// The layer whose `input_layernorm` this node belongs to.
+fn input_norm_layer(name: &str) -> Option<usize> {
+    segment_layer(name).filter(|(_, rest)| rest.starts_with("input_layernorm/")).map(|(i, _)| i)
+}
+
+/// The decoder's final norm (`model/norm/…`, outside every layer).
+fn is_final_norm(name: &str) -> bool {
+    (name.starts_with("model/norm/") || name.contains("/model/norm/")) && layer_index(name).is_none()
+}
+
+/// Finds every decoder layer's output tensor (see the module doc for the rule).
+pub fn boundaries(graph: &GraphProto) -> Result<Vec<LayerBoundary>, String> {
+    let n_layers = graph
+        .node
+        .iter()
+        .filter_map(|n| layer_index(&n.name))
+        .max()
+        .map(|m| m + 1)
+        .ok_or("no node is named after a decoder layer (`…/layers.<i>/…`)")?;
+    // Producer of each value, by name.
+    let producer: std::collections::HashMap<&str, &str> =
+        graph.node.iter().flat_map(|n| n.output.iter().map(move |o| (o.as_str(), n.name.as_str()))).collect();
+    let mut out = Vec::with_capacity(n_layers);
+    for layer in 0..n_layers {
+        let (consumer, what) = if layer + 1 < n_layers {
+            // The norm's first node (a norm may be decomposed into several).
+            let first = graph.node.iter().find(|n| input_norm_layer(&n.name) == Some(layer + 1));
+            (first, format!("layers.{}/input_layernorm", layer + 1))
+        } else {
+            (graph.node.iter().find(|n| is_final_norm(&n.name)), "the final model/norm".to_string())
+        };
+        let consumer = consumer.ok_or_else(|| format!("no node of {what} (the end of layer {layer})"))?;
+        let tensor = consumer.input.first().filter(|t| !t.is_empty()).ok_or_else(|| format!("{} has no input", consumer.name))?;
+        let made_by = producer.get(tensor.as_str()).ok_or_else(|| format!("`{tensor}` (into {what}) is not produced by a node"))?;
+        if layer_index(made_by) != Some(layer) {
+            return Err(format!("`{tensor}` (into {what}) is produced by `{made_by}`, not by a node of layers.{layer}"));
+        }
+        out.push(LayerBoundary { layer, tensor: tensor.clone() });
+    }
+    Ok(out)
+}
+
+/// The element type to declare for the residual stream: the graph's own `value_info` when it has
+/// one, else the type of `inputs_embeds` (multimodal decoders), else of the token embedding
+/// table (text-only models), else float32.
+fn residual_elem_type(graph: &GraphProto, tensor: &str) -> i32 {
+    let typed = |v: &ValueInfoProto| v.r#type.as_ref().and_then(|t| t.tensor_type.as_ref()).map(|t| t.elem_type).filter(|&t| t != 0);
+    graph
+        .value_info
+        .iter()
+        .find(|v| v.name == tensor)
+        .and_then(typed)
+        .or_else(|| graph.input.iter().find(|v| v.name == "inputs_embeds").and_then(typed))
+        .or_else(|| graph.initializer.iter().find(|t| t.name.contains("embed_tokens.weight")).map(|t| t.data_type))
+        .unwrap_or(1)
+}
+
+/// Reads one varint at `*pos`.
+fn varint(bytes: &[u8], pos: &mut usize) -> Option<u64> {
+    let mut v = 0u64;
+    for shift in (0..64).step_by(7) {
+        let b = *bytes.get(*pos)?;
+        *pos += 1;
+        v |= u64::from(b & 0x7f) << shift;
+        if b & 0x80 == 0 {
+            return Some(v);
+        }
+    }
+    None
+}
+
+fn put_varint(out: &mut Vec<u8>, mut v: u64) {
+    while v >= 0x80 {
+        out.push((v as u8) | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
+}
+
+/// `model` with `outputs` (name, ONNX element type) appended to its graph's outputs, every other
+/// byte kept.
+pub fn with_extra_outputs(model: &[u8], outputs: &[(String, i32)]) -> Result<Vec<u8>, String> {
+    const GRAPH: u64 = 7;
+    const GRAPH_OUTPUT: u64 = 12;
+    let mut pos = 0;
+    let mut graph_field: Option<(usize, usize, usize)> = None; // (field start, payload start, payload end)
+    while pos < model.len() {
+        let start = pos;
+        let key = varint(model, &mut pos).ok_or("truncated field key")?;
+        match key & 7 {
+            0 => {
+                varint(model, &mut pos).ok_or("truncated varint")?;
+            }
+            1 => pos += 8,
+            5 => pos += 4,
+            2 => {
+                let len = varint(model, &mut pos).ok_or("truncated length")? as usize;
+                let payload = pos;
+                pos = pos.checked_add(len).filter(|&e| e <= model.len()).ok_or("a field runs past the end of the file")?;
+                if key >> 3 == GRAPH {
+                    if graph_field.is_some() {
+                        return Err("the model has more than one graph field".into());
+                    }
+                    graph_field = Some((start, payload, pos));
+                }
+            }
+            w => return Err(format!("unsupported wire type {w} at byte {start}")),
+        }
+        if pos > model.len() {
+            return Err("a field runs past the end of the file".into());
+        }
+    }
+    let (start, payload, end) = graph_field.ok_or("the model has no graph")?;
+    let mut graph = model[payload..end].to_vec();
+    for (name, elem_type) in outputs {
+        let info = ValueInfoProto {
+            name: name.clone(),
+            r#type: Some(TypeProto { tensor_type: Some(TensorTypeProto { elem_type: *elem_type, shape: None }) }),
+        };
+        let bytes = info.encode_to_vec();
+        put_varint(&mut graph, (GRAPH_OUTPUT << 3) | 2);
+        put_varint(&mut graph, bytes.len() as u64);
+        graph.extend_from_slice(&bytes);
+    }
+    let mut out = Vec::with_capacity(model.len() + graph.len() - (end - payload) + 16);
+    out.extend_from_slice(&model[..start]);
+    put_varint(&mut out, (GRAPH << 3) | 2);
+    put_varint(&mut out, graph.len() as u64);
+    out.extend_from_slice(&graph);
+    out.extend_from_slice(&model[end..]);
+    Ok(out)
+}
+
+/// An instrumented copy of a decoder graph, in memory: ORT loads it with its external data
+/// resolved in the original's folder (a copy elsewhere would fail ORT's check that external data
+/// stays inside the model's folder, and symlinks do not pass it either).
+#[derive(Debug)]
+pub struct InstrumentedDecoder {
+    /// The edited `ModelProto`.
+    pub bytes: Vec<u8>,
+    /// Where the original's external data lives.
+    pub external_data_dir: PathBuf,
+    /// Layer output tensors, in layer order (also the names of the extra graph outputs).
+    pub layers: Vec<LayerBoundary>,
+}
+
+/// The instrumented copy of the decoder graph at `model_path`.
+pub fn instrument(model_path: &Path) -> Result<InstrumentedDecoder, LayersError> {
+    let bytes = std::fs::read(model_path).map_err(|source| LayersError::Io { path: model_path.into(), source })?;
+    let decoded = ModelProto::decode(bytes.as_slice()).map_err(|e| LayersError::Decode { path: model_path.into(), message: e.to_string() })?;
+    let unidentifiable = |reason: String| LayersError::Unidentifiable { path: model_path.into(), reason };
+    let graph = decoded.graph.as_ref().ok_or_else(|| unidentifiable("the model has no graph".into()))?;
+    let layers = boundaries(graph).map_err(unidentifiable)?;
+    let outputs: Vec<(String, i32)> = layers
+        .iter()
+        .filter(|b| !graph.output.iter().any(|o| o.name == b.tensor))
+        .map(|b| (b.tensor.clone(), residual_elem_type(graph, &b.tensor)))
+        .collect();
+    let edited = with_extra_outputs(&bytes, &outputs).map_err(|e| LayersError::Decode { path: model_path.into(), message: e })?;
+    let external_data_dir = model_path.parent().map(Path::to_path_buf).unwrap_or_else(|| PathBuf::from("."));
+    Ok(InstrumentedDecoder { bytes: edited, external_data_dir, layers })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::onnx::proto::NodeProto;
+
+    fn node(name: &str, inputs: &[&str], outputs: &[&str]) -> NodeProto {
+        NodeProto {
+            name: name.into(),
+            input: inputs.iter().map(|s| s.to_string()).collect(),
+            output: outputs.iter().map(|s| s.to_string()).collect(),
+            ..Default::default()
+        }
+    }
+
+    fn two_layers() -> GraphProto {
+        GraphProto {
+            node: vec![
+                node("model/layers.0/input_layernorm/RMS", &["embeds", "w0"], &["n0"]),
+                node("model/layers.0/mlp/MatMul", &["n0", "m0"], &["h0a"]),
+                node("model/layers.0/Mul", &["h0a", "s0"], &["h0"]),
+                node("model/layers.1/input_layernorm/RMS", &["h0", "w1"], &["n1"]),
+                node("model/layers.1/Mul", &["n1", "s1"], &["h1"]),
+                node("model/norm/RMS", &["h1", "wn"], &["hn"]),
+            ],
+            ..Default::default()
+        }
+    }
+
+    /// Guards the structural rule: each layer's output is the tensor entering the next layer's
+    /// input_layernorm (the final norm for the last), produced inside that layer.
+    #[test]
+    fn boundaries_follow_the_residual_stream() {
+        let b = boundaries(&two_layers()).unwrap();
+        assert_eq!(b, vec![LayerBoundary { layer: 0, tensor: "h0".into() }, LayerBoundary { layer: 1, tensor: "h1".into() }]);
+    }
+
+    /// Guards: a graph whose boundary tensor comes from elsewhere, or without a final norm, or
+    /// without layer names, is reported as unidentifiable (with the reason), never guessed.
+    #[test]
+    fn unidentifiable_boundaries_are_reported() {
+        let mut g = two_layers();
+        g.node[3].input[0] = "embeds".into();
+        assert!(boundaries(&g).unwrap_err().contains("not produced by a node"));
+        let mut g = two_layers();
+        g.node[3].input[0] = "n1".into();
+        assert!(boundaries(&g).unwrap_err().contains("not by a node of layers.0"));
+        let mut g = two_layers();
+        g.node.pop();
+        assert!(boundaries(&g).unwrap_err().contains("final model/norm"));
+        let g = GraphProto { node: vec![node("MatMul_1", &["a"], &["b"])], ..Default::default() };
+        assert!(boundaries(&g).unwrap_err().contains("no node is named after a decoder layer"));
+    }
+
+    /// Guards the name parsing: only whole `layers.<i>/` segments count.
+    #[test]
+    fn layer_names() {
+        assert_eq!(layer_index("decoder/model/layers.12/mlp/MatMul"), Some(12));
+        assert_eq!(layer_index("layers.3/x"), Some(3));
+        assert_eq!(layer_index("model/sublayers.3/x"), None);
+        assert_eq!(layer_index("model/layers.x/layers.4/y"), Some(4));
+        assert_eq!(layer_index("model/layers.5"), None);
+        assert_eq!(input_norm_layer("model/layers.2/input_layernorm/RMS_1"), Some(2));
+        assert_eq!(input_norm_layer("model/layers.2/post_attention_layernorm/RMS_1"), None);
+        assert!(is_final_norm("decoder/model/norm/RMSNormalization_node_9"));
+        assert!(!is_final_norm("model/layers.1/model/norm/x"));
+    }
+
+    /// Guards the wire-level edit: the extra outputs decode as graph outputs after the original
+    /// ones, and every other field survives byte for byte (here an unknown top-level field and
+    /// the graph's name).
+    #[test]
+    fn extra_outputs_keep_everything_else() {
+        let original = ModelProto {
+            ir_version: 10,
+            producer_name: "p".into(),
+            graph: Some(GraphProto { name: "g".into(), output: vec![ValueInfoProto { name: "logits".into(), r#type: None }], ..two_layers() }),
+            ..Default::default()
+        };
+        let mut bytes = original.encode_to_vec();
+        // An unknown field 99 (length-delimited) after the graph: kept as is.
+        put_varint(&mut bytes, (99 << 3) | 2);
+        put_varint(&mut bytes, 3);
+        bytes.extend_from_slice(b"xyz");
+        let edited = with_extra_outputs(&bytes, &[("h0".into(), 1), ("h1".into(), 10)]).unwrap();
+        assert!(edited.ends_with(b"xyz"));
+        let m = ModelProto::decode(edited.as_slice()).unwrap();
+        let g = m.graph.unwrap();
+        let names: Vec<&str> = g.output.iter().map(|o| o.name.as_str()).collect();
+        assert_eq!(names, ["logits", "h0", "h1"]);
+        assert_eq!(g.output[2].r#type.as_ref().unwrap().tensor_type.as_ref().unwrap().elem_type, 10);
+        assert_eq!((m.ir_version, m.producer_name.as_str(), g.name.as_str(), g.node.len()), (10, "p", "g", 6));
+        assert!(with_extra_outputs(&bytes[..bytes.len() - 2], &[]).is_err());
+        assert!(with_extra_outputs(&ModelProto::default().encode_to_vec(), &[]).unwrap_err().contains("no graph"));
+    }
+}

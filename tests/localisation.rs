@@ -1,0 +1,128 @@
+//! The first diverging decoder layer, end to end through the `onnx-parity` binary: the fixture
+//! script's deliberately broken exports (one layer's MLP weight perturbed element-wise) are blamed
+//! on exactly that layer, for gemma4_unified_text and gemma4_text; on `unified-vision` (the
+//! exporter's vision LayerNorm eps) no decoder layer is blamed before the image features; an
+//! export whose layer boundaries cannot be identified says so.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::Value;
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Runs L3 of `case` and returns its verdict (status, message, metrics) from the JSON report.
+fn l3(case: &Path, dir: &Path) -> (String, String, Value) {
+    let report = dir.join("report.json");
+    let o = Command::new(env!("CARGO_BIN_EXE_onnx-parity"))
+        .args(["run", "--levels", "L3", "--report"])
+        .arg(&report)
+        .arg(case)
+        .current_dir(root())
+        .env("ONNX_PARITY_LOG", "warn")
+        .output()
+        .expect("runs the onnx-parity binary");
+    let out = format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    let r: Value = serde_json::from_slice(&fs::read(&report).unwrap_or_else(|e| panic!("no report ({e}): {out}"))).expect("json");
+    let v = r["cases"][0]["levels"].as_array().expect("levels").iter().find(|l| l["level"] == "L3").cloned().expect("L3");
+    (v["status"].as_str().unwrap_or_default().into(), v["message"].as_str().unwrap_or_default().into(), v["metrics"].clone())
+}
+
+/// The committed case with its fixture paths made absolute and its `xfail` removed, so the raw
+/// verdict shows.
+fn without_xfail(rel: &str, dir: &Path) -> PathBuf {
+    let text = fs::read_to_string(root().join(rel)).expect("case");
+    let text = text.replace("../../fixtures", &root().join("fixtures").display().to_string());
+    let text = text.split("\nxfail:").next().expect("text").to_string() + "\n";
+    let path = dir.join("case.yaml");
+    fs::write(&path, text).expect("write");
+    path
+}
+
+fn layer_diffs(m: &Value) -> Vec<f64> {
+    m["layer_max_abs_diff"].as_array().expect("per-layer diffs").iter().map(|v| v.as_f64().expect("number")).collect()
+}
+
+fn blamed(rel: &str, layer: usize) {
+    let dir = tempfile::tempdir().expect("tmp");
+    let (status, message, m) = l3(&without_xfail(rel, dir.path()), dir.path());
+    assert_eq!(status, "fail", "{message}");
+    assert_eq!(m["first_divergent_layer"].as_u64(), Some(layer as u64), "{message}");
+    let d = layer_diffs(&m);
+    assert!(d[..layer].iter().all(|&x| x < 1e-5), "layers before {layer} agree: {d:?}");
+    assert!(d[layer] > 1e-2, "layer {layer} differs: {d:?}");
+    assert!(message.contains(&format!("first divergent decoder layer {layer}")), "{message}");
+    // And the committed case records exactly this as its expected failure.
+    let (status, message, _) = l3(&root().join(rel), dir.path());
+    assert_eq!(status, "xfail", "{message}");
+}
+
+/// Guards the acceptance: gemma4_unified_text export with layer 3's MLP perturbed → layer 3.
+#[test]
+fn perturbed_unified_layer_is_blamed() {
+    blamed("cases/causal-lm/broken-mlp-layer.yaml", 3);
+}
+
+/// Guards the acceptance on the gemma4 family (PLE, KV sharing): layer 6's MLP → layer 6.
+#[test]
+fn perturbed_gemma4_layer_is_blamed() {
+    blamed("cases/causal-lm/gemma4-broken-mlp-layer.yaml", 6);
+}
+
+/// Guards: when the image features already differ, no decoder layer is blamed.
+#[test]
+fn upstream_divergence_blames_no_layer() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let (_, message, m) = l3(&without_xfail("cases/vision-language/unified-vision.yaml", dir.path()), dir.path());
+    assert_eq!(m["first_divergence"], "image_features", "{message}");
+    assert!(m.get("first_divergent_layer").is_none(), "{message}");
+    assert_eq!(m["layers_localised"], true, "{message}");
+    assert_eq!(layer_diffs(&m).len(), 6);
+    assert!(message.contains("no layer blamed, their input (image_features) already differs"), "{message}");
+}
+
+/// Guards: an export whose node names do not show the layers is "not localised", with the
+/// reason, and the verdict on the logits is unchanged. Made by renaming `layers.` to `lAyers.`
+/// everywhere in the graph file (same length, so the protobuf stays valid).
+#[test]
+fn unidentifiable_layers_are_said() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let onnx = dir.path().join("onnx");
+    fs::create_dir_all(&onnx).expect("mkdir");
+    let src = root().join("fixtures/unified-text-kvshare/onnx");
+    for entry in fs::read_dir(&src).expect("export") {
+        let entry = entry.expect("entry");
+        fs::copy(entry.path(), onnx.join(entry.file_name())).expect("copy");
+    }
+    let model = onnx.join("model.onnx");
+    let bytes = fs::read(&model).expect("read");
+    let renamed: Vec<u8> = {
+        let mut out = bytes.clone();
+        let pat = b"layers.";
+        let mut i = 0;
+        while i + pat.len() <= out.len() {
+            if &out[i..i + pat.len()] == pat {
+                out[i + 1] = b'A';
+                i += pat.len();
+            } else {
+                i += 1;
+            }
+        }
+        out
+    };
+    assert_ne!(renamed, bytes);
+    fs::write(&model, renamed).expect("write");
+    // The external data file's tensor names live in model.onnx only, so it stays valid.
+    let text = fs::read_to_string(root().join("cases/causal-lm/unified-text-kvshare.yaml")).expect("case");
+    let text = text.replace("../../fixtures/unified-text-kvshare/onnx", &onnx.display().to_string());
+    let text = text.replace("../../fixtures", &root().join("fixtures").display().to_string());
+    let case = dir.path().join("case.yaml");
+    fs::write(&case, text).expect("write");
+    let (status, message, m) = l3(&case, dir.path());
+    assert_eq!(status, "pass", "{message}");
+    assert_eq!(m["layers_localised"], false, "{message}");
+    assert!(message.contains("not localised") && message.contains("no node is named after a decoder layer"), "{message}");
+}
