@@ -22,6 +22,7 @@
 
 pub mod audio_manifest;
 pub mod config;
+pub mod device;
 pub mod error;
 pub mod io;
 pub mod kv_cache;
@@ -32,6 +33,7 @@ pub mod text;
 pub mod vision;
 pub mod weights;
 
+pub use device::DeviceSpec;
 pub use config::{Family, LayerType, ModelConfig, ModelType, TextConfig, VisionConfig};
 pub use error::{Error, Result};
 pub use io::{Dense, Generation, ModelInputs};

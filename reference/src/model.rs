@@ -95,8 +95,20 @@ impl Gemma4 {
     /// reference with every op in f64 — unlike an HF `.double()` model, whose RMSNorms drop to
     /// f32 through `.float()` and whose RoPE cos/sin are forced to f32).
     pub fn load_with_dtype(checkpoint_dir: &Path, dtype: DType) -> Result<Self> {
+        Self::load_on(checkpoint_dir, dtype, &Device::Cpu)
+    }
+
+    /// Like [`Gemma4::load_with_dtype`], with every weight uploaded once to `device` (open it with
+    /// [`crate::device::DeviceSpec::open`], which switches cuBLAS's TF32 off first); the whole
+    /// forward then runs there, inputs included.
+    pub fn load_on(checkpoint_dir: &Path, dtype: DType, device: &Device) -> Result<Self> {
         let config = ModelConfig::from_file(&checkpoint_dir.join("config.json"))?;
-        Ok(Self::build(config, Weights::open_with_dtype(checkpoint_dir, dtype)?)?.0)
+        Ok(Self::build(config, Weights::open_with_dtype(checkpoint_dir, dtype)?.with_device(device.clone()))?.0)
+    }
+
+    /// The device the model computes on.
+    pub fn device(&self) -> &Device {
+        self.text.device()
     }
 
     /// The model `config` describes, built without weights (zero-stride placeholders, no
@@ -181,8 +193,8 @@ impl Gemma4 {
             (None, Some(_)) => return Err(Error::input("image_position_ids given without pixel_values")),
         };
         let vision = self.vision.as_ref().ok_or_else(|| Error::input("image inputs given but the checkpoint has no vision_config"))?;
-        let px = tensor_f32(px, "pixel_values")?;
-        let pos = tensor_i64(pos, "image_position_ids")?;
+        let px = tensor_f32(px, "pixel_values", self.device())?;
+        let pos = tensor_i64(pos, "image_position_ids", self.device())?;
         vision.forward(&px, &pos).map(Some)
     }
 
@@ -335,18 +347,18 @@ fn squeeze_batch(p: &Prepared) -> Result<(Tensor, Option<Tensor>)> {
 }
 
 /// A harness tensor as a candle tensor, checking the shape is consistent.
-fn tensor_f32(d: &Dense<f32>, name: &str) -> Result<Tensor> {
+fn tensor_f32(d: &Dense<f32>, name: &str, device: &Device) -> Result<Tensor> {
     if !d.is_consistent() {
         return Err(Error::input(format!("{name}: shape {:?} does not hold {} values", d.shape, d.data.len())));
     }
-    Ok(Tensor::from_slice(&d.data, d.shape.as_slice(), &Device::Cpu)?)
+    Ok(Tensor::from_slice(&d.data, d.shape.as_slice(), device)?)
 }
 
-fn tensor_i64(d: &Dense<i64>, name: &str) -> Result<Tensor> {
+fn tensor_i64(d: &Dense<i64>, name: &str, device: &Device) -> Result<Tensor> {
     if !d.is_consistent() {
         return Err(Error::input(format!("{name}: shape {:?} does not hold {} values", d.shape, d.data.len())));
     }
-    Ok(Tensor::from_slice(&d.data, d.shape.as_slice(), &Device::Cpu)?)
+    Ok(Tensor::from_slice(&d.data, d.shape.as_slice(), device)?)
 }
 
 /// First index of the maximum (`torch.argmax`); NaN logits are an error.

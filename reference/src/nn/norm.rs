@@ -42,10 +42,13 @@ impl RmsNorm {
 
     /// Normalises over the last dimension.
     ///
-    /// f32 runs a fused row kernel that sums the squares in PyTorch's order
-    /// ([`crate::nn::reduce::torch_sum`]); other dtypes (the f64 precision mode) use candle ops.
+    /// f32 on the CPU runs a fused row kernel that sums the squares in PyTorch's order
+    /// ([`crate::nn::reduce::torch_sum`]); other dtypes (the f64 precision mode) and devices use
+    /// candle ops.
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        if x.dtype() == DType::F32 {
+        // The fused kernel is CPU-only; other devices take the composite path below (same
+        // formula, candle's reduction order).
+        if x.dtype() == DType::F32 && x.device().is_cpu() {
             return Ok(x.contiguous()?.apply_op1_no_bwd(&FusedRmsNorm { weight: self.weight_f32.as_deref(), eps: self.eps as f32 })?);
         }
         let mean_sq = x.sqr()?.mean_keepdim(D::Minus1)?;
@@ -169,9 +172,9 @@ impl LayerNorm {
     ///
     /// f32 runs a fused row kernel computing the moments in torch's order
     /// ([`crate::nn::reduce::torch_moments`]) and `fma((x − mean)·rstd, weight, bias)` as torch's
-    /// kernel does; other dtypes use candle ops.
+    /// kernel does; other dtypes and devices use candle ops.
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        if x.dtype() == DType::F32 {
+        if x.dtype() == DType::F32 && x.device().is_cpu() {
             return Ok(x.contiguous()?.apply_op1_no_bwd(&FusedLayerNorm {
                 weight: &self.weight_f32,
                 bias: &self.bias_f32,

@@ -150,6 +150,17 @@ impl InplaceOp1 for SoftCap {
     }
 }
 
+/// `tanh(x / c) · c` on `x`'s buffer (CPU: the in-place [`SoftCap`] kernel). Other devices use
+/// candle's `tanh` (the device's `tanhf`), which may differ from the CPU kernel by an ulp.
+pub(crate) fn softcap(x: Tensor, c: f64) -> Result<Tensor> {
+    if x.device().is_cpu() {
+        let x = x.contiguous()?;
+        x.inplace_op1(&SoftCap(c))?;
+        return Ok(x);
+    }
+    Ok(((x / c)?.tanh()? * c)?)
+}
+
 /// `gate ← act(gate) · up`.
 struct GatedAct(Activation);
 
@@ -207,6 +218,17 @@ impl InplaceOp2 for GatedAct {
 pub(crate) fn gated_activation(act: Activation, gate: Tensor, up: &Tensor) -> Result<Tensor> {
     if act == Activation::Gelu {
         return Ok((gate.gelu_erf()? * up)?);
+    }
+    if !gate.device().is_cpu() {
+        // candle's device kernels: `gelu` is the tanh approximation with PyTorch's constants,
+        // evaluated as 0.5·x·(1 + tanh(√(2/π)·x·(1 + κx²))) — the same function, another order.
+        let g = match act {
+            Activation::GeluPytorchTanh => gate.gelu()?,
+            Activation::Silu => gate.silu()?,
+            Activation::Relu => gate.relu()?,
+            Activation::Gelu => gate.gelu_erf()?,
+        };
+        return Ok((g * up)?);
     }
     let gate = gate.contiguous()?;
     gate.inplace_op2(&up.contiguous()?, &GatedAct(act))?;

@@ -28,7 +28,7 @@ use crate::kv_cache::{CacheLayout, KvCache};
 use crate::mask::MaskRule;
 use crate::nn::linear::Linear;
 use crate::nn::norm::RmsNorm;
-use crate::nn::ops::SoftCap;
+use crate::nn::ops::softcap;
 use crate::nn::rope::Rope;
 use crate::weights::Weights;
 use attention::Attention;
@@ -172,7 +172,7 @@ impl TextModel {
             cache_layout,
             vocab_size: v,
             dtype: w.dtype(),
-            device: Device::Cpu,
+            device: w.device().clone(),
         })
     }
 
@@ -302,20 +302,23 @@ impl TextModel {
     pub fn logits(&self, hidden: &Tensor) -> Result<Tensor> {
         let seq = hidden.dim(0)?;
         let vocab = self.vocab_size;
-        if seq < 16 || vocab <= VOCAB_SLICE {
+        // Off the CPU one call: cuBLAS cannot take a column slice of the weight as its operand
+        // (candle's CUDA matmul wants a leading dimension equal to the columns).
+        if seq < 16 || vocab <= VOCAB_SLICE || !self.device.is_cpu() {
             let logits = self.lm_head.forward(hidden)?;
-            if let Some(c) = self.softcap {
-                logits.inplace_op1(&SoftCap(c))?;
-            }
-            return Ok(logits);
+            return match self.softcap {
+                Some(c) => softcap(logits, c),
+                None => Ok(logits),
+            };
         }
         let out = Tensor::zeros((seq, vocab), self.dtype, &self.device)?;
         for start in (0..vocab).step_by(VOCAB_SLICE) {
             let cols = VOCAB_SLICE.min(vocab - start);
             let part = self.lm_head.forward_columns(hidden, start, cols)?;
-            if let Some(c) = self.softcap {
-                part.inplace_op1(&SoftCap(c))?;
-            }
+            let part = match self.softcap {
+                Some(c) => softcap(part, c)?,
+                None => part,
+            };
             out.slice_set(&part, 1, start)?;
         }
         Ok(out)
@@ -331,7 +334,7 @@ impl TextModel {
         self.dtype
     }
 
-    /// The device the weights live on (CPU).
+    /// The device the weights live on (the one [`Weights::with_device`] chose; CPU by default).
     pub fn device(&self) -> &Device {
         &self.device
     }

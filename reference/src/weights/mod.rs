@@ -122,6 +122,8 @@ pub struct Weights {
     problems: Mutex<Vec<Problem>>,
     /// Tensors read as [`RowTable`]s (left in the mapping).
     row_tables: Mutex<std::collections::BTreeSet<String>>,
+    /// Where returned tensors live: each is decoded on the host and uploaded once.
+    device: Device,
 }
 
 #[derive(serde::Deserialize)]
@@ -234,6 +236,7 @@ impl Weights {
             source,
             problems: Mutex::new(Vec::new()),
             row_tables: Mutex::new(std::collections::BTreeSet::new()),
+            device: Device::Cpu,
         }
     }
 
@@ -279,6 +282,18 @@ impl Weights {
     pub fn with_renames(mut self, renames: Renames) -> Self {
         self.renames = renames;
         self
+    }
+
+    /// Returns every tensor on `device` from now on (decoded on the host, uploaded once; row
+    /// tables stay in the mapping and upload the rows they gather).
+    pub fn with_device(mut self, device: Device) -> Self {
+        self.device = device;
+        self
+    }
+
+    /// The device returned tensors live on.
+    pub fn device(&self) -> &Device {
+        &self.device
     }
 
     /// Whether the checkpoint holds `name`.
@@ -358,9 +373,9 @@ impl Weights {
         };
         self.record(&name, expected);
         if shape.is_empty() {
-            return Ok(Some(Tensor::zeros((), self.dtype, &Device::Cpu)?));
+            return Ok(Some(Tensor::zeros((), self.dtype, &self.device)?));
         }
-        Ok(Some(Tensor::zeros(1, self.dtype, &Device::Cpu)?.reshape(vec![1; shape.len()])?.broadcast_as(shape)?))
+        Ok(Some(Tensor::zeros(1, self.dtype, &self.device)?.reshape(vec![1; shape.len()])?.broadcast_as(shape)?))
     }
 
     fn push_problem(&self, p: Problem) {
@@ -377,7 +392,7 @@ impl Weights {
         }
         let data = self.read_with(module_name, expected, Order::RowMajor)?;
         let t = Tensor::from_vec(data, expected, &Device::Cpu)?;
-        Ok(if self.dtype == DType::F32 { t } else { t.to_dtype(self.dtype)? })
+        self.upload(if self.dtype == DType::F32 { t } else { t.to_dtype(self.dtype)? })
     }
 
     /// Reads a 2-D parameter stored `[rows, cols]` (`expected`) and returns it transposed,
@@ -391,7 +406,12 @@ impl Weights {
         }
         let data = self.read_with(module_name, &expected, Order::Transposed { rows, cols })?;
         let t = Tensor::from_vec(data, (cols, rows), &Device::Cpu)?;
-        Ok(if self.dtype == DType::F32 { t } else { t.to_dtype(self.dtype)? })
+        self.upload(if self.dtype == DType::F32 { t } else { t.to_dtype(self.dtype)? })
+    }
+
+    /// `t` (decoded on the host) on the weights' device; the CPU keeps it as is.
+    fn upload(&self, t: Tensor) -> Result<Tensor> {
+        Ok(if self.device.is_cpu() { t } else { t.to_device(&self.device)? })
     }
 
     /// A `[rows, cols]` table the model only gathers rows from, left in the mapping in its
@@ -409,7 +429,15 @@ impl Weights {
             return Err(Error::Safetensors { path: shard.path.clone(), source: safetensors::SafeTensorError::InvalidOffset(name) });
         }
         self.record(&name, &expected);
-        Ok(RowTable::mapped(name, Arc::clone(shard), shard.data_start + entry.begin, entry.dtype, expected, self.dtype))
+        Ok(RowTable::mapped(
+            name,
+            Arc::clone(shard),
+            shard.data_start + entry.begin,
+            entry.dtype,
+            expected,
+            self.dtype,
+            self.device.clone(),
+        ))
     }
 
     /// The stored name, header entry and shard of `module_name`, shape-checked.

@@ -19,7 +19,7 @@ pub struct RowTable(Inner);
 
 enum Inner {
     /// Rows decoded from the mapping on lookup.
-    Mapped { name: String, shard: Arc<Shard>, offset: usize, dtype: StDtype, shape: [usize; 2], out: DType },
+    Mapped { name: String, shard: Arc<Shard>, offset: usize, dtype: StDtype, shape: [usize; 2], out: DType, device: Device },
     /// A dry/headers source's stand-in (zeros of the table's shape).
     Placeholder(Tensor),
 }
@@ -34,8 +34,16 @@ impl std::fmt::Debug for RowTable {
 }
 
 impl RowTable {
-    pub(crate) fn mapped(name: String, shard: Arc<Shard>, offset: usize, dtype: StDtype, shape: [usize; 2], out: DType) -> Self {
-        RowTable(Inner::Mapped { name, shard, offset, dtype, shape, out })
+    pub(crate) fn mapped(
+        name: String,
+        shard: Arc<Shard>,
+        offset: usize,
+        dtype: StDtype,
+        shape: [usize; 2],
+        out: DType,
+        device: Device,
+    ) -> Self {
+        RowTable(Inner::Mapped { name, shard, offset, dtype, shape, out, device })
     }
 
     pub(crate) fn placeholder(t: Tensor) -> Self {
@@ -52,12 +60,12 @@ impl RowTable {
 
     /// Rows `ids` (each `< rows()`) as a `[ids.len(), cols]` tensor of the compute dtype.
     pub fn gather(&self, ids: &[u32]) -> Result<Tensor> {
-        let (name, shard, offset, dtype, [rows, cols], out) = match &self.0 {
+        let (name, shard, offset, dtype, [rows, cols], out, device) = match &self.0 {
             Inner::Placeholder(t) => {
                 let idx = Tensor::from_vec(ids.to_vec(), ids.len(), t.device())?;
                 return Ok(t.index_select(&idx, 0)?);
             }
-            Inner::Mapped { name, shard, offset, dtype, shape, out } => (name, shard, *offset, *dtype, *shape, *out),
+            Inner::Mapped { name, shard, offset, dtype, shape, out, device } => (name, shard, *offset, *dtype, *shape, *out, device),
         };
         let elem = match dtype {
             StDtype::F32 => 4,
@@ -81,7 +89,9 @@ impl RowTable {
                 _ => decode::<Bf16Le>(bytes, dst, Order::RowMajor, &|_, _| {}),
             }
         }
+        // Decoded on the host (the table stays in the mapping); only the gathered rows upload.
         let t = Tensor::from_vec(data, (ids.len(), cols), &Device::Cpu)?;
-        Ok(if out == DType::F32 { t } else { t.to_dtype(out)? })
+        let t = if out == DType::F32 { t } else { t.to_dtype(out)? };
+        Ok(if device.is_cpu() { t } else { t.to_device(device)? })
     }
 }
