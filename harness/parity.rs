@@ -20,6 +20,8 @@ fn case_roots() -> Vec<PathBuf> {
 }
 
 fn main() {
+    // Before anything can create a CUDA context: NVIDIA_TF32_OVERRIDE=0 unless the user set it.
+    onnx_parity::gpu::tf32_env();
     let _ = tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("ONNX_PARITY_LOG").unwrap_or_else(|_| "warn".into()))
         .with_writer(std::io::stderr)
@@ -27,6 +29,11 @@ fn main() {
     let args = Arguments::from_args();
     let listing = args.list;
     let opts = Arc::new(RunOptions::from_env());
+    // A GPU run (ONNX_PARITY_DEVICE=cuda, or a cuda build) starts with the TF32 probe; a
+    // TF32-like back end fails every trial with the probe's numbers. Not while listing: nextest
+    // lists first, and the probe would open a device for nothing.
+    let probe_failure: Option<Arc<str>> =
+        if listing { None } else { onnx_parity::gpu::probe_gpu_run().err().map(|e| Arc::from(e.to_string())) };
     let trials = plan(&case_roots(), &opts)
         .into_iter()
         .map(|t| match t.kind {
@@ -39,8 +46,23 @@ fn main() {
             }
             TrialKind::Run { case, level, eval } => {
                 let opts = Arc::clone(&opts);
+                let probe_failure = probe_failure.clone();
                 Trial::test(t.name, move || {
+                    if let Some(e) = probe_failure {
+                        return Err(Failed::from(e.to_string()));
+                    }
                     let outcome = tiers::run_level(&case, level, &opts, &eval);
+                    // ONNX_PARITY_OUTCOMES=dir: one record per trial, merged by `onnx-parity report`.
+                    if let Some(dir) = std::env::var_os("ONNX_PARITY_OUTCOMES") {
+                        let record = onnx_parity::report::TrialRecord {
+                            case: format!("{}/{}", case.category, case.name),
+                            level: level.to_string(),
+                            outcome: outcome.clone(),
+                            execution_provider: onnx_parity::onnx::runtime::execution_provider().to_string(),
+                            gpu: onnx_parity::gpu::GpuMetadata::current(),
+                        };
+                        record.write(std::path::Path::new(&dir)).map_err(|e| Failed::from(e.to_string()))?;
+                    }
                     let line = format!("{}: {}", outcome.status, outcome.message);
                     match outcome.status {
                         Status::Pass => Ok(()),

@@ -11,6 +11,7 @@ use onnx_parity::backend::Backend;
 use onnx_parity::case::{discover, Level};
 use onnx_parity::dump;
 use onnx_parity::evaluation::CaseEvaluations;
+use onnx_parity::gpu;
 use onnx_parity::onnx::pipeline::{OnnxPipeline, SessionOptions};
 use onnx_parity::regenerate::{regenerate, GoldenChange};
 use onnx_parity::report::{CaseReport, LevelReport, RunMetadata, RunReport};
@@ -86,6 +87,30 @@ enum Command {
         #[arg(long, value_delimiter = ',', default_value = "1")]
         eos: Vec<i64>,
     },
+    /// Compare two `logits` dumps tensor by tensor (e.g. the reference with ONNX_PARITY_DEVICE=cpu
+    /// and =cuda). Exits 1 when a float tensor differs by more than --max-abs, an integer tensor
+    /// (greedy_tokens) differs at all, or a tensor is missing or mis-shaped on one side.
+    Compare {
+        a: PathBuf,
+        b: PathBuf,
+        #[arg(long, default_value_t = 1e-5)]
+        max_abs: f64,
+    },
+    /// Merge the trial records a test run wrote (`ONNX_PARITY_OUTCOMES=DIR cargo nextest run
+    /// --test parity`, possibly partitioned over machines) into the reports `run` writes. Prints
+    /// the totals (xfail, ambiguous and skipped apart from passes); exits 1 if a tier failed.
+    Report {
+        #[arg(required = true)]
+        dirs: Vec<PathBuf>,
+        #[arg(long)]
+        report: Option<PathBuf>,
+        #[arg(long)]
+        markdown: Option<PathBuf>,
+    },
+    /// The TF32 probe: a matmul TF32 cannot compute within 1e-5 (relative), through candle on the
+    /// reference's device (ONNX_PARITY_DEVICE) and through ONNX Runtime with this build's
+    /// execution provider, each against f64 on the CPU. Exits 1 if either is TF32-like.
+    Tf32Probe,
 }
 
 fn default_paths(paths: Vec<PathBuf>) -> Vec<PathBuf> {
@@ -146,6 +171,8 @@ fn run(
     }
     let start = Instant::now();
     let mut meta = RunMetadata::new(onnx_parity::onnx::runtime::execution_provider());
+    // A GPU run starts with the TF32 probe and stops on a TF32-like back end.
+    meta.gpu.tf32_probe = gpu::probe_gpu_run().context("GPU run refused")?;
     let mut cases = Vec::new();
     let found = discover(&default_paths(paths));
     if found.is_empty() {
@@ -301,7 +328,58 @@ fn logits(
     Ok(ExitCode::SUCCESS)
 }
 
+fn compare(a: PathBuf, b: PathBuf, max_abs: f64) -> anyhow::Result<ExitCode> {
+    let diffs = onnx_parity::dump_compare::compare_files(&a, &b)?;
+    let mut ok = true;
+    for d in &diffs {
+        let verdict = if d.within(max_abs) { "ok" } else { "DIFFERS" };
+        ok &= d.within(max_abs);
+        match &d.mismatch {
+            Some(m) => println!("{:<20} {verdict:<8} {m}", d.name),
+            None => println!("{:<20} {verdict:<8} max_abs_diff {:.3e}", d.name, d.max_abs_diff),
+        }
+    }
+    println!("{} tensors, bound {max_abs:e}: {}", diffs.len(), if ok { "within" } else { "EXCEEDED" });
+    Ok(if ok { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+}
+
+fn merge_reports(dirs: Vec<PathBuf>, report: Option<PathBuf>, markdown: Option<PathBuf>) -> anyhow::Result<ExitCode> {
+    let records = onnx_parity::report::TrialRecord::read_all(&dirs)?;
+    if records.is_empty() {
+        anyhow::bail!("no trial records under {dirs:?}");
+    }
+    let merged = RunReport::from_records(records);
+    if let Some(p) = report {
+        merged.write_json(&p)?;
+    }
+    if let Some(p) = markdown {
+        merged.write_markdown(&p)?;
+    }
+    println!("{}", merged.totals());
+    Ok(if merged.ok() { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+}
+
+fn tf32_probe() -> anyhow::Result<ExitCode> {
+    let device = gpu::reference_device()?;
+    let mut results = vec![gpu::probe_candle(&device)?];
+    match gpu::probe_ort() {
+        Ok(r) => results.push(r),
+        Err(e) => println!("onnxruntime: not probed ({e})"),
+    }
+    let env = gpu::tf32_env();
+    println!("NVIDIA_TF32_OVERRIDE={} (set by {:?})", env.nvidia_tf32_override.as_deref().unwrap_or("unset"), env.set_by);
+    println!("candle reduced precision: {:?}", onnx_parity_reference::device::reduced_precision());
+    let mut ok = true;
+    for r in &results {
+        ok &= !r.tf32_like;
+        println!("{:<48} max_rel_err {:.3e}  {}", r.backend, r.max_rel_err, if r.tf32_like { "TF32-LIKE" } else { "f32" });
+    }
+    Ok(if ok { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+}
+
 fn main() -> ExitCode {
+    // First, before anything can create a CUDA context: the TF32 environment policy.
+    gpu::tf32_env();
     let _ = tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("ONNX_PARITY_LOG").unwrap_or_else(|_| "info".into()))
         .with_writer(std::io::stderr)
@@ -315,6 +393,9 @@ fn main() -> ExitCode {
         Command::Logits { checkpoint, onnx, inputs, out, greedy, bidirectional, eos } => {
             logits(checkpoint, onnx, inputs, out, greedy, bidirectional, eos)
         }
+        Command::Compare { a, b, max_abs } => compare(a, b, max_abs),
+        Command::Tf32Probe => tf32_probe(),
+        Command::Report { dirs, report, markdown } => merge_reports(dirs, report, markdown),
     };
     match result {
         Ok(code) => code,

@@ -2,7 +2,7 @@
 
 use std::path::{Path, PathBuf};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::tiers::outcome::{Status, TierOutcome};
 
@@ -13,6 +13,8 @@ pub enum ReportError {
     Io { path: PathBuf, source: std::io::Error },
     #[error("serialising report: {0}")]
     Json(#[from] serde_json::Error),
+    #[error("trial record {path}: {message}")]
+    Record { path: PathBuf, message: String },
 }
 
 /// One tier's entry in a case.
@@ -36,9 +38,11 @@ pub struct RunMetadata {
     pub onnx_parity_version: &'static str,
     pub onnxruntime_version: &'static str,
     pub execution_provider: String,
-    pub reference: &'static str,
+    pub reference: String,
     pub started_unix_s: u64,
     pub wall_s: f64,
+    /// The reference's device, the TF32 switches of both back ends, and the TF32 probe.
+    pub gpu: crate::gpu::GpuMetadata,
 }
 
 impl RunMetadata {
@@ -47,10 +51,69 @@ impl RunMetadata {
             onnx_parity_version: env!("CARGO_PKG_VERSION"),
             onnxruntime_version: crate::onnx::runtime::ORT_VERSION,
             execution_provider: execution_provider.into(),
-            reference: "candle 0.11.1 CPU f32 (HF transformers 5.14.1 semantics)",
+            reference: format!(
+                "candle 0.11.1 {} f32 (HF transformers 5.14.1 semantics)",
+                crate::gpu::device_spec().map_or_else(|e| format!("invalid device ({e})"), |d| d.to_string())
+            ),
             started_unix_s: std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0),
             wall_s: 0.0,
+            gpu: crate::gpu::GpuMetadata::current(),
         }
+    }
+}
+
+/// One trial's outcome as the test harness records it when `ONNX_PARITY_OUTCOMES` names a
+/// folder: nextest runs each trial in its own process (and a partitioned run on several
+/// machines), so each writes one file, and `onnx-parity report` merges them into the JSON and
+/// Markdown reports that `onnx-parity run` writes.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct TrialRecord {
+    /// `<category>/<case>`.
+    pub case: String,
+    pub level: String,
+    pub outcome: TierOutcome,
+    pub execution_provider: String,
+    pub gpu: crate::gpu::GpuMetadata,
+}
+
+impl TrialRecord {
+    /// Writes `<dir>/<category>--<case>--<level>.json` (atomically).
+    pub fn write(&self, dir: &Path) -> Result<PathBuf, ReportError> {
+        std::fs::create_dir_all(dir).map_err(|source| ReportError::Io { path: dir.into(), source })?;
+        let file = format!("{}--{}.json", self.case.replace('/', "--"), self.level);
+        let path = dir.join(file);
+        let mut text = serde_json::to_string_pretty(self)?;
+        text.push('\n');
+        write_atomic(&path, text.as_bytes())?;
+        Ok(path)
+    }
+
+    /// Every record under `dirs` (files ending in `.json`, folders searched recursively).
+    pub fn read_all(dirs: &[PathBuf]) -> Result<Vec<TrialRecord>, ReportError> {
+        fn walk(dir: &Path, out: &mut Vec<PathBuf>) -> Result<(), ReportError> {
+            let io = |source| ReportError::Io { path: dir.into(), source };
+            for entry in std::fs::read_dir(dir).map_err(io)? {
+                let p = entry.map_err(io)?.path();
+                if p.is_dir() {
+                    walk(&p, out)?;
+                } else if p.extension().is_some_and(|e| e == "json") {
+                    out.push(p);
+                }
+            }
+            Ok(())
+        }
+        let mut files = Vec::new();
+        for d in dirs {
+            walk(d, &mut files)?;
+        }
+        files.sort();
+        files
+            .iter()
+            .map(|p| {
+                let text = std::fs::read_to_string(p).map_err(|source| ReportError::Io { path: p.clone(), source })?;
+                serde_json::from_str(&text).map_err(|e| ReportError::Record { path: p.clone(), message: e.to_string() })
+            })
+            .collect()
     }
 }
 
@@ -65,6 +128,29 @@ pub struct RunReport {
 const KEY_METRICS: [&str; 6] = ["max_abs_diff", "cosine", "argmax_match", "top10_jaccard", "token_match_ratio", "violations"];
 
 impl RunReport {
+    /// The report of trial records (grouped by case, levels in record order; metadata from the
+    /// first record: the machine that ran the trials, not the one merging).
+    pub fn from_records(records: Vec<TrialRecord>) -> Self {
+        let mut metadata = RunMetadata::new(records.first().map_or("unknown", |r| r.execution_provider.as_str()));
+        if let Some(r) = records.first() {
+            metadata.gpu = r.gpu.clone();
+            metadata.reference = format!("candle 0.11.1 {} f32 (HF transformers 5.14.1 semantics)", r.gpu.reference_device);
+        }
+        let mut cases: Vec<CaseReport> = Vec::new();
+        for r in records {
+            let level = LevelReport { level: r.level, outcome: r.outcome };
+            match cases.iter_mut().find(|c| c.name == r.case) {
+                Some(c) => c.levels.push(level),
+                None => cases.push(CaseReport { name: r.case, levels: vec![level] }),
+            }
+        }
+        for c in &mut cases {
+            c.levels.sort_by(|a, b| a.level.cmp(&b.level));
+        }
+        cases.sort_by(|a, b| a.name.cmp(&b.name));
+        RunReport { cases, metadata }
+    }
+
     /// `true` when no tier failed (xfail, skipped and ambiguous do not fail a run).
     pub fn ok(&self) -> bool {
         !self.cases.iter().flat_map(|c| &c.levels).any(|l| l.outcome.status == Status::Fail)
@@ -115,6 +201,19 @@ impl RunReport {
             }
         }
         s.push_str(&format!("\n{} ({})\n", self.totals(), self.metadata.execution_provider));
+        let g = &self.metadata.gpu;
+        let probe: Vec<String> = g
+            .tf32_probe
+            .iter()
+            .map(|p| format!("{} {:.1e}{}", p.backend, p.max_rel_err, if p.tf32_like { " TF32-LIKE" } else { "" }))
+            .collect();
+        s.push_str(&format!(
+            "\nreference on {}; NVIDIA_TF32_OVERRIDE={} (set by {:?}){}\n",
+            g.reference_device,
+            g.tf32_env.nvidia_tf32_override.as_deref().unwrap_or("unset"),
+            g.tf32_env.set_by,
+            if probe.is_empty() { String::new() } else { format!("; TF32 probe: {}", probe.join(", ")) }
+        ));
         s
     }
 
@@ -162,4 +261,37 @@ fn key_metrics(o: &TierOutcome) -> String {
 
 fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), ReportError> {
     crate::atomic::write_atomic(path, bytes).map_err(|source| ReportError::Io { path: path.into(), source })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Guards the partitioned-run report: per-trial records written by separate processes merge
+    /// into one report grouped by case, with xfail and skipped counted apart from passes, and the
+    /// GPU metadata of the machine that ran them.
+    #[test]
+    fn trial_records_merge() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let mut gpu = crate::gpu::GpuMetadata::current();
+        gpu.reference_device = "cuda:0".into();
+        let rec = |case: &str, level: &str, outcome: TierOutcome| TrialRecord {
+            case: case.into(),
+            level: level.into(),
+            outcome,
+            execution_provider: "CUDAExecutionProvider (TF32 off)".into(),
+            gpu: gpu.clone(),
+        };
+        rec("a/x", "L3", TierOutcome::new(Status::Xfail, "expected").metric("max_abs_diff", 1e-3)).write(dir.path()).expect("write");
+        rec("a/x", "L1", TierOutcome::new(Status::Pass, "ok")).write(&dir.path().join("p2")).expect("write");
+        rec("a/y", "L4", TierOutcome::skipped("no golden")).write(dir.path()).expect("write");
+        let merged = RunReport::from_records(TrialRecord::read_all(&[dir.path().to_path_buf()]).expect("read"));
+        assert_eq!(merged.cases.len(), 2);
+        assert_eq!(merged.cases[0].levels.iter().map(|l| l.level.as_str()).collect::<Vec<_>>(), ["L1", "L3"]);
+        assert_eq!((merged.count(Status::Pass), merged.count(Status::Xfail), merged.count(Status::Skipped)), (1, 1, 1));
+        assert!(merged.ok());
+        assert_eq!(merged.metadata.gpu.reference_device, "cuda:0");
+        assert!(merged.markdown().contains("reference on cuda:0"));
+        assert!(merged.totals().starts_with("1 passed, 0 failed, 1 xfail, 0 ambiguous, 1 skipped"));
+    }
 }

@@ -17,9 +17,11 @@ pub struct ReferenceBackend {
 }
 
 impl ReferenceBackend {
-    /// Loads the checkpoint; `scope` `None` = HF's forward scope for it.
+    /// Loads the checkpoint onto the reference's device (`ONNX_PARITY_DEVICE`, default the CPU;
+    /// f32 compute, TF32 off); `scope` `None` = HF's forward scope for it.
     pub fn load(checkpoint: &Path, scope: Option<BidirectionalScope>) -> Result<Self, onnx_parity_reference::Error> {
-        let model = Gemma4::load(checkpoint)?;
+        let device = crate::gpu::reference_device().map_err(|e| onnx_parity_reference::Error::Input(e.to_string()))?;
+        let model = Gemma4::load_on(checkpoint, candle_core::DType::F32, &device)?;
         let scope = scope.unwrap_or_else(|| model.hf_forward_scope());
         Ok(Self { model, scope })
     }
@@ -42,7 +44,9 @@ pub fn dense(t: &Tensor) -> candle_core::Result<Dense<f32>> {
 
 impl Backend for ReferenceBackend {
     fn describe(&self) -> String {
-        format!("candle reference {:?} ({}, bidirectional scope {})", self.model.dtype(), self.model.config().model_type(), self.scope)
+        let device = onnx_parity_reference::DeviceSpec::of(self.model.device());
+        let (dtype, model_type) = (self.model.dtype(), self.model.config().model_type());
+        format!("candle reference {dtype:?} on {device} ({model_type}, bidirectional scope {})", self.scope)
     }
 
     fn run(&mut self, inputs: &ModelInputs, request: &GenerationRequest<'_>) -> Result<Run, BackendError> {

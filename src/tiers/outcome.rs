@@ -2,12 +2,12 @@
 
 use std::collections::BTreeMap;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::expectation::Expectation;
 
 /// Verdict of a tier. `Xfail` is a failure the case YAML expected (and explains).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Status {
     Pass,
@@ -36,7 +36,7 @@ impl std::fmt::Display for Status {
 }
 
 /// What a tier found.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct TierOutcome {
     pub status: Status,
     /// Named numbers (`max_abs_diff`, `cosine`, ...), and strings such as `first_divergence`.
