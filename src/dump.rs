@@ -34,7 +34,7 @@ pub struct Dump {
 
 /// Runs `backend` on `inputs` with all-position logits; `greedy` new tokens when > 0.
 pub fn run(backend: &mut dyn Backend, inputs: &ModelInputs, greedy: usize, eos: &[i64]) -> Result<Dump, DumpError> {
-    let request = GenerationRequest { max_new_tokens: greedy, eos, forced: None, all_position_logits: true };
+    let request = GenerationRequest { max_new_tokens: greedy, eos, forced: None, all_position_logits: true, layer_outputs: false };
     let run = backend.run(inputs, &request).map_err(|source| DumpError::Backend { backend: backend.describe(), source })?;
     Ok(Dump { run, with_tokens: greedy > 0 })
 }

@@ -148,9 +148,11 @@ pub fn eos_ids(case: &Case) -> Vec<i64> {
     case.generation.eos_token_id.clone().unwrap_or_else(|| vec![1])
 }
 
-/// The generation a case asks for; all-position logits only when it has an L3 tier.
+/// The generation a case asks for; all-position logits and layer outputs only when it has an L3
+/// tier.
 fn request<'a>(case: &Case, eos: &'a [i64], forced: Option<&'a [i64]>) -> GenerationRequest<'a> {
-    GenerationRequest { max_new_tokens: max_new_tokens(case), eos, forced, all_position_logits: case.levels.contains(&Level::L3) }
+    let l3 = case.levels.contains(&Level::L3);
+    GenerationRequest { max_new_tokens: max_new_tokens(case), eos, forced, all_position_logits: l3, layer_outputs: l3 }
 }
 
 /// The export's forced run and its free-running decode (the same run when they agree).
@@ -168,6 +170,11 @@ fn onnx_runs(case: &Case, backend: &mut dyn Backend, inputs: &ModelInputs, force
     let agrees = g.step_logits.len() == f.len()
         && g.step_logits.iter().zip(f).all(|(l, &t)| greedy_token(l) == Some(t))
         && (g.tokens.len() == max_new || g.tokens.last().is_some_and(|t| eos.contains(t)));
-    let free = if agrees { g.clone() } else { backend.run(inputs, &request(case, &eos, None))?.generation };
+    let free = if agrees {
+        g.clone()
+    } else {
+        // Only the forced run's prefill is compared per layer.
+        backend.run(inputs, &GenerationRequest { layer_outputs: false, ..request(case, &eos, None) })?.generation
+    };
     Ok(OnnxRun { forced: forced_run, free })
 }

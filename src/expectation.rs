@@ -40,16 +40,42 @@ pub struct Signature {
     pub metric: Option<String>,
     #[serde(default)]
     pub value: Option<f64>,
-    /// Further metrics and their measured values, each held to the same band: a signature that
-    /// pins the first component *and* the logits catches a new bug downstream of an old one.
+    /// Further metrics and their measured values, each held to the band (`within`, or its own):
+    /// a signature that pins the first component *and* the logits catches a new bug downstream
+    /// of an old one.
     #[serde(default)]
-    pub metrics: BTreeMap<String, f64>,
+    pub metrics: BTreeMap<String, Measured>,
     /// Accepted band: `value / within ..= value · within` (≥ 1; default 2).
     #[serde(default)]
     pub within: Option<f64>,
     /// A substring the failure message must contain (errors: ORT messages, missing tensors).
     #[serde(default)]
     pub error: Option<String>,
+}
+
+/// A measured value, held to the signature's `within`, or to its own (`{value: 3, within: 1}`:
+/// an index or a count among float differences).
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
+#[serde(untagged, expecting = "a number, or {value: <number>, within: <factor ≥ 1>}")]
+pub enum Measured {
+    Value(f64),
+    Band(Band),
+}
+
+/// A measured value with its own band factor.
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Band {
+    pub value: f64,
+    pub within: f64,
+}
+
+impl Measured {
+    fn value(self) -> f64 {
+        match self {
+            Measured::Value(v) | Measured::Band(Band { value: v, .. }) => v,
+        }
+    }
 }
 
 /// One `xfail` entry: the reason, and optionally the measured signature.
@@ -92,8 +118,15 @@ impl<'de> Deserialize<'de> for Expectation {
                         return Err(de::Error::custom(format!("xfail: `value` must be a finite number, got {v}")));
                     }
                 }
-                if let Some((m, v)) = s.metrics.iter().find(|(_, v)| !v.is_finite()) {
-                    return Err(de::Error::custom(format!("xfail: `metrics.{m}` must be a finite number, got {v}")));
+                for (m, v) in &s.metrics {
+                    if !v.value().is_finite() {
+                        return Err(de::Error::custom(format!("xfail: `metrics.{m}` must be a finite number, got {}", v.value())));
+                    }
+                    if let Measured::Band(Band { within, .. }) = v {
+                        if !(within.is_finite() && *within >= 1.0) {
+                            return Err(de::Error::custom(format!("xfail: `metrics.{m}.within` must be a factor ≥ 1, got {within}")));
+                        }
+                    }
                 }
                 if let Some(w) = s.within {
                     if !(w.is_finite() && w >= 1.0) {
@@ -118,8 +151,7 @@ impl Signature {
         if let Some(c) = &self.first_divergence {
             parts.push(format!("first divergence {c}"));
         }
-        let w = self.within.unwrap_or(DEFAULT_WITHIN);
-        for (m, v) in self.measured() {
+        for (m, v, w) in self.measured() {
             parts.push(if w == 1.0 { format!("{m} = {v:e}") } else { format!("{m} {v:e} (×/÷ {w})") });
         }
         if let Some(e) = &self.error {
@@ -128,10 +160,15 @@ impl Signature {
         parts.join(", ")
     }
 
-    /// Every (metric, measured value) the signature holds: `metric`/`value`, then `metrics`.
-    fn measured(&self) -> impl Iterator<Item = (&str, f64)> {
-        let single = self.metric.as_deref().zip(self.value);
-        single.into_iter().chain(self.metrics.iter().map(|(m, v)| (m.as_str(), *v)))
+    /// Every (metric, measured value, band factor) the signature holds: `metric`/`value`, then
+    /// `metrics`.
+    fn measured(&self) -> impl Iterator<Item = (&str, f64, f64)> {
+        let w = self.within.unwrap_or(DEFAULT_WITHIN);
+        let single = self.metric.as_deref().zip(self.value).map(|(m, v)| (m, v, w));
+        single.into_iter().chain(self.metrics.iter().map(move |(m, v)| match *v {
+            Measured::Value(v) => (m.as_str(), v, w),
+            Measured::Band(Band { value, within }) => (m.as_str(), value, within),
+        }))
     }
 
     /// `None` when `outcome` shows this signature, else what differs.
@@ -143,8 +180,7 @@ impl Signature {
                 got => diffs.push(format!("first divergence {} instead of {want}", got.unwrap_or("none"))),
             }
         }
-        let w = self.within.unwrap_or(DEFAULT_WITHIN);
-        for (m, v) in self.measured() {
+        for (m, v, w) in self.measured() {
             let (lo, hi) = if v >= 0.0 { (v / w, v * w) } else { (v * w, v / w) };
             match outcome.metrics.get(m).and_then(|x| x.as_f64()) {
                 // NaN fails the comparison, so it never matches.
@@ -240,5 +276,13 @@ mod tests {
         assert!(s.describe().contains("image_features_max_abs_diff 1.6e-3 (×/÷ 2)"), "{}", s.describe());
         assert!(parse("{reason: r, metrics: {m: .inf}}").is_err());
         assert!(parse("{reason: r, metrics: {m: 1}, within: 1}").is_ok());
+        // A metric with its own band: the layer index exact among ×/÷ 2 float differences.
+        let s = parse("{reason: r, metrics: {first_divergent_layer: {value: 3, within: 1}, max_abs_diff: 0.8}}").unwrap().signature.unwrap();
+        let out = |layer: u64, max: f64| TierOutcome::fail("m").metric("first_divergent_layer", layer).metric("max_abs_diff", max);
+        assert_eq!(s.mismatch(&out(3, 1.2)), None);
+        assert!(s.mismatch(&out(4, 0.8)).unwrap().contains("first_divergent_layer 4e0 outside 3e0 ..= 3e0"));
+        assert!(s.mismatch(&out(3, 2.0)).is_some());
+        assert!(parse("{reason: r, metrics: {m: {value: 1, within: 0.5}}}").is_err());
+        assert!(parse("{reason: r, metrics: {m: {value: 1, typo: 1}}}").is_err());
     }
 }

@@ -188,7 +188,11 @@ impl RunReport {
         let mut s = String::from("| case | tier | status | metrics | first divergence | message |\n|---|---|---|---|---|---|\n");
         for c in &self.cases {
             for l in &c.levels {
-                let div = l.outcome.metrics.get("first_divergence").map(metric_text).unwrap_or_default();
+                let mut div = l.outcome.metrics.get("first_divergence").map(metric_text).unwrap_or_default();
+                // L3: the per-layer profile (and the first divergent decoder layer).
+                if let Some(profile) = crate::tiers::l3::layer_sparkline(&l.outcome.metrics) {
+                    div = if div.is_empty() { profile } else { format!("{div}; {profile}") };
+                }
                 s.push_str(&format!(
                     "| {} | {} | {} | {} | {} | {} |\n",
                     c.name,

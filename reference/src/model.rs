@@ -62,6 +62,8 @@ pub struct GenerateOptions<'a> {
     pub forced: Option<&'a [i64]>,
     /// Logits for every prompt position (L3); else only the last position's.
     pub all_position_logits: bool,
+    /// Keep every decoder layer's prefill output (L3 localises a divergence to a layer).
+    pub layer_outputs: bool,
 }
 
 /// Everything one prefill + generation produced.
@@ -70,6 +72,8 @@ pub struct Run {
     pub prepared: Prepared,
     /// `[1, S, vocab]` with `all_position_logits`, else `[1, 1, vocab]` (the last position).
     pub logits: Tensor,
+    /// Each decoder layer's prefill output `[S, hidden]` (empty unless asked for).
+    pub layers: Vec<Tensor>,
     pub generation: Generation,
 }
 
@@ -303,7 +307,7 @@ impl Gemma4 {
     /// Greedy decoding with a KV cache: up to `max_new_tokens` new tokens, stopping after the
     /// first token in `eos_ids` (which is returned). Ties pick the lowest id (`torch.argmax`).
     pub fn greedy(&self, inputs: &ModelInputs, max_new_tokens: usize, eos_ids: &[i64], scope: BidirectionalScope) -> Result<Generation> {
-        let opts = GenerateOptions { scope, max_new_tokens, eos: eos_ids, forced: None, all_position_logits: false };
+        let opts = GenerateOptions { scope, max_new_tokens, eos: eos_ids, forced: None, all_position_logits: false, layer_outputs: false };
         Ok(self.generate(inputs, &opts)?.generation)
     }
 
@@ -315,7 +319,11 @@ impl Gemma4 {
         let seq = embeds.dim(0)?;
         let rule = self.mask_rule(&prepared, opts.scope);
         let mut cache = self.text.new_cache(seq + opts.max_new_tokens)?;
-        let hidden = self.text.forward_hidden(&embeds, ple.as_ref(), &rule, &mut cache)?;
+        let (hidden, layers) = if opts.layer_outputs {
+            self.text.forward_collect(&embeds, ple.as_ref(), &rule, &mut cache)?
+        } else {
+            (self.text.forward_hidden(&embeds, ple.as_ref(), &rule, &mut cache)?, Vec::new())
+        };
         let logits =
             if opts.all_position_logits { self.text.logits(&hidden)? } else { self.text.logits(&hidden.narrow(0, seq - 1, 1)?)? };
         let mut row: Vec<f32> = logits.get(logits.dim(0)? - 1)?.to_dtype(DType::F32)?.to_vec1()?;
@@ -337,7 +345,7 @@ impl Gemma4 {
             let l = self.text.forward(&e, p.as_ref(), &rule, &mut cache)?;
             row = l.get(0)?.to_dtype(DType::F32)?.to_vec1()?;
         }
-        Ok(Run { prepared, logits: logits.unsqueeze(0)?, generation })
+        Ok(Run { prepared, logits: logits.unsqueeze(0)?, layers, generation })
     }
 }
 

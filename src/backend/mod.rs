@@ -50,6 +50,20 @@ pub struct Prefill {
     /// (`[1, 1, vocab]`).
     pub logits: Dense<f32>,
     pub components: BTreeMap<Component, Dense<f32>>,
+    /// Each decoder layer's output, when asked for.
+    pub layers: LayerOutputs,
+}
+
+/// Every decoder layer's prefill output `[1, S, hidden]` (the residual stream after the layer,
+/// before the final norm), which localises a divergence inside the decoder.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub enum LayerOutputs {
+    #[default]
+    NotRequested,
+    /// The back end could not expose them, and why (e.g. the graph's layer boundaries).
+    Unavailable(String),
+    /// In layer order.
+    Tensors(Vec<Dense<f32>>),
 }
 
 impl Prefill {
@@ -72,6 +86,8 @@ pub struct GenerationRequest<'a> {
     pub forced: Option<&'a [i64]>,
     /// Logits for every prompt position (L3 needs them; L4/L5 only the last).
     pub all_position_logits: bool,
+    /// Each decoder layer's prefill output (L3 names the first layer that differs).
+    pub layer_outputs: bool,
 }
 
 /// One prefill and the generation that continued from it.
@@ -104,6 +120,11 @@ impl Run {
         check("logits", &self.prefill.logits.data)?;
         for (c, t) in &self.prefill.components {
             check(c.as_str(), &t.data)?;
+        }
+        if let LayerOutputs::Tensors(layers) = &self.prefill.layers {
+            for (i, t) in layers.iter().enumerate() {
+                check(&format!("decoder layer {i} output"), &t.data)?;
+            }
         }
         for (k, step) in self.generation.step_logits.iter().enumerate() {
             check(&format!("decode step {k} logits"), step)?;

@@ -6,7 +6,7 @@ use std::path::Path;
 use candle_core::Tensor;
 use onnx_parity_reference::{BidirectionalScope, Gemma4, GenerateOptions};
 
-use super::{Backend, BackendError, Component, GenerationRequest, Prefill, Run};
+use super::{Backend, BackendError, Component, GenerationRequest, LayerOutputs, Prefill, Run};
 use crate::inputs::{Dense, ModelInputs};
 
 /// A loaded reference model.
@@ -56,6 +56,7 @@ impl Backend for ReferenceBackend {
             eos: request.eos,
             forced: request.forced,
             all_position_logits: request.all_position_logits,
+            layer_outputs: request.layer_outputs,
         };
         let run = self.model.generate(inputs, &opts)?;
         let d = |t: &Tensor| dense(t).map_err(onnx_parity_reference::Error::from);
@@ -71,6 +72,11 @@ impl Backend for ReferenceBackend {
             prefill
                 .components
                 .insert(Component::PerLayerInputs, d(&ple.reshape((b, s, l * w)).map_err(onnx_parity_reference::Error::from)?)?);
+        }
+        if request.layer_outputs {
+            // [S, hidden] per layer → [1, S, hidden], the export's layout.
+            let layers = run.layers.iter().map(|t| t.unsqueeze(0).and_then(|t| dense(&t))).collect::<candle_core::Result<Vec<_>>>();
+            prefill.layers = LayerOutputs::Tensors(layers.map_err(onnx_parity_reference::Error::from)?);
         }
         let run = Run { prefill, generation: run.generation };
         run.require_finite("the candle reference")?;

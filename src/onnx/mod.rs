@@ -3,7 +3,9 @@
 
 pub mod contract;
 pub mod graph;
+pub mod layers;
 pub mod package;
 pub mod pipeline;
 pub mod proto;
 pub mod runtime;
+pub mod shapes;

@@ -20,7 +20,9 @@ use ort::value::{DynValue, Tensor, TensorElementType, ValueType};
 
 use super::package::{Layout, OnnxPackage, PackageError, DECODER, EMBEDDING, TEXT_MODEL, VISION_ENCODER};
 use super::runtime::{self, RuntimeError};
-use crate::backend::{Component, Generation, Prefill};
+use super::shapes::{self, Axis, ShapeError, Source};
+use super::layers::{self, InstrumentedDecoder};
+use crate::backend::{Component, Generation, LayerOutputs, Prefill};
 use crate::inputs::{Dense, ModelInputs};
 
 /// Why the pipeline failed.
@@ -48,6 +50,10 @@ pub enum PipelineError {
     Contract { role: &'static str, message: String },
     #[error("the inputs have images but the package {0} has no vision_encoder")]
     NoVision(PathBuf),
+    /// A tensor a session declares or returns has the wrong rank or size (an empty vocabulary,
+    /// KV without static heads, ...): names the session, the tensor, the expected and found shape.
+    #[error(transparent)]
+    Shape(#[from] ShapeError),
 }
 
 /// Session settings.
@@ -91,6 +97,13 @@ pub struct OnnxPipeline {
     decoder_inputs: Vec<String>,
     /// Embedding outputs the decoder takes as inputs (`inputs_embeds`, `per_layer_inputs`, …).
     routed: BTreeSet<String>,
+    decoder_path: PathBuf,
+    opts: SessionOptions,
+    /// The instrumented decoder copy and its session, opened on first use (or why not).
+    probe: Option<Result<(Session, InstrumentedDecoder), String>>,
+    /// While the probe runs: extra decoder outputs to capture, and what was captured.
+    capture: Vec<String>,
+    captured: Vec<Dense<f32>>,
 }
 
 /// Outputs of one embedding call, by name.
@@ -126,18 +139,42 @@ impl OnnxPipeline {
                 message: format!("logits are {float:?}; only float32 and float16 exports are driven"),
             });
         }
+        // A declared logits shape (rank 0: none declared; the run is checked either way).
+        if let Some(shape) = declared_shape(decoder.outputs().iter().find(|o| o.name() == "logits").map(|o| o.dtype())) {
+            if !shape.is_empty() {
+                let axes = [Axis::Is("batch", 1), Axis::Any("sequence"), Axis::Positive("vocab")];
+                shapes::check(decoder_role, "output", "logits", &axes, &shape, Source::Declared)?;
+            }
+        }
         let (hidden, routed) = match &embedding {
             Some(e) => {
-                let hidden =
-                    static_dim(e.outputs().iter().find(|o| o.name() == "inputs_embeds").map(|o| o.dtype()), 2).ok_or_else(|| {
-                        PipelineError::Contract { role: EMBEDDING, message: "output `inputs_embeds` needs a static hidden size".into() }
-                    })?;
+                let shape = declared_shape(e.outputs().iter().find(|o| o.name() == "inputs_embeds").map(|o| o.dtype()))
+                    .ok_or_else(|| PipelineError::Contract { role: EMBEDDING, message: "no tensor output `inputs_embeds`".into() })?;
+                let axes = [Axis::Is("batch", 1), Axis::Any("sequence"), Axis::Static("hidden")];
+                shapes::check(EMBEDDING, "output", "inputs_embeds", &axes, &shape, Source::Declared)?;
+                let hidden = shape[2];
                 let routed = e.outputs().iter().map(|o| o.name().to_string()).filter(|n| decoder_inputs.contains(n)).collect();
                 (hidden, routed)
             }
             None => (0, BTreeSet::new()),
         };
-        Ok(OnnxPipeline { root: dir.into(), decoder, decoder_role, embedding, vision, kv, float, hidden, decoder_inputs, routed })
+        Ok(OnnxPipeline {
+            root: dir.into(),
+            decoder,
+            decoder_role,
+            embedding,
+            vision,
+            kv,
+            float,
+            hidden,
+            decoder_inputs,
+            routed,
+            decoder_path: decoder_path.to_path_buf(),
+            opts: opts.clone(),
+            probe: None,
+            capture: Vec::new(),
+            captured: Vec::new(),
+        })
     }
 
     /// `true` for an f16 export (inputs and outputs converted at the boundary).
@@ -159,6 +196,41 @@ impl OnnxPipeline {
     pub fn prefill(&mut self, inputs: &ModelInputs) -> Result<Prefill, PipelineError> {
         let (prefill, _cache) = self.prefill_with_cache(inputs)?;
         Ok(prefill)
+    }
+
+    /// Each decoder layer's prefill output, from an instrumented copy of the decoder graph
+    /// ([`layers`]); `Unavailable` with the reason when the graph's layer boundaries cannot be
+    /// identified or the copy does not load. Also returns the copy's logits, which should equal
+    /// the original graph's.
+    pub fn layer_outputs(&mut self, inputs: &ModelInputs) -> Result<(LayerOutputs, Option<Dense<f32>>), PipelineError> {
+        if self.probe.is_none() {
+            let t = std::time::Instant::now();
+            self.probe = Some(match layers::instrument(&self.decoder_path) {
+                Ok(copy) => match open_session_from_memory(&copy, &self.decoder_path, &self.opts) {
+                    Ok(session) => Ok((session, copy)),
+                    Err(e) => Err(format!("the decoder with its layer outputs exposed does not load: {e}")),
+                },
+                Err(e) => Err(e.to_string()),
+            });
+            tracing::debug!("instrumented decoder prepared in {:.2} s", t.elapsed().as_secs_f64());
+        }
+        let (mut session, copy) = match self.probe.take() {
+            Some(Ok(probe)) => probe,
+            Some(Err(reason)) => {
+                self.probe = Some(Err(reason.clone()));
+                return Ok((LayerOutputs::Unavailable(reason), None));
+            }
+            None => return Ok((LayerOutputs::Unavailable("not prepared".into()), None)),
+        };
+        std::mem::swap(&mut self.decoder, &mut session);
+        self.capture = copy.layers.iter().map(|b| b.tensor.clone()).collect();
+        let result = self.prefill_with_cache(inputs);
+        std::mem::swap(&mut self.decoder, &mut session);
+        self.capture.clear();
+        let captured = std::mem::take(&mut self.captured);
+        self.probe = Some(Ok((session, copy)));
+        let (prefill, _cache) = result?;
+        Ok((LayerOutputs::Tensors(captured), Some(prefill.logits)))
     }
 
     /// Greedy decoding of up to `max_new` tokens, stopping after an EOS token. With `forced`, the
@@ -222,7 +294,7 @@ impl OnnxPipeline {
         }
         let empty = self.empty_cache()?;
         let (logits, cache) = self.run_decoder(&inputs.input_ids, embedded, inputs.input_ids.len(), empty)?;
-        Ok((Prefill { logits, components }, cache))
+        Ok((Prefill { logits, components, layers: LayerOutputs::NotRequested }, cache))
     }
 
     fn image_features_value(&mut self, px: &Dense<f32>, pos: &Dense<i64>) -> Result<DynValue, PipelineError> {
@@ -233,8 +305,12 @@ impl OnnxPipeline {
         let pixel_position_ids = Tensor::from_array((pos.shape.clone(), pos.data.clone())).map_err(run)?;
         let mut out =
             vision.run(ort::inputs! { "pixel_values" => pixel_values, "pixel_position_ids" => pixel_position_ids }).map_err(run)?;
-        out.remove("image_features")
-            .ok_or_else(|| PipelineError::Contract { role: VISION_ENCODER, message: "no output `image_features`".into() })
+        let features = out
+            .remove("image_features")
+            .ok_or_else(|| PipelineError::Contract { role: VISION_ENCODER, message: "no output `image_features`".into() })?;
+        let axes = [Axis::Any("image tokens"), Axis::Is("hidden", self.hidden as usize)];
+        check_value(VISION_ENCODER, "image_features", &axes, &features)?;
+        Ok(features)
     }
 
     /// Runs the embedding model (multimodal packages) and keeps every output by name; empty for
@@ -257,8 +333,14 @@ impl OnnxPipeline {
         }
         let out = embedding.run(feed).map_err(run)?;
         let embedded: Embedded = out.into_iter().map(|(name, v)| (name.to_string(), v)).collect();
-        if !embedded.contains_key("inputs_embeds") {
+        let Some(embeds) = embedded.get("inputs_embeds") else {
             return Err(PipelineError::Contract { role: EMBEDDING, message: "no output `inputs_embeds`".into() });
+        };
+        let s = ids.len();
+        check_value(EMBEDDING, "inputs_embeds", &[Axis::Is("batch", 1), Axis::Is("sequence", s), Axis::Is("hidden", hidden as usize)], embeds)?;
+        if let Some(ple) = embedded.get("per_layer_inputs") {
+            let axes = [Axis::Is("batch", 1), Axis::Is("sequence", s), Axis::Positive("layers × per-layer width")];
+            check_value(EMBEDDING, "per_layer_inputs", &axes, ple)?;
         }
         Ok(embedded)
     }
@@ -322,18 +404,45 @@ impl OnnxPipeline {
         let mut out = self.decoder.run(feed).map_err(run)?;
         let logits = out.remove("logits").ok_or_else(|| contract("no output `logits`".into()))?;
         let logits = to_dense_f32(&logits, role, "logits")?;
-        match logits.shape.as_slice() {
-            [1, seq, v] if *seq == s && *v > 0 => {}
-            other => return Err(contract(format!("output `logits` has shape {other:?}, expected [1, {s}, vocab > 0]"))),
+        for name in self.capture.clone() {
+            let v = out.remove(name.as_str()).ok_or_else(|| contract(format!("the instrumented decoder has no output `{name}`")))?;
+            let layer = to_dense_f32(&v, role, &name)?;
+            self.captured.push(layer);
         }
+        shapes::check_returned(role, "logits", &[Axis::Is("batch", 1), Axis::Is("sequence", s), Axis::Positive("vocab")], &logits.shape)?;
         let mut present = Vec::with_capacity(self.kv.len() * 2);
         for slot in &self.kv {
-            for name in [&slot.present_key, &slot.present_value] {
-                present.push(out.remove(name.as_str()).ok_or_else(|| contract(format!("no output `{name}`")))?);
+            for (name, [heads, head_dim]) in [(&slot.present_key, slot.key_dims), (&slot.present_value, slot.value_dims)] {
+                let value = out.remove(name.as_str()).ok_or_else(|| contract(format!("no output `{name}`")))?;
+                // The next step feeds it back as past_key_values: the declared [1, heads, *, head_dim].
+                let axes = [Axis::Is("batch", 1), Axis::Is("kv_heads", heads as usize), Axis::Any("sequence"), Axis::Is("head_dim", head_dim as usize)];
+                check_value(role, name, &axes, &value)?;
+                present.push(value);
             }
         }
         Ok((logits, present))
     }
+}
+
+/// A session on an instrumented decoder copy held in memory, its external data read from the
+/// original's folder.
+fn open_session_from_memory(copy: &InstrumentedDecoder, original: &Path, opts: &SessionOptions) -> Result<Session, PipelineError> {
+    let env = runtime::environment()?;
+    let load = |source: ort::Error| PipelineError::Load { path: original.into(), source };
+    let mut builder = Session::builder(env).map_err(load)?;
+    if opts.intra_threads > 0 {
+        builder = builder.with_intra_threads(opts.intra_threads).map_err(|e| load(e.into()))?;
+    }
+    builder = builder
+        .with_config_entry("session.model_external_initializers_file_folder_path", copy.external_data_dir.display().to_string())
+        .map_err(|e| load(e.into()))?;
+    #[cfg(feature = "cuda")]
+    {
+        builder = builder
+            .with_execution_providers([ort::ep::CUDA::default().with_tf32(false).build().error_on_failure()])
+            .map_err(|e| load(e.into()))?;
+    }
+    builder.commit_from_memory(&copy.bytes).map_err(load)
 }
 
 fn open_session(path: &Path, opts: &SessionOptions) -> Result<Session, PipelineError> {
@@ -379,10 +488,10 @@ fn kv_slots(decoder: &Session, role: &'static str) -> Result<Vec<KvSlot>, Pipeli
                 .find(|o| o.name() == name)
                 .map(|o| o.dtype())
                 .ok_or_else(|| contract(format!("KV inputs are not numbered 0..{n}: `{name}` is missing")))?;
-            match (static_dim(Some(ty), 1), static_dim(Some(ty), 3)) {
-                (Some(h), Some(d)) => Ok([h, d]),
-                _ => Err(contract(format!("input `{name}` needs static heads and head_dim (dims 1 and 3)"))),
-            }
+            let shape = declared_shape(Some(ty)).ok_or_else(|| contract(format!("input `{name}` is not a tensor")))?;
+            let axes = [Axis::Is("batch", 1), Axis::Static("kv_heads"), Axis::Any("past_sequence"), Axis::Static("head_dim")];
+            shapes::check(role, "input", name, &axes, &shape, Source::Declared)?;
+            Ok([shape[1], shape[3]])
         };
         let past_key = format!("past_key_values.{idx}.key");
         let past_value = format!("past_key_values.{idx}.value");
@@ -405,11 +514,19 @@ fn kv_slots(decoder: &Session, role: &'static str) -> Result<Vec<KvSlot>, Pipeli
     Ok(slots)
 }
 
-fn static_dim(ty: Option<&ValueType>, axis: usize) -> Option<i64> {
+/// The shape a graph declares for a tensor (-1 for a dynamic axis; empty when it states none);
+/// `None` for a non-tensor.
+fn declared_shape(ty: Option<&ValueType>) -> Option<Vec<i64>> {
     match ty? {
-        ValueType::Tensor { shape, .. } => shape.get(axis).copied().filter(|d| *d >= 0),
+        ValueType::Tensor { shape, .. } => Some(shape.to_vec()),
         _ => None,
     }
+}
+
+/// [`shapes::check_returned`] of a value a session returned.
+fn check_value(role: &'static str, name: &str, axes: &[Axis], value: &DynValue) -> Result<(), ShapeError> {
+    let shape = declared_shape(Some(value.dtype())).unwrap_or_default();
+    shapes::check(role, "output", name, axes, &shape, Source::Returned)
 }
 
 /// A float tensor in the export's activation type.

@@ -6,6 +6,7 @@
 
 use super::outcome::{Status, TierOutcome};
 use crate::compare::{allclose, AllcloseReport};
+use crate::backend::{Component, LayerOutputs};
 use crate::evaluation::{OnnxRun, ReferenceRun};
 use crate::inputs::Dense;
 use crate::tolerance::L3Tolerance;
@@ -31,6 +32,82 @@ fn describe(name: &str, r: &AllcloseReport) -> String {
         r.rtol,
         if r.nonfinite_mismatch > 0 { format!(", {} non-finite", r.nonfinite_mismatch) } else { String::new() }
     )
+}
+
+/// Compares each decoder layer's output (they localise, never gate): the metrics
+/// `layer_max_abs_diff` (per layer) and `first_divergent_layer` (the first layer outside the
+/// tolerance). No layer is blamed when the decoder's inputs already differ (`upstream`: the
+/// first divergent component), since every layer then inherits the difference.
+fn layer_localisation(
+    expected: &LayerOutputs,
+    actual: &LayerOutputs,
+    upstream: Option<&str>,
+    tol: &L3Tolerance,
+    lines: &mut Vec<String>,
+    metrics: &mut serde_json::Map<String, serde_json::Value>,
+) {
+    let (e, a) = match (expected, actual) {
+        (LayerOutputs::Tensors(e), LayerOutputs::Tensors(a)) => (e, a),
+        (LayerOutputs::NotRequested, _) | (_, LayerOutputs::NotRequested) => return,
+        (LayerOutputs::Unavailable(why), _) | (_, LayerOutputs::Unavailable(why)) => {
+            lines.push(format!("decoder layers: not localised ({why})"));
+            metrics.insert("layers_localised".into(), false.into());
+            return;
+        }
+    };
+    if e.len() != a.len() {
+        lines.push(format!("decoder layers: not localised (the export exposes {} layers, the reference has {})", a.len(), e.len()));
+        metrics.insert("layers_localised".into(), false.into());
+        return;
+    }
+    let mut diffs = Vec::with_capacity(e.len());
+    let mut first: Option<(usize, AllcloseReport)> = None;
+    for (i, (e, a)) in e.iter().zip(a).enumerate() {
+        match stage(&format!("layer {i}"), a, e, tol) {
+            Ok(r) => {
+                diffs.push(serde_json::Value::from(r.max_abs_diff));
+                if !r.pass && first.is_none() {
+                    first = Some((i, r));
+                }
+            }
+            Err(msg) => {
+                lines.push(format!("decoder layers: not localised ({msg})"));
+                metrics.insert("layers_localised".into(), false.into());
+                return;
+            }
+        }
+    }
+    metrics.insert("layers_localised".into(), true.into());
+    metrics.insert("layer_max_abs_diff".into(), diffs.clone().into());
+    let profile = diffs.iter().filter_map(|d| d.as_f64()).map(|d| format!("{d:.1e}")).collect::<Vec<_>>().join(" ");
+    match (upstream, first) {
+        (Some(c), _) => lines.push(format!("decoder layers [{profile}]: no layer blamed, their input ({c}) already differs")),
+        (None, Some((i, r))) => {
+            metrics.insert("first_divergent_layer".into(), i.into());
+            lines.push(format!("first divergent decoder layer {i} ({}); per layer [{profile}]", describe(&format!("layer {i}"), &r)));
+        }
+        (None, None) => lines.push(format!("decoder layers agree [{profile}]")),
+    }
+}
+
+/// A per-layer profile of `layer_max_abs_diff` for tables: one bar per layer on a log scale
+/// from 1e-7 (▁) to ≥ 1 (█), prefixed by the first divergent layer when there is one
+/// (`layer 3 ▁▁▁▇▇▇`).
+pub fn layer_sparkline(metrics: &std::collections::BTreeMap<String, serde_json::Value>) -> Option<String> {
+    const BARS: [char; 8] = ['▁', '▂', '▃', '▄', '▅', '▆', '▇', '█'];
+    let diffs = metrics.get("layer_max_abs_diff")?.as_array()?;
+    let bars: String = diffs
+        .iter()
+        .map(|d| match d.as_f64() {
+            // log10 in [-7, 0] → 0..=7; NaN or a missing value shows as the tallest bar.
+            Some(v) if v.is_finite() => BARS[((v.max(1e-7).log10() + 7.0).floor().clamp(0.0, 7.0)) as usize],
+            _ => '█',
+        })
+        .collect();
+    Some(match metrics.get("first_divergent_layer").and_then(|v| v.as_u64()) {
+        Some(i) => format!("layer {i} {bars}"),
+        None => bars,
+    })
 }
 
 /// L3 verdict from the two runs.
@@ -102,6 +179,18 @@ pub fn compare(reference: &ReferenceRun, onnx: &OnnxRun, tol: &L3Tolerance) -> T
     }
     pass &= decode_pass;
 
+    // Layers after the components (the closure above holds `lines` until here); blame goes to a
+    // layer only when no component before the decoder diverged.
+    let upstream = first_divergence.as_deref().filter(|c| Component::from_name(c).is_some());
+    let before = lines.len();
+    layer_localisation(&expected.prefill.layers, &actual.prefill.layers, upstream, tol, &mut lines, &mut metrics);
+    if lines.len() > before {
+        // Said right after the components, before the logits and decode steps.
+        let n_components = expected.prefill.components.keys().filter(|c| actual.prefill.components.contains_key(c)).count();
+        let line = lines.remove(before);
+        lines.insert(n_components.min(before), line);
+    }
+
     let status = if pass { Status::Pass } else { Status::Fail };
     let mut out = TierOutcome::new(status, format!("scope {}; {}", reference.scope, lines.join("; ")));
     out.metrics.extend(metrics);
@@ -126,7 +215,7 @@ pub fn compare(reference: &ReferenceRun, onnx: &OnnxRun, tol: &L3Tolerance) -> T
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::{Component, Generation, Prefill, Run};
+    use crate::backend::{Generation, Prefill, Run};
     use onnx_parity_reference::BidirectionalScope;
 
     fn runs(onnx_logits: Vec<f32>, onnx_step: Vec<f32>) -> (ReferenceRun, OnnxRun) {
@@ -137,13 +226,14 @@ mod tests {
                 prefill: Prefill {
                     logits: Dense::new(vec![1, 2, 3], vec![0.0, 1.0, 2.0, 3.0, 4.0, 5.0]),
                     components: [(Component::InputsEmbeds, embeds.clone())].into(),
+                    layers: LayerOutputs::NotRequested,
                 },
                 generation: Generation { tokens: vec![2, 2], step_logits: vec![vec![3.0, 4.0, 5.0], vec![1.0, 1.0, 9.0]] },
             },
         };
         let onnx = OnnxRun {
             forced: Run {
-                prefill: Prefill { logits: Dense::new(vec![1, 2, 3], onnx_logits), components: [(Component::InputsEmbeds, embeds)].into() },
+                prefill: Prefill { logits: Dense::new(vec![1, 2, 3], onnx_logits), components: [(Component::InputsEmbeds, embeds)].into(), layers: LayerOutputs::NotRequested },
                 generation: Generation { tokens: vec![2, 2], step_logits: vec![vec![3.0, 4.0, 5.0], onnx_step] },
             },
             free: Generation::default(),
@@ -195,5 +285,56 @@ mod tests {
         let (r, mut o) = runs(vec![0.0, 1.0, 2.0, 3.0, 4.0, 5.0], vec![1.0, 1.0, 9.0]);
         o.forced.generation.step_logits.truncate(1);
         assert_eq!(compare(&r, &o, &TOL).status, Status::Fail);
+    }
+
+    fn layers(values: &[f32]) -> LayerOutputs {
+        LayerOutputs::Tensors(values.iter().map(|&v| Dense::new(vec![1, 1, 2], vec![v, 1.0])).collect())
+    }
+
+    /// Guards: the first layer outside the tolerance is named; the verdict still gates on logits.
+    #[test]
+    fn first_divergent_layer_is_named() {
+        let (mut r, mut o) = runs(vec![0.0, 1.0, 2.0, 3.0, 4.0, 5.0], vec![1.0, 1.0, 9.0]);
+        r.run.prefill.layers = layers(&[1.0, 2.0, 3.0, 4.0]);
+        o.forced.prefill.layers = layers(&[1.0, 2.0, 3.5, 4.5]);
+        let out = compare(&r, &o, &TOL);
+        assert_eq!(out.status, Status::Pass, "{}", out.message);
+        assert_eq!(out.metrics.get("first_divergent_layer").and_then(|v| v.as_u64()), Some(2), "{}", out.message);
+        assert_eq!(out.metrics.get("layer_max_abs_diff").and_then(|v| v.as_array()).map(|a| a.len()), Some(4));
+        assert!(out.message.contains("first divergent decoder layer 2"), "{}", out.message);
+        o.forced.prefill.layers = layers(&[1.0, 2.0, 3.0, 4.0]);
+        let out = compare(&r, &o, &TOL);
+        assert!(out.metrics.get("first_divergent_layer").is_none());
+        assert!(out.message.contains("decoder layers agree"), "{}", out.message);
+    }
+
+    /// Guards: no layer is blamed when a component upstream of the decoder already differs, and
+    /// unavailable or mismatched layer lists are said, not guessed.
+    #[test]
+    fn layers_are_not_blamed_for_upstream_differences() {
+        let (mut r, mut o) = runs(vec![0.0, 1.0, 2.0, 3.0, 4.0, 5.0], vec![1.0, 1.0, 9.0]);
+        o.forced.prefill.components.insert(Component::InputsEmbeds, Dense::new(vec![1, 2, 1], vec![0.5, 0.9]));
+        r.run.prefill.layers = layers(&[1.0, 2.0]);
+        o.forced.prefill.layers = layers(&[1.5, 2.5]);
+        let out = compare(&r, &o, &TOL);
+        assert!(out.metrics.get("first_divergent_layer").is_none(), "{}", out.message);
+        assert!(out.message.contains("no layer blamed, their input (inputs_embeds) already differs"), "{}", out.message);
+        o.forced.prefill.layers = LayerOutputs::Unavailable("boundaries not identifiable: x".into());
+        let out = compare(&r, &o, &TOL);
+        assert!(out.message.contains("not localised (boundaries not identifiable: x)"), "{}", out.message);
+        assert_eq!(out.metrics.get("layers_localised"), Some(&serde_json::Value::Bool(false)));
+        o.forced.prefill.layers = layers(&[1.0]);
+        assert!(compare(&r, &o, &TOL).message.contains("exposes 1 layers, the reference has 2"));
+    }
+
+    /// Guards the table profile: a log-scale bar per layer and the blamed layer.
+    #[test]
+    fn sparkline() {
+        let mut m = std::collections::BTreeMap::new();
+        assert_eq!(layer_sparkline(&m), None);
+        m.insert("layer_max_abs_diff".into(), serde_json::json!([1e-9, 5e-7, 2e-3, 0.5, 30.0]));
+        assert_eq!(layer_sparkline(&m).as_deref(), Some("▁▁▅▇█"));
+        m.insert("first_divergent_layer".into(), 2.into());
+        assert_eq!(layer_sparkline(&m).as_deref(), Some("layer 2 ▁▁▅▇█"));
     }
 }
