@@ -1,0 +1,2 @@
+//! (in progress: being written)
+fn main() {}
