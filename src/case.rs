@@ -612,43 +612,11 @@ pub fn discover(paths: &[PathBuf]) -> Vec<(PathBuf, Result<Case, CaseError>)> {
 mod tests {
     use super::*;
 
-    fn anchors() -> PathBuf {
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/anchors")
-    }
-
     fn parse(yaml: &str) -> Result<Case, CaseError> {
         Case::from_yaml_str(yaml, Path::new("/cases/causal-lm/demo.yaml"))
     }
 
     const MINIMAL: &str = "model_id: m\nmodel_type: gemma4_text\ndtype: float32\nlevel: \"L4+L5\"\n";
-
-    /// Guards: every mobius case file loads unchanged (DESIGN §4), with the fields we rely on.
-    #[test]
-    fn all_mobius_cases_parse() {
-        let root = anchors().join("mobius/cases");
-        if !root.is_dir() {
-            eprintln!("note: {} is absent; skipping the mobius case check", root.display());
-            return;
-        }
-        let found = discover(&[root]);
-        assert_eq!(found.len(), 14, "expected the 14 mobius Gemma 4 cases");
-        for (path, parsed) in &found {
-            let case = parsed.as_ref().unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-            assert_eq!(case.levels, BTreeSet::from([Level::L4, Level::L5]), "{}", path.display());
-            assert_eq!(case.dtype, Dtype::Float32);
-            assert!(!case.inputs.prompts.is_empty());
-            assert!(!case.category.is_empty() && !case.name.is_empty());
-        }
-        let e2b = found.iter().find(|(p, _)| p.ends_with("speech/gemma-4-12b-audio.yaml")).unwrap().1.as_ref().unwrap();
-        assert_eq!(e2b.generation.eos_token_id, Some(vec![1]));
-        assert_eq!(e2b.generation.max_new_tokens, Some(30));
-        assert_eq!(e2b.inputs.audio, vec!["652-129742-0006.flac".to_string()]);
-        assert_eq!(e2b.category, "speech");
-        assert!(e2b.ci_skip_reason.is_some());
-        let vl = found.iter().find(|(p, _)| p.ends_with("vision-language/gemma-4-e2b-it.yaml")).unwrap().1.as_ref().unwrap();
-        assert_eq!(vl.inputs.images, vec!["pipeline-cat-chonk.jpeg".to_string()]);
-        assert_eq!(vl.name, "gemma-4-e2b-it");
-    }
 
     /// Guards: every case this repository ships under `cases/` loads (a malformed one would
     /// otherwise only show up as a failing trial of the parity target).

@@ -40,19 +40,6 @@ fn list_committed_cases() {
     assert!(text(&o).contains("vision-language/unified-vision"), "{}", text(&o));
 }
 
-/// Guards: mobius's own 14 Gemma 4 case files load unchanged (skipped without ../shared).
-#[test]
-fn list_mobius_anchor_cases() {
-    let anchors = root().join("../shared/anchors/mobius/cases");
-    if !anchors.is_dir() {
-        eprintln!("skipping: {} is absent", anchors.display());
-        return;
-    }
-    let o = cli(&["list", &anchors.display().to_string()]);
-    assert!(o.status.success(), "{}", text(&o));
-    assert!(text(&o).contains("14 cases, 0 malformed"), "{}", text(&o));
-}
-
 /// Guards: an unknown key makes `list` fail, naming the key and the file.
 #[test]
 fn unknown_key_is_named() {

@@ -5,7 +5,9 @@
 //! `onnxruntime` (or, with the `cuda` feature, `onnxruntime-gpu`) wheel through `python3 -m pip
 //! download`, whose `onnxruntime/capi/*.so*` files are extracted into the cache. The fetch is
 //! serialised with a file lock and each file is renamed into place, so several test processes
-//! starting at once neither race nor see a half-written library.
+//! starting at once neither race nor see a half-written library. `ONNX_PARITY_ORT_WHEEL` names a
+//! wheel already on disk to extract instead of downloading one (a machine that cannot reach the
+//! package index; `tests/kill.rs`, which kills an extraction part-way without a network).
 
 use std::fs;
 use std::io::Read;
@@ -29,6 +31,8 @@ pub enum RuntimeError {
     Unavailable { version: &'static str, wheel: &'static str, tried: String, cause: String },
     #[error("ORT_DYLIB_PATH={0} does not name a file")]
     BadOverride(PathBuf),
+    #[error("ONNX_PARITY_ORT_WHEEL={0} does not name a file")]
+    BadWheel(PathBuf),
     #[error("loading ONNX Runtime from {path}: {message}")]
     Load { path: PathBuf, message: String },
     #[error("creating the ONNX Runtime environment: {0}")]
@@ -73,13 +77,23 @@ pub fn cache_dir() -> PathBuf {
     base.join(format!("{}-{ORT_VERSION}", wheel_name()))
 }
 
+/// Where a fetch gets the wheel.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum WheelSource {
+    /// `python3 -m pip download` (the default).
+    Pip,
+    /// `ONNX_PARITY_ORT_WHEEL`: a wheel on disk, extracted exactly as a downloaded one.
+    File(PathBuf),
+}
+
 /// Locates the ONNX Runtime shared library, fetching it on first use.
 pub fn locate_library() -> Result<PathBuf, RuntimeError> {
-    locate(std::env::var_os("ORT_DYLIB_PATH").map(PathBuf::from), cache_dir())
+    let source = std::env::var_os("ONNX_PARITY_ORT_WHEEL").map_or(WheelSource::Pip, |p| WheelSource::File(p.into()));
+    locate(std::env::var_os("ORT_DYLIB_PATH").map(PathBuf::from), cache_dir(), &source)
 }
 
 /// [`locate_library`] with its inputs explicit (testable without touching the environment).
-fn locate(override_path: Option<PathBuf>, dir: PathBuf) -> Result<PathBuf, RuntimeError> {
+fn locate(override_path: Option<PathBuf>, dir: PathBuf, source: &WheelSource) -> Result<PathBuf, RuntimeError> {
     if let Some(p) = override_path {
         return if p.is_file() { Ok(p) } else { Err(RuntimeError::BadOverride(p)) };
     }
@@ -87,7 +101,12 @@ fn locate(override_path: Option<PathBuf>, dir: PathBuf) -> Result<PathBuf, Runti
     if lib.is_file() {
         return Ok(lib);
     }
-    let tried = format!("ORT_DYLIB_PATH (unset); cache {}; python3 -m pip download {}=={}", lib.display(), wheel_name(), ORT_VERSION);
+    let fetch = match source {
+        WheelSource::Pip => format!("python3 -m pip download {}=={}", wheel_name(), ORT_VERSION),
+        WheelSource::File(p) if p.is_file() => format!("the wheel {} (ONNX_PARITY_ORT_WHEEL)", p.display()),
+        WheelSource::File(p) => return Err(RuntimeError::BadWheel(p.clone())),
+    };
+    let tried = format!("ORT_DYLIB_PATH (unset); cache {}; {fetch}", lib.display());
     let unavailable = |cause: String| RuntimeError::Unavailable { version: ORT_VERSION, wheel: wheel_name(), tried: tried.clone(), cause };
     fs::create_dir_all(&dir).map_err(|e| unavailable(format!("creating {}: {e}", dir.display())))?;
     let lock_path = dir.join(".lock");
@@ -96,7 +115,7 @@ fn locate(override_path: Option<PathBuf>, dir: PathBuf) -> Result<PathBuf, Runti
     // Another process may have finished the fetch while we waited for the lock.
     if !lib.is_file() {
         remove_leftovers(&dir);
-        fetch_into(&dir).map_err(unavailable)?;
+        fetch_into(&dir, source).map_err(unavailable)?;
     }
     // Dropping the file releases the lock.
     drop(lock);
@@ -121,42 +140,55 @@ fn remove_leftovers(dir: &Path) {
     }
 }
 
-/// Downloads the wheel with pip into a scratch folder and extracts its `capi` shared libraries.
-fn fetch_into(dir: &Path) -> Result<(), String> {
+/// Gets the wheel (pip, or the file given) and extracts its `capi` shared libraries into `dir`.
+fn fetch_into(dir: &Path, source: &WheelSource) -> Result<(), String> {
+    let (wheel, origin) = match source {
+        WheelSource::Pip => download(dir)?,
+        WheelSource::File(p) => (fs::File::open(p).map_err(|e| format!("opening {}: {e}", p.display()))?, p.clone()),
+    };
+    let n = extract_capi_libraries(wheel, &origin, dir)?;
+    tracing::info!("extracted {n} ONNX Runtime libraries into {}", dir.display());
+    Ok(())
+}
+
+/// Downloads the wheel with pip into a scratch folder and returns it open, the scratch folder
+/// already removed (the open file stays readable). Removing it before the extraction means a
+/// process killed after the runtime library is in place leaves no scratch behind: the next
+/// [`locate`] finds the library and never takes the lock that would clean it.
+fn download(dir: &Path) -> Result<(fs::File, PathBuf), String> {
     let scratch = dir.join(format!(".download-{}", std::process::id()));
     let _ = fs::remove_dir_all(&scratch);
     fs::create_dir_all(&scratch).map_err(|e| format!("creating {}: {e}", scratch.display()))?;
     let spec = format!("{}=={ORT_VERSION}", wheel_name());
     tracing::info!("fetching ONNX Runtime: python3 -m pip download --no-deps {spec} (once per machine)");
     eprintln!("onnx-parity: fetching ONNX Runtime ({spec}) into {} ...", dir.display());
-    let out = Command::new("python3")
-        .args(["-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--disable-pip-version-check", "-d"])
-        .arg(&scratch)
-        .arg(&spec)
-        .output()
-        .map_err(|e| format!("running python3 -m pip: {e}"))?;
-    if !out.status.success() {
-        let _ = fs::remove_dir_all(&scratch);
-        return Err(format!("pip download {spec} failed ({}): {}", out.status, String::from_utf8_lossy(&out.stderr).trim()));
-    }
-    let wheel = fs::read_dir(&scratch)
-        .map_err(|e| e.to_string())?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .find(|p| p.extension().is_some_and(|x| x == "whl"))
-        .ok_or_else(|| format!("pip download {spec} produced no .whl in {}", scratch.display()))?;
-    let result = extract_capi_libraries(&wheel, dir);
+    let result = (|| {
+        let out = Command::new("python3")
+            .args(["-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--disable-pip-version-check", "-d"])
+            .arg(&scratch)
+            .arg(&spec)
+            .output()
+            .map_err(|e| format!("running python3 -m pip: {e}"))?;
+        if !out.status.success() {
+            return Err(format!("pip download {spec} failed ({}): {}", out.status, String::from_utf8_lossy(&out.stderr).trim()));
+        }
+        let wheel = fs::read_dir(&scratch)
+            .map_err(|e| e.to_string())?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .find(|p| p.extension().is_some_and(|x| x == "whl"))
+            .ok_or_else(|| format!("pip download {spec} produced no .whl in {}", scratch.display()))?;
+        let file = fs::File::open(&wheel).map_err(|e| format!("opening {}: {e}", wheel.display()))?;
+        Ok((file, wheel))
+    })();
     let _ = fs::remove_dir_all(&scratch);
-    let n = result?;
-    tracing::info!("extracted {n} ONNX Runtime libraries into {}", dir.display());
-    Ok(())
+    result
 }
 
 /// Extracts every `onnxruntime/capi/lib*.so*` member (the runtime and, for the GPU wheel, its
 /// provider libraries, which must sit beside it) into `dir`, each via a temp file + rename. The
 /// runtime library goes last: its presence is what [`locate`] takes for a finished extraction, so
 /// a fetch killed part-way is redone rather than leaving a runtime without its providers.
-fn extract_capi_libraries(wheel: &Path, dir: &Path) -> Result<usize, String> {
-    let file = fs::File::open(wheel).map_err(|e| format!("opening {}: {e}", wheel.display()))?;
+fn extract_capi_libraries(file: fs::File, wheel: &Path, dir: &Path) -> Result<usize, String> {
     let mut zip = zip::ZipArchive::new(file).map_err(|e| format!("reading {}: {e}", wheel.display()))?;
     let mut members: Vec<(usize, String)> = Vec::new();
     for i in 0..zip.len() {
@@ -207,10 +239,19 @@ mod tests {
     fn override_and_cache_lookup() {
         let dir = tempfile::tempdir().expect("temp dir");
         let missing = dir.path().join("nope.so");
-        let e = locate(Some(missing.clone()), dir.path().into()).expect_err("bad override must fail").to_string();
+        let e = locate(Some(missing.clone()), dir.path().into(), &WheelSource::Pip).expect_err("bad override must fail").to_string();
         assert!(e.contains("ORT_DYLIB_PATH") && e.contains("nope.so"), "{e}");
         let cached = dir.path().join(library_file_name());
         std::fs::write(&cached, b"not really a library").expect("write");
-        assert_eq!(locate(None, dir.path().into()).expect("cache hit"), cached);
+        assert_eq!(locate(None, dir.path().into(), &WheelSource::Pip).expect("cache hit"), cached);
+    }
+
+    /// Guards: a wrong ONNX_PARITY_ORT_WHEEL is an error naming it, never a silent fallback to pip.
+    #[test]
+    fn bad_wheel_is_named() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let missing = dir.path().join("nope.whl");
+        let e = locate(None, dir.path().join("cache"), &WheelSource::File(missing)).expect_err("bad wheel must fail").to_string();
+        assert!(e.contains("ONNX_PARITY_ORT_WHEEL") && e.contains("nope.whl"), "{e}");
     }
 }
