@@ -161,6 +161,25 @@ impl Golden {
         let field_err = |field: String, message: String| GoldenError::Field { path: origin.to_path_buf(), field, message };
         let hex = |field: &str, i: usize, s: &str| hexfloat::from_hex(s).map_err(|e| field_err(format!("{field}[{i}]"), e.to_string()));
         let top10_logits = raw.top10_logits.iter().enumerate().map(|(i, s)| hex("top10_logits", i, s)).collect::<Result<Vec<_>, _>>()?;
+        if let Some(i) = top10_logits.iter().position(|v| v.is_nan()) {
+            // `from_logits` refuses NaN logits; a golden ranking a NaN is never right.
+            return Err(field_err(
+                format!("top10_logits[{i}]"),
+                "expected a number, found NaN (a golden's top-10 logits are never NaN)".into(),
+            ));
+        }
+        if raw.top10_ids.is_empty() {
+            return Err(field_err("top10_ids".into(), "expected at least one token id (the top-1), found an empty list".into()));
+        }
+        let token =
+            |field: String, t: i64| if t < 0 { Err(field_err(field, format!("expected a token id ≥ 0, found {t}"))) } else { Ok(()) };
+        token("top1_id".into(), raw.top1_id)?;
+        token("top2_id".into(), raw.top2_id)?;
+        for (field, list) in [("top10_ids", &raw.top10_ids), ("input_ids", &raw.input_ids)] {
+            for (i, &t) in list.iter().enumerate() {
+                token(format!("{field}[{i}]"), t)?;
+            }
+        }
         if top10_logits.len() != raw.top10_ids.len() {
             return Err(field_err("top10_logits".into(), format!("{} values for {} top10_ids", top10_logits.len(), raw.top10_ids.len())));
         }
@@ -266,7 +285,15 @@ impl GenerationGolden {
     }
 
     pub fn from_json_str(text: &str, origin: &Path) -> Result<GenerationGolden, GoldenError> {
-        from_json_named(text, origin)
+        let g: GenerationGolden = from_json_named(text, origin)?;
+        if let Some(i) = g.generated_tokens.iter().position(|&t| t < 0) {
+            return Err(GoldenError::Field {
+                path: origin.to_path_buf(),
+                field: format!("generated_tokens[{i}]"),
+                message: format!("expected a token id ≥ 0, found {}", g.generated_tokens[i]),
+            });
+        }
+        Ok(g)
     }
 
     /// The file's exact bytes (Python `json.dump(indent=2)` + `"\n"`).

@@ -28,6 +28,15 @@ pub enum Error {
         source: serde_json::Error,
     },
 
+    /// A config file that parses but is rejected (unsupported model type or value, a KV-sharing
+    /// layout HF cannot run, ...): the inner error, prefixed with the file it came from.
+    #[error("{}: {source}", path.display())]
+    InConfig {
+        path: PathBuf,
+        #[source]
+        source: Box<Error>,
+    },
+
     /// A safetensors file has a malformed header.
     #[error("malformed safetensors file {path}: {source}")]
     Safetensors {

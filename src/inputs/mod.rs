@@ -39,7 +39,12 @@ pub use onnx_parity_reference::{Dense, ModelInputs};
 /// `image_position_ids`, `mm_token_type_ids` (the HF processor's names and layout).
 pub fn load_safetensors(path: &Path) -> Result<ModelInputs, InputsError> {
     let bytes = std::fs::read(path).map_err(|source| InputsError::Read { path: path.into(), source })?;
-    let st = SafeTensors::deserialize(&bytes).map_err(|e| InputsError::Format { path: path.into(), message: e.to_string() })?;
+    parse_safetensors(&bytes, path)
+}
+
+/// [`load_safetensors`] on bytes already read; `path` names the source in errors.
+pub fn parse_safetensors(bytes: &[u8], path: &Path) -> Result<ModelInputs, InputsError> {
+    let st = SafeTensors::deserialize(bytes).map_err(|e| InputsError::Format { path: path.into(), message: format_error(bytes, &e) })?;
     let err = |name: &str, expected: String| InputsError::Tensor { path: path.into(), name: name.into(), expected };
     for audio in ["input_features", "input_features_mask"] {
         if st.names().contains(&audio) {
@@ -76,6 +81,37 @@ pub fn load_safetensors(path: &Path) -> Result<ModelInputs, InputsError> {
         }
     }
     Ok(ModelInputs { input_ids: ids.data, pixel_values, image_position_ids, mm_token_type_ids: mm.map(|m| m.data) })
+}
+
+/// The safetensors crate's error, with the sizes involved where it gives none (a truncated file
+/// reads "invalid header length" or "incomplete metadata, file not fully covered" otherwise).
+fn format_error(bytes: &[u8], e: &safetensors::SafeTensorError) -> String {
+    use safetensors::SafeTensorError as E;
+    let after = bytes.len().saturating_sub(8);
+    let claimed = bytes.get(..8).and_then(|b| <[u8; 8]>::try_from(b).ok()).map(u64::from_le_bytes).unwrap_or_default();
+    match e {
+        E::HeaderTooSmall => format!("{} bytes, fewer than the 8 of the header length", bytes.len()),
+        E::HeaderTooLarge | E::InvalidHeaderLength => {
+            format!("{e}: the header length says {claimed} bytes, the file holds {after} after it (truncated, or not a safetensors file)")
+        }
+        E::MetadataIncompleteBuffer => {
+            // The end of the data the header describes (its largest end offset).
+            let header = usize::try_from(claimed).ok().and_then(|n| bytes.get(8..8usize.checked_add(n)?));
+            let json: Option<serde_json::Value> = header.and_then(|h| serde_json::from_slice(h).ok());
+            let end = json
+                .as_ref()
+                .and_then(|v| v.as_object())
+                .map(|m| m.values().filter_map(|t| t.get("data_offsets")?.get(1)?.as_u64()).max().unwrap_or(0));
+            let have = after.saturating_sub(usize::try_from(claimed).unwrap_or(usize::MAX));
+            match end {
+                Some(end) => {
+                    format!("the header's data_offsets describe {end} bytes of tensor data, the file holds {have} (truncated or padded)")
+                }
+                None => e.to_string(),
+            }
+        }
+        other => other.to_string(),
+    }
 }
 
 fn view<'a>(

@@ -83,17 +83,34 @@ pub struct ExportContract {
 struct Fields<'a> {
     path: &'a Path,
     obj: &'a Value,
+    /// Where `obj` sits, for messages (`text_config.`, `vision_config.`, or empty).
+    prefix: &'static str,
 }
 
 impl Fields<'_> {
     fn err(&self, field: &str, expected: &str) -> ContractError {
-        ContractError::Field { path: self.path.into(), field: field.into(), expected: expected.into() }
+        ContractError::Field { path: self.path.into(), field: format!("{}{field}", self.prefix), expected: expected.into() }
     }
     fn int(&self, field: &str, default: Option<i64>) -> Result<i64, ContractError> {
         match self.obj.get(field) {
             None | Some(Value::Null) => default.ok_or_else(|| self.err(field, "a required integer is missing")),
             Some(v) => v.as_i64().ok_or_else(|| self.err(field, &format!("expected an integer, found {v}"))),
         }
+    }
+    /// A size: an integer > 0 (0 would declare empty tensors, e.g. an empty vocabulary).
+    fn positive(&self, field: &str, default: Option<i64>) -> Result<i64, ContractError> {
+        let v = self.int(field, default)?;
+        if v <= 0 {
+            return Err(self.err(field, &format!("a positive integer, found {v}")));
+        }
+        Ok(v)
+    }
+    /// A width where 0 means "none": an integer ≥ 0.
+    fn non_negative(&self, field: &str, v: i64) -> Result<i64, ContractError> {
+        if v < 0 {
+            return Err(self.err(field, &format!("an integer ≥ 0, found {v}")));
+        }
+        Ok(v)
     }
     fn opt_int(&self, field: &str) -> Result<Option<i64>, ContractError> {
         match self.obj.get(field) {
@@ -113,39 +130,53 @@ impl ExportContract {
     /// Derives the contract from a checkpoint's `config.json`.
     pub fn from_config_file(path: &Path) -> Result<Self, ContractError> {
         let text = std::fs::read_to_string(path).map_err(|source| ContractError::Read { path: path.into(), source })?;
-        let root: Value = serde_json::from_str(&text).map_err(|source| ContractError::Json { path: path.into(), source })?;
+        Self::from_config_str(&text, path)
+    }
+
+    /// Derives the contract from `config.json` text already read; `path` names it in errors.
+    pub fn from_config_str(text: &str, path: &Path) -> Result<Self, ContractError> {
+        let root: Value = serde_json::from_str(text).map_err(|source| ContractError::Json { path: path.into(), source })?;
         Self::from_config(path, &root)
     }
 
     fn from_config(path: &Path, root: &Value) -> Result<Self, ContractError> {
-        let top = Fields { path, obj: root };
+        let top = Fields { path, obj: root, prefix: "" };
         let model_type = root.get("model_type").and_then(Value::as_str).unwrap_or_default().to_string();
         let gemma4 = matches!(model_type.as_str(), "gemma4" | "gemma4_text");
         let (text, multimodal, has_vision) = match model_type.as_str() {
             "gemma4_unified" | "gemma4" => {
                 let text = root.get("text_config").ok_or_else(|| top.err("text_config", "required for a multimodal model"))?;
-                let has_vision = !matches!(root.get("vision_config"), None | Some(Value::Null));
+                if !text.is_object() {
+                    return Err(top.err("text_config", &format!("an object, found {text}")));
+                }
+                let has_vision = match root.get("vision_config") {
+                    None | Some(Value::Null) => false,
+                    Some(Value::Object(_)) => true,
+                    Some(other) => return Err(top.err("vision_config", &format!("an object or null, found {other}"))),
+                };
                 (text, true, has_vision)
             }
             "gemma4_unified_text" | "gemma4_text" => (root, false, false),
             other => return Err(top.err("model_type", &format!("a Gemma 4 model type, found {other:?}"))),
         };
-        let t = Fields { path, obj: text };
-        let hidden = t.int("hidden_size", Some(2304))?;
-        let vocab = t.int("vocab_size", Some(262_144))?;
+        let t = Fields { path, obj: text, prefix: if multimodal { "text_config." } else { "" } };
+        let hidden = t.positive("hidden_size", Some(2304))?;
+        let vocab = t.positive("vocab_size", Some(262_144))?;
         let n_layers = t.int("num_hidden_layers", Some(30))?;
-        let kv_heads = t.int("num_key_value_heads", Some(4))?;
-        let head_dim = t.int("head_dim", Some(256))?;
-        let global_head_dim = t.opt_int("global_head_dim")?.unwrap_or(512);
+        let kv_heads = t.positive("num_key_value_heads", Some(4))?;
+        let head_dim = t.positive("head_dim", Some(256))?;
+        // 0: full layers use head_dim.
+        let global_head_dim = t.non_negative("global_head_dim", t.opt_int("global_head_dim")?.unwrap_or(512))?;
         let k_eq_v = t.bool("attention_k_eq_v", false)?;
         // HF reads num_global_key_value_heads only with k_eq_v, and fails when it is null then.
         let global_kv_heads = match (k_eq_v, t.opt_int("num_global_key_value_heads")?) {
-            (true, Some(n)) => n,
+            (true, Some(n)) if n > 0 => n,
+            (true, Some(n)) => return Err(t.err("num_global_key_value_heads", &format!("a positive integer, found {n}"))),
             (true, None) => return Err(t.err("num_global_key_value_heads", "an integer when attention_k_eq_v is true")),
             (false, _) => kv_heads,
         };
         // gemma4 PLE width (on by default there; unified has none): per_layer_inputs carry L·P.
-        let ple = if gemma4 { t.int("hidden_size_per_layer_input", Some(256))? } else { 0 };
+        let ple = if gemma4 { t.non_negative("hidden_size_per_layer_input", t.int("hidden_size_per_layer_input", Some(256))?)? } else { 0 };
         let n_shared = t.int("num_kv_shared_layers", Some(0))?;
         if !(1..=MAX_LAYERS).contains(&n_layers) {
             // Checked before per-layer lists are built from it (a huge count would abort the process).
@@ -199,7 +230,10 @@ impl ExportContract {
                 // The embedding model computes the per-layer inputs (it has the token ids); the
                 // decoder takes them at prefill and every decode step.
                 let width = n_layers.checked_mul(ple).ok_or_else(|| {
-                    t.err("hidden_size_per_layer_input", &format!("a width whose product with {n_layers} layers fits in 64 bits, found {ple}"))
+                    t.err(
+                        "hidden_size_per_layer_input",
+                        &format!("a width whose product with {n_layers} layers fits in 64 bits, found {ple}"),
+                    )
                 })?;
                 let per_layer = || t_in("per_layer_inputs", ElemType::Float, vec![any, any, fixed(width)]);
                 dec_in.push(per_layer());
@@ -212,15 +246,23 @@ impl ExportContract {
             let emb_in = if has_vision { vec![ids(), features()] } else { vec![ids()] };
             submodels.push(SubmodelContract { role: EMBEDDING, inputs: emb_in, outputs: emb_out });
             if has_vision {
-                let v = Fields { path, obj: &root["vision_config"] };
+                let v = Fields { path, obj: &root["vision_config"], prefix: "vision_config." };
                 // unified: merged (k·p)² patches; gemma4: the tower's unmerged p² patches.
-                let too_big = |field: &str| v.err(field, "a patch whose pixel count (·3 channels) fits in 64 bits");
                 let patch = if gemma4 {
-                    v.int("patch_size", Some(16))?
+                    v.positive("patch_size", Some(16))?
                 } else {
-                    v.int("patch_size", Some(16))?.checked_mul(v.int("pooling_kernel_size", Some(3))?).ok_or_else(|| too_big("pooling_kernel_size"))?
+                    let (p, k) = (v.positive("patch_size", Some(16))?, v.positive("pooling_kernel_size", Some(3))?);
+                    p.checked_mul(k).ok_or_else(|| {
+                        v.err(
+                            "patch_size",
+                            &format!("a merged patch (patch_size · pooling_kernel_size = {p} · {k}) whose pixel count fits in 64 bits"),
+                        )
+                    })?
                 };
-                let patch_dim = patch.checked_mul(patch).and_then(|p| p.checked_mul(3)).ok_or_else(|| too_big("patch_size"))?;
+                let patch_dim = patch.checked_mul(patch).and_then(|p| p.checked_mul(3)).ok_or_else(|| {
+                    let what = if gemma4 { "patch_size" } else { "patch_size · pooling_kernel_size" };
+                    v.err("patch_size", &format!("a patch whose pixel count ({what} = {patch})² · 3 fits in 64 bits"))
+                })?;
                 submodels.push(SubmodelContract {
                     role: VISION_ENCODER,
                     inputs: vec![

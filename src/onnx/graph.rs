@@ -81,7 +81,12 @@ impl GraphSummary {
     /// Decodes the graph file at `path` (external-data weights are not read).
     pub fn load(path: &Path) -> Result<Self, GraphError> {
         let bytes = std::fs::read(path).map_err(|source| GraphError::Read { path: path.into(), source })?;
-        let model = ModelProto::decode(bytes.as_slice()).map_err(|source| GraphError::Decode { path: path.into(), source })?;
+        Self::from_bytes(&bytes, path)
+    }
+
+    /// Decodes graph-file bytes already read; `path` names the source in errors.
+    pub fn from_bytes(bytes: &[u8], path: &Path) -> Result<Self, GraphError> {
+        let model = ModelProto::decode(bytes).map_err(|source| GraphError::Decode { path: path.into(), source })?;
         Self::from_model(path, &model)
     }
 

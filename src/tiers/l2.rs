@@ -65,7 +65,8 @@ fn ignored_by_hf(name: &str, prefix: &str, first_shared: usize) -> bool {
 pub fn check(inputs: L2Inputs<'_>) -> TierOutcome {
     let config = match ModelConfig::from_file(inputs.config) {
         Ok(c) => c,
-        Err(e) => return TierOutcome::fail(format!("{}: {e}", inputs.config.display())),
+        // The error names the file.
+        Err(e) => return TierOutcome::fail(e.to_string()),
     };
     let audio = match config.audio_config() {
         None => Vec::new(),

@@ -288,9 +288,15 @@ impl ModelConfig {
     /// Reads, post-inits and validates `config.json`.
     pub fn from_file(path: &Path) -> Result<Self> {
         let text = std::fs::read_to_string(path).map_err(|source| Error::Io { path: path.to_path_buf(), source })?;
-        Self::from_json_str(&text).map_err(|e| match e {
+        Self::from_json_str_at(&text, path)
+    }
+
+    /// [`ModelConfig::from_json_str`] of text read from `path`: every error names the file
+    /// (syntax and type errors as [`Error::Json`], rejected values as [`Error::InConfig`]).
+    pub fn from_json_str_at(text: &str, path: &Path) -> Result<Self> {
+        Self::from_json_str(text).map_err(|e| match e {
             Error::Json { source, .. } => Error::Json { path: path.to_path_buf(), source },
-            other => other,
+            other => Error::InConfig { path: path.to_path_buf(), source: Box::new(other) },
         })
     }
 

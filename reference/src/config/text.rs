@@ -366,7 +366,13 @@ impl TextConfig {
                 ));
             }
             if !self.head_dim(lt).is_multiple_of(2) {
-                return Err(Error::config("head_dim", self.head_dim(lt), "rotate_half needs an even head dim"));
+                // Full layers take global_head_dim when it is set: name the key that holds the value.
+                let field = if lt == LayerType::Full && self.global_head_dim > 0 { "global_head_dim" } else { "head_dim" };
+                return Err(Error::config(
+                    field,
+                    self.head_dim(lt),
+                    format!("rotate_half needs an even head dim ({} layers)", lt.as_str()),
+                ));
             }
             let rope = self.rope(lt)?;
             if rope.dim != self.head_dim(lt) {

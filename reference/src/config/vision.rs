@@ -66,6 +66,18 @@ impl UnifiedVisionConfig {
             ("mm_embed_dim", self.mm_embed_dim),
             ("mm_posemb_size", self.mm_posemb_size),
         ])?;
+        // patch_dim() = (patch_size · pooling_kernel_size)² · 3 must not overflow.
+        let side = self.patch_size.checked_mul(self.pooling_kernel_size);
+        if side.and_then(|s| s.checked_mul(s)).and_then(|s| s.checked_mul(3)).is_none() {
+            return Err(Error::config(
+                "vision_config.patch_size",
+                self.patch_size,
+                format!(
+                    "(patch_size · pooling_kernel_size)² · 3 pixel values per merged patch overflow (pooling_kernel_size = {})",
+                    self.pooling_kernel_size
+                ),
+            ));
+        }
         if self.output_proj_dims != self.mm_embed_dim {
             return Err(Error::config(
                 "output_proj_dims",
@@ -184,6 +196,10 @@ impl VisionTowerConfig {
             ("vision_config.patch_size", self.patch_size),
             ("vision_config.position_embedding_size", self.position_embedding_size),
         ])?;
+        // patch_dim() = 3 · patch_size² must not overflow.
+        if self.patch_size.checked_mul(self.patch_size).and_then(|p| p.checked_mul(3)).is_none() {
+            return Err(Error::config("vision_config.patch_size", self.patch_size, "a patch of 3 · patch_size² pixel values overflows"));
+        }
         self.activation()?;
         if !self.num_attention_heads.is_multiple_of(self.num_key_value_heads) {
             return Err(Error::config(
