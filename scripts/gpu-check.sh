@@ -38,7 +38,11 @@ if [[ ! -x $bin ]]; then
   exit 2
 fi
 start=$(date +%s)
-{ nvidia-smi --query-gpu=name,driver_version,compute_cap,memory.total --format=csv,noheader || echo "nvidia-smi unavailable"; } >"$out/gpu.txt" 2>&1
+if command -v nvidia-smi >/dev/null; then
+  nvidia-smi --query-gpu=name,driver_version,compute_cap,memory.total --format=csv,noheader >"$out/gpu.txt" 2>&1
+else
+  echo "no nvidia-smi" >"$out/gpu.txt"
+fi
 row "GPU" info "$(head -1 "$out/gpu.txt")"
 
 # 1. The TF32 probe (prints candle's row, and ORT's when its library loads).

@@ -36,8 +36,10 @@ pub const PROBE_N: usize = 48;
 /// Why a GPU run cannot start or failed its probe.
 #[derive(Debug, thiserror::Error)]
 pub enum GpuError {
+    /// The device named by `ONNX_PARITY_DEVICE` is unknown or cannot be opened (the message, so
+    /// the once-opened device's error can be returned again).
     #[error("{DEVICE_VAR}: {0}")]
-    Device(#[from] DeviceError),
+    Device(String),
     #[error("TF32 probe ({backend}): {source}")]
     Candle {
         backend: &'static str,
@@ -74,6 +76,22 @@ pub struct Tf32Env {
     /// `NVIDIA_TF32_OVERRIDE` as the CUDA libraries of this process see it.
     pub nvidia_tf32_override: Option<String>,
     pub set_by: OverrideSource,
+}
+
+impl OverrideSource {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OverrideSource::Harness => "harness",
+            OverrideSource::User => "user",
+            OverrideSource::Unset => "unset",
+        }
+    }
+}
+
+impl std::fmt::Display for OverrideSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 impl Tf32Env {
@@ -152,6 +170,12 @@ pub fn device_spec() -> Result<DeviceSpec, DeviceError> {
     }
 }
 
+impl From<DeviceError> for GpuError {
+    fn from(e: DeviceError) -> Self {
+        GpuError::Device(e.to_string())
+    }
+}
+
 static DEVICE: OnceLock<Result<Device, String>> = OnceLock::new();
 
 /// The reference's device, opened once per process (a CUDA device holds a context and a cuBLAS
@@ -162,7 +186,7 @@ pub fn reference_device() -> Result<Device, GpuError> {
         return Ok(Device::Cpu);
     }
     tf32_env();
-    DEVICE.get_or_init(|| spec.open().map_err(|e| e.to_string())).clone().map_err(|e| GpuError::Device(DeviceError::Unknown(e)))
+    DEVICE.get_or_init(|| spec.open().map_err(|e| e.to_string())).clone().map_err(GpuError::Device)
 }
 
 /// What the report records about devices and TF32.

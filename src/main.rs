@@ -367,7 +367,7 @@ fn tf32_probe() -> anyhow::Result<ExitCode> {
         Err(e) => println!("onnxruntime: not probed ({e})"),
     }
     let env = gpu::tf32_env();
-    println!("NVIDIA_TF32_OVERRIDE={} (set by {:?})", env.nvidia_tf32_override.as_deref().unwrap_or("unset"), env.set_by);
+    println!("NVIDIA_TF32_OVERRIDE={} (set by {})", env.nvidia_tf32_override.as_deref().unwrap_or("unset"), env.set_by);
     println!("candle reduced precision: {:?}", onnx_parity_reference::device::reduced_precision());
     let mut ok = true;
     for r in &results {
