@@ -206,7 +206,7 @@ impl OnnxPipeline {
         if self.probe.is_none() {
             let t = std::time::Instant::now();
             self.probe = Some(match layers::instrument(&self.decoder_path) {
-                Ok(copy) => match open_session_from_memory(&copy, &self.decoder_path, &self.opts) {
+                Ok(copy) => match open_session_from(ModelSource::Memory { path: &self.decoder_path, copy: &copy }, &self.opts) {
                     Ok(session) => Ok((session, copy)),
                     Err(e) => Err(format!("the decoder with its layer outputs exposed does not load: {e}")),
                 },
@@ -424,28 +424,22 @@ impl OnnxPipeline {
     }
 }
 
-/// A session on an instrumented decoder copy held in memory, its external data read from the
-/// original's folder.
-fn open_session_from_memory(copy: &InstrumentedDecoder, original: &Path, opts: &SessionOptions) -> Result<Session, PipelineError> {
-    let env = runtime::environment()?;
-    let load = |source: ort::Error| PipelineError::Load { path: original.into(), source };
-    let mut builder = Session::builder(env).map_err(load)?;
-    if opts.intra_threads > 0 {
-        builder = builder.with_intra_threads(opts.intra_threads).map_err(|e| load(e.into()))?;
-    }
-    builder = builder
-        .with_config_entry("session.model_external_initializers_file_folder_path", copy.external_data_dir.display().to_string())
-        .map_err(|e| load(e.into()))?;
-    #[cfg(feature = "cuda")]
-    {
-        builder = builder
-            .with_execution_providers([ort::ep::CUDA::default().with_tf32(false).build().error_on_failure()])
-            .map_err(|e| load(e.into()))?;
-    }
-    builder.commit_from_memory(&copy.bytes).map_err(load)
+/// Where a session's model comes from.
+enum ModelSource<'a> {
+    File(&'a Path),
+    /// An instrumented decoder copy held in memory, its external data read from the folder of
+    /// the original (`path`, also what errors name).
+    Memory { path: &'a Path, copy: &'a InstrumentedDecoder },
 }
 
 fn open_session(path: &Path, opts: &SessionOptions) -> Result<Session, PipelineError> {
+    open_session_from(ModelSource::File(path), opts)
+}
+
+fn open_session_from(source: ModelSource<'_>, opts: &SessionOptions) -> Result<Session, PipelineError> {
+    let path = match &source {
+        ModelSource::File(p) | ModelSource::Memory { path: p, .. } => *p,
+    };
     let env = runtime::environment()?;
     let load = |source: ort::Error| PipelineError::Load { path: path.into(), source };
     let mut builder = Session::builder(env).map_err(load)?;
@@ -461,7 +455,15 @@ fn open_session(path: &Path, opts: &SessionOptions) -> Result<Session, PipelineE
             .with_execution_providers([ort::ep::CUDA::default().with_tf32(false).build().error_on_failure()])
             .map_err(|e| load(e.into()))?;
     }
-    builder.commit_from_file(path).map_err(load)
+    match source {
+        ModelSource::File(p) => builder.commit_from_file(p).map_err(load),
+        ModelSource::Memory { copy, .. } => {
+            builder = builder
+                .with_config_entry("session.model_external_initializers_file_folder_path", copy.external_data_dir.display().to_string())
+                .map_err(|e| load(e.into()))?;
+            builder.commit_from_memory(&copy.bytes).map_err(load)
+        }
+    }
 }
 
 /// KV pairs in index order, with the static [heads, head_dim] of each key and value.
