@@ -88,12 +88,25 @@ pub struct Expectation {
 /// The default `within` factor (see the module doc).
 pub const DEFAULT_WITHIN: f64 = 2.0;
 
+/// The map form: `reason` beside the [`Signature`] fields (not `#[serde(flatten)]`, which
+/// buffers the map and so loses the key of a mistyped value: `xfail.L3: invalid type: sequence,
+/// expected a string` without `.first_divergence`).
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawExpectation {
     reason: String,
-    #[serde(flatten)]
-    signature: Signature,
+    #[serde(default)]
+    first_divergence: Option<String>,
+    #[serde(default)]
+    metric: Option<String>,
+    #[serde(default)]
+    value: Option<f64>,
+    #[serde(default)]
+    metrics: BTreeMap<String, Measured>,
+    #[serde(default)]
+    within: Option<f64>,
+    #[serde(default)]
+    error: Option<String>,
 }
 
 impl<'de> Deserialize<'de> for Expectation {
@@ -109,7 +122,14 @@ impl<'de> Deserialize<'de> for Expectation {
             }
             fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Expectation, A::Error> {
                 let raw = RawExpectation::deserialize(de::value::MapAccessDeserializer::new(map))?;
-                let s = raw.signature;
+                let s = Signature {
+                    first_divergence: raw.first_divergence,
+                    metric: raw.metric,
+                    value: raw.value,
+                    metrics: raw.metrics,
+                    within: raw.within,
+                    error: raw.error,
+                };
                 if s.metric.is_some() != s.value.is_some() {
                     return Err(de::Error::custom("xfail: `metric` and `value` go together (the metric and its measured value)"));
                 }
