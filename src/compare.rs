@@ -756,4 +756,49 @@ mod tests {
         assert!(token_match(&[1], &[1], 1.5).is_err());
         assert!(token_match(&[1], &[1], -0.1).is_err());
     }
+
+    // ----- killers of mutants that survived `cargo mutants` (docs/mutation-testing.md) -----
+
+    /// Guards: the metrics skip a position where *either* side is NaN/Inf (not only where both
+    /// are), and max_abs_diff is the real maximum (not a constant).
+    #[test]
+    fn metrics_skip_any_nonfinite_position() {
+        assert_eq!(max_abs_diff(&[1.0, f32::INFINITY, 5.0], &[1.0, 2.0, 3.0]).unwrap(), 2.0);
+        assert_eq!(max_abs_diff(&[1.0, 2.0], &[1.0, f32::NEG_INFINITY]).unwrap(), 0.0);
+        assert_eq!(mean_abs_diff(&[1.0, f32::NAN, 3.0], &[2.0, 0.0, 3.0]).unwrap(), 0.5);
+        assert_eq!(cosine_similarity(&[1.0, f32::NAN], &[1.0, 5.0]).unwrap(), 1.0);
+        assert!(max_abs_diff(&[1.0], &[1.0, 2.0]).is_err());
+    }
+
+    /// Guards: a zero-length dimension is skipped by unravel_index (no `% 0`).
+    #[test]
+    fn unravel_skips_zero_dims() {
+        assert_eq!(unravel_index(2, &[0, 3]), vec![0, 2]);
+        assert_eq!(unravel_index(4, &[2, 0, 3]), vec![1, 0, 1]);
+    }
+
+    /// Guards: the worst position is the largest *excess over the bound* `|a − e| − bound`, not
+    /// the largest sum or ratio of the two: with rtol the bound differs per position.
+    #[test]
+    fn allclose_worst_is_largest_excess() {
+        // bounds [1.0, 0.01], diffs [0.5, 0.4]: excess [-0.5, 0.39] (sum would pick 0).
+        let r = allclose(&[100.5, 1.4], &[100.0, 1.0], &[2], 0.0, 0.01).unwrap();
+        assert_eq!(r.worst_index, vec![1]);
+        // bounds [5, 0.05], diffs [10, 0.5]: excess [5, 0.45] (ratio would pick 1).
+        let r = allclose(&[110.0, 1.5], &[100.0, 1.0], &[2], 0.0, 0.05).unwrap();
+        assert_eq!(r.worst_index, vec![0]);
+        assert_eq!((r.worst_actual, r.worst_expected), (110.0, 100.0));
+        // Equal excess: the first position is the worst (strict >).
+        let r = allclose(&[1.5, 2.5, 0.0], &[1.0, 2.0, 0.0], &[3], 0.0, 0.0).unwrap();
+        assert_eq!(r.worst_index, vec![0]);
+    }
+
+    /// Guards: the Jaccard warning is strict (`<`): a Jaccard equal to the threshold is fine.
+    #[test]
+    fn l4_jaccard_at_threshold_does_not_warn() {
+        let g = GoldenTopIds { top1: 0, top2: 1, top10: &G10 };
+        let v = l4_verdict(&ranked_logits(1.0), &g, 0.01, 1.0).unwrap();
+        assert_eq!(v.jaccard, 1.0);
+        assert!(v.warnings.is_empty(), "{:?}", v.warnings);
+    }
 }

@@ -299,4 +299,24 @@ mod tests {
             assert!(from_hex(bad).is_err(), "{bad:?} should not parse");
         }
     }
+
+    // ----- killers of mutants that survived `cargo mutants` (docs/mutation-testing.md) -----
+
+    /// Guards: only *non-zero* digits past the 16 kept ones make an exact half round up; zeros
+    /// there leave the tie to even.
+    #[test]
+    fn dropped_zero_digits_are_not_sticky() {
+        // 1 + 2^-53 (exact half an ulp above 1.0) with zeros beyond the kept digits: ties to 1.0.
+        assert_eq!(from_hex("0x1.00000000000008000p+0").unwrap(), 1.0);
+        assert_eq!(from_hex("0x1.000000000000080000000000p+0").unwrap(), 1.0);
+    }
+
+    /// Guards: a shift of exactly 64 bits below the smallest subnormal still rounds (0.75 of
+    /// 2^-1074 → 2^-1074); only shifts beyond 64 flush to zero without rounding.
+    #[test]
+    fn shift_of_64_bits_still_rounds() {
+        // 0xc000000000000000 · 2^-1138 = 0.75 · 2^-1074 (Python: float.fromhex gives 5e-324).
+        assert_eq!(from_hex("0xc000000000000000p-1138").unwrap().to_bits(), 1);
+        assert_eq!(from_hex("0x4000000000000000p-1138").unwrap().to_bits(), 0);
+    }
 }
