@@ -65,6 +65,16 @@ enum Command {
         #[arg(long)]
         weights: bool,
     },
+    /// Write the tensors both back ends receive for a case (`input_ids`, and with images
+    /// `pixel_values`, `image_position_ids`, `mm_token_type_ids`) and print a one-line summary.
+    Inputs {
+        case: PathBuf,
+        #[arg(long)]
+        out: PathBuf,
+        /// The inputs of the case's `synthetic:` stand-in (what L1/L3 run on) instead of its own.
+        #[arg(long)]
+        synthetic: bool,
+    },
     /// Dump `logits` [1,S,V] (all positions), `greedy_tokens` and `image_features` from the
     /// reference (--checkpoint) or ONNX Runtime (--onnx) for an inputs safetensors file.
     Logits {
@@ -293,6 +303,46 @@ fn fetch(paths: Vec<PathBuf>, weights: bool) -> anyhow::Result<ExitCode> {
 }
 
 #[allow(clippy::too_many_arguments)]
+fn inputs(path: PathBuf, out: PathBuf, synthetic: bool) -> anyhow::Result<ExitCode> {
+    let mut found = discover(std::slice::from_ref(&path));
+    let (file, parsed) = match found.len() {
+        1 => found.remove(0),
+        0 => anyhow::bail!("no case YAML at {}", path.display()),
+        n => anyhow::bail!("{} holds {n} cases; give one case file", path.display()),
+    };
+    let case = parsed.with_context(|| file.display().to_string())?;
+    let case = if synthetic {
+        if case.synthetic.is_none() {
+            anyhow::bail!("{}: --synthetic, but the case has no `synthetic:` stand-in", file.display());
+        }
+        case.for_synthetic_tiers().into_owned()
+    } else {
+        case
+    };
+    let model_inputs = onnx_parity::inputs::for_case(&case).with_context(|| {
+        let hint = if !synthetic && case.synthetic.is_some() { " (--synthetic: the stand-in's inputs)" } else { "" };
+        format!("inputs of {}{hint}", file.display())
+    })?;
+    let bytes = onnx_parity::inputs::to_safetensors(&model_inputs).map_err(|e| anyhow::anyhow!("{}: {e}", out.display()))?;
+    onnx_parity::atomic::write_atomic(&out, &bytes).with_context(|| format!("writing {}", out.display()))?;
+    let source = if case.inputs.tensors.is_some() {
+        "inputs.tensors"
+    } else if case.inputs.input_ids.is_some() {
+        "inputs.input_ids"
+    } else {
+        "prompt through the tokenizer and image processor, no chat template"
+    };
+    let images = onnx_parity::inputs::soft_tokens_per_image(&model_inputs);
+    println!(
+        "{}: {} ids, {} image(s){}; from {source}",
+        out.display(),
+        model_inputs.input_ids.len(),
+        images.len(),
+        if images.is_empty() { String::new() } else { format!(" with {images:?} soft tokens") }
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
 fn logits(
     checkpoint: Option<PathBuf>,
     onnx: Option<PathBuf>,
@@ -390,6 +440,7 @@ fn main() -> ExitCode {
         Command::Run { paths, levels, report, markdown, goldens } => run(paths, levels, report, markdown, goldens),
         Command::Golden { paths, force, goldens } => golden(paths, force, goldens),
         Command::Fetch { paths, weights } => fetch(paths, weights),
+        Command::Inputs { case, out, synthetic } => inputs(case, out, synthetic),
         Command::Logits { checkpoint, onnx, inputs, out, greedy, bidirectional, eos } => {
             logits(checkpoint, onnx, inputs, out, greedy, bidirectional, eos)
         }

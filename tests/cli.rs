@@ -389,3 +389,31 @@ fn l2_reports_hub_parameter_counts_for_12b_and_31b() {
         assert_eq!(v["cases"][0]["levels"][0]["metrics"]["checkpoint_parameters"], count, "{v}");
     }
 }
+
+/// Guards `inputs`: the prompt case's tensors (tokenizer + image processor) are what the
+/// committed HF processor output holds, written in the layout `inputs.tensors` reads; a
+/// real-model case without its checkpoint names the missing tokenizer and the `--synthetic`
+/// way out; `--synthetic` on a case without a stand-in is refused.
+#[test]
+fn inputs_dump() {
+    let dir = tmpdir();
+    let out = dir.path().join("in.safetensors");
+    let o = cli(&["inputs", "cases/vision-language/unified-vision-prompt.yaml", "--out", &out.display().to_string()]);
+    assert!(o.status.success(), "{}", text(&o));
+    assert!(text(&o).contains("144 ids, 2 image(s) with [63, 64] soft tokens"), "{}", text(&o));
+    let got = std::fs::read(&out).expect("written");
+    let want = std::fs::read(fixture("unified-vision/inputs.safetensors")).expect("fixture");
+    let (got, want) = (SafeTensors::deserialize(&got).expect("ours"), SafeTensors::deserialize(&want).expect("HF's"));
+    for name in ["input_ids", "pixel_values", "image_position_ids", "mm_token_type_ids"] {
+        let (g, w) = (got.tensor(name).expect(name), want.tensor(name).expect(name));
+        assert_eq!((g.dtype(), g.shape()), (w.dtype(), w.shape()), "{name}");
+        assert!(g.data() == w.data(), "{name} differs from the HF processor's");
+    }
+    let o = cli(&["inputs", "cases/vision-language/gemma-4-12b.yaml", "--out", &out.display().to_string()]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(text(&o).contains("--synthetic"), "{}", text(&o));
+    let o = cli(&["inputs", "cases/vision-language/gemma-4-12b.yaml", "--synthetic", "--out", &out.display().to_string()]);
+    assert!(o.status.success(), "{}", text(&o));
+    let o = cli(&["inputs", "cases/vision-language/unified-vision.yaml", "--synthetic", "--out", &out.display().to_string()]);
+    assert!(!o.status.success() && text(&o).contains("no `synthetic:` stand-in"), "{}", text(&o));
+}

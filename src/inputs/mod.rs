@@ -161,6 +161,45 @@ pub fn for_case(case: &crate::case::Case) -> Result<ModelInputs, InputsError> {
     Err(InputsError::NoInputs)
 }
 
+/// The tensors both back ends receive, as safetensors (`input_ids` [1,S] i64, and with images
+/// `pixel_values`, `image_position_ids`, `mm_token_type_ids` [1,S]) — the layout
+/// [`load_safetensors`] reads, so a written file is a case's `inputs.tensors`.
+pub fn to_safetensors(inputs: &ModelInputs) -> Result<Vec<u8>, String> {
+    use safetensors::tensor::TensorView;
+    let i64_bytes = |d: &[i64]| d.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
+    let mut tensors: Vec<(&str, Dtype, Vec<usize>, Vec<u8>)> =
+        vec![("input_ids", Dtype::I64, vec![1, inputs.input_ids.len()], i64_bytes(&inputs.input_ids))];
+    if let Some(px) = &inputs.pixel_values {
+        tensors.push(("pixel_values", Dtype::F32, px.shape.clone(), px.data.iter().flat_map(|x| x.to_le_bytes()).collect()));
+    }
+    if let Some(pos) = &inputs.image_position_ids {
+        tensors.push(("image_position_ids", Dtype::I64, pos.shape.clone(), i64_bytes(&pos.data)));
+    }
+    if let Some(mm) = &inputs.mm_token_type_ids {
+        tensors.push(("mm_token_type_ids", Dtype::I64, vec![1, mm.len()], i64_bytes(mm)));
+    }
+    let views = tensors
+        .iter()
+        .map(|(name, dt, shape, bytes)| TensorView::new(*dt, shape.clone(), bytes).map(|v| (name.to_string(), v)).map_err(|e| format!("{name}: {e}")))
+        .collect::<Result<Vec<_>, _>>()?;
+    safetensors::serialize(views, None).map_err(|e| e.to_string())
+}
+
+/// Soft tokens per image: the lengths of the runs of image tokens (`mm_token_type_ids` = 1).
+pub fn soft_tokens_per_image(inputs: &ModelInputs) -> Vec<usize> {
+    let mut runs = Vec::new();
+    let mut run = 0;
+    for &t in inputs.mm_token_type_ids.iter().flatten().chain(std::iter::once(&0)) {
+        if t == 1 {
+            run += 1;
+        } else if run > 0 {
+            runs.push(run);
+            run = 0;
+        }
+    }
+    runs
+}
+
 /// `ONNX_PARITY_TESTDATA`: where images named by bare file names resolve (mobius's cases name
 /// `pipeline-cat-chonk.jpeg`, which lives in mobius's `testdata/`).
 pub const TESTDATA_ENV: &str = "ONNX_PARITY_TESTDATA";
