@@ -584,4 +584,13 @@ mod tests {
         let e = Golden::load(Path::new(env!("CARGO_MANIFEST_DIR"))).unwrap_err();
         assert!(matches!(e, GoldenError::Io { .. }), "a folder is an I/O error, not None");
     }
+
+    /// Guards (mutation testing): containers nested in an array are indented one level deeper,
+    /// as `json.dumps([[1], {"k": [2]}], indent=2)` does (no golden writes this shape yet, so
+    /// only this test sees the array branch's recursion level).
+    #[test]
+    fn writer_indents_containers_nested_in_arrays() {
+        let v = Json::Arr(vec![Json::Arr(vec![Json::Int(1)]), Json::Obj(vec![("k".into(), Json::Arr(vec![Json::Int(2)]))])]);
+        assert_eq!(dump(&v), "[\n  [\n    1\n  ],\n  {\n    \"k\": [\n      2\n    ]\n  }\n]\n");
+    }
 }

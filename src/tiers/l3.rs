@@ -337,4 +337,65 @@ mod tests {
         m.insert("first_divergent_layer".into(), 2.into());
         assert_eq!(layer_sparkline(&m).as_deref(), Some("layer 2 ▁▁▅▇█"));
     }
+
+    fn with_steps(reference: Vec<Vec<f32>>, onnx: Vec<Vec<f32>>) -> TierOutcome {
+        let (mut r, mut o) = runs(vec![0.0, 1.0, 2.0, 3.0, 4.0, 5.0], vec![1.0, 1.0, 9.0]);
+        r.run.generation.step_logits = reference;
+        o.forced.generation.step_logits = onnx;
+        compare(&r, &o, &TOL)
+    }
+
+    /// Guards (mutation testing): the decode step reported is the one with the largest
+    /// difference (the first of equal ones), and a failing step beats a passing one with a
+    /// larger absolute difference (a relative bound passed it).
+    #[test]
+    fn worst_decode_step_is_reported() {
+        let z = vec![0.0f32; 3];
+        let d = |x: f32| vec![0.0, 0.0, x];
+        let worst = |out: &TierOutcome| out.message.split("; ").find(|l| l.starts_with("decode step")).map(|l| l.split(':').next().unwrap().to_string());
+        let out = with_steps(vec![z.clone(), z.clone(), z.clone()], vec![z.clone(), d(0.0), d(1e-4)]);
+        assert_eq!(worst(&out).as_deref(), Some("decode step 2 (worst of 2)"), "{}", out.message);
+        assert_eq!(out.status, Status::Pass);
+        assert!(out.metrics.get("first_divergence").is_none(), "agreeing steps name no divergence: {}", out.message);
+        let out = with_steps(vec![z.clone(), z.clone(), z.clone()], vec![z.clone(), d(1e-4), d(1e-4)]);
+        assert_eq!(worst(&out).as_deref(), Some("decode step 1 (worst of 2)"), "{}", out.message);
+        let out = with_steps(vec![z.clone(), z.clone(), z.clone()], vec![z.clone(), d(1e-4), d(0.0)]);
+        assert_eq!(worst(&out).as_deref(), Some("decode step 1 (worst of 2)"), "{}", out.message);
+        assert_eq!(out.status, Status::Pass);
+        let big = vec![0.0, 0.0, 1000.0];
+        let out = with_steps(vec![z.clone(), big.clone(), z.clone()], vec![z.clone(), vec![0.0, 0.0, 1000.5], d(0.01)]);
+        assert_eq!(out.status, Status::Fail);
+        assert_eq!(worst(&out).as_deref(), Some("decode step 2 (worst of 2)"), "{}", out.message);
+        assert_eq!(out.metrics.get("first_divergence").and_then(|v| v.as_str()), Some("decode step 2"));
+    }
+
+    /// Guards (mutation testing): a reference with no cached step (only step 0, the prefill's
+    /// last position) asks nothing of the export's decode steps.
+    #[test]
+    fn no_cached_steps_to_compare_pass() {
+        let out = with_steps(vec![vec![3.0, 4.0, 5.0]], vec![]);
+        assert_eq!(out.status, Status::Pass, "{}", out.message);
+        assert_eq!(out.metrics.get("decode_steps").and_then(|v| v.as_u64()), Some(0));
+    }
+
+    /// Guards (mutation testing): the message describes each stage (max_abs_diff, where, how
+    /// many outside the tolerance), the layer line comes right after the components and before
+    /// the logits, and `argmax_match` says whether the last positions agree.
+    #[test]
+    fn message_order_and_argmax_metric() {
+        let (mut r, mut o) = runs(vec![0.0, 1.0, 2.0, 3.0, 4.0, 5.0], vec![1.0, 1.0, 9.0]);
+        r.run.prefill.layers = layers(&[1.0, 2.0]);
+        o.forced.prefill.layers = layers(&[1.0, 2.5]);
+        let out = compare(&r, &o, &TOL);
+        let at = |what: &str| out.message.find(what).unwrap_or_else(|| panic!("no {what:?} in {}", out.message));
+        assert!(out.message.starts_with("scope none; inputs_embeds: max_abs_diff 0.000e0 at ["), "{}", out.message);
+        let layer = at("; first divergent decoder layer 1 (layer 1: max_abs_diff 5.000e-1 at [");
+        let logits = at("; logits: max_abs_diff 0.000e0 at [");
+        assert!(at("inputs_embeds") < layer && layer < logits && logits < at("; decode step 1"), "{}", out.message);
+        assert!(out.message.contains("0 of 6 outside atol 1e-3 + rtol 1e-3·|ref|"), "{}", out.message);
+        assert_eq!(out.metrics.get("argmax_match"), Some(&serde_json::Value::Bool(true)));
+        let (r, o) = runs(vec![0.0, 1.0, 2.0, 3.0, 9.0, 5.0], vec![1.0, 1.0, 9.0]);
+        let out = compare(&r, &o, &TOL);
+        assert_eq!(out.metrics.get("argmax_match"), Some(&serde_json::Value::Bool(false)), "{}", out.message);
+    }
 }
