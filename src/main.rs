@@ -208,12 +208,7 @@ fn run(
     }
     meta.wall_s = start.elapsed().as_secs_f64();
     let report_data = RunReport { cases, metadata: meta };
-    if let Some(p) = report {
-        report_data.write_json(&p)?;
-    }
-    if let Some(p) = markdown {
-        report_data.write_markdown(&p)?;
-    }
+    write_reports(&report_data, report, markdown)?;
     print!("{}", report_data.console_summary());
     Ok(if report_data.ok() { ExitCode::SUCCESS } else { ExitCode::FAILURE })
 }
@@ -393,18 +388,24 @@ fn compare(a: PathBuf, b: PathBuf, max_abs: f64) -> anyhow::Result<ExitCode> {
     Ok(if ok { ExitCode::SUCCESS } else { ExitCode::FAILURE })
 }
 
+/// The JSON report and the Markdown table, where asked for.
+fn write_reports(r: &RunReport, report: Option<PathBuf>, markdown: Option<PathBuf>) -> anyhow::Result<()> {
+    if let Some(p) = report {
+        r.write_json(&p)?;
+    }
+    if let Some(p) = markdown {
+        r.write_markdown(&p)?;
+    }
+    Ok(())
+}
+
 fn merge_reports(dirs: Vec<PathBuf>, report: Option<PathBuf>, markdown: Option<PathBuf>) -> anyhow::Result<ExitCode> {
     let records = onnx_parity::report::TrialRecord::read_all(&dirs)?;
     if records.is_empty() {
         anyhow::bail!("no trial records under {dirs:?}");
     }
     let merged = RunReport::from_records(records);
-    if let Some(p) = report {
-        merged.write_json(&p)?;
-    }
-    if let Some(p) = markdown {
-        merged.write_markdown(&p)?;
-    }
+    write_reports(&merged, report, markdown)?;
     println!("{}", merged.totals());
     Ok(if merged.ok() { ExitCode::SUCCESS } else { ExitCode::FAILURE })
 }

@@ -6,13 +6,11 @@
 
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use serde_json::Value;
 
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
+mod support;
+use support::root;
 
 const CASE: &str = "cases/vision-language/unified-vision.yaml";
 const CHECKPOINT: &str = "fixtures/unified-vision/checkpoint";
@@ -49,21 +47,10 @@ fn checkpoint_copy(dir: &Path, name: &str, index: usize, patch: impl Fn(f32) -> 
     out
 }
 
-/// Runs L3 of `case` and returns (status, message) from the JSON report.
+/// Runs L3 of `case` and returns (status, message).
 fn run_l3(case: &Path, dir: &Path) -> (String, String) {
-    let report = dir.join("report.json");
-    let o = Command::new(env!("CARGO_BIN_EXE_onnx-parity"))
-        .args(["run", "--levels", "L3", "--report"])
-        .arg(&report)
-        .arg(case)
-        .current_dir(root())
-        .env("ONNX_PARITY_LOG", "warn")
-        .output()
-        .expect("runs the onnx-parity binary");
-    let out = format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
-    let r: Value = serde_json::from_slice(&fs::read(&report).unwrap_or_else(|e| panic!("no report ({e}): {out}"))).expect("report json");
-    let l3 = r["cases"][0]["levels"].as_array().expect("levels").iter().find(|l| l["level"] == "L3").cloned().expect("an L3 verdict");
-    (l3["status"].as_str().unwrap_or_default().to_string(), l3["message"].as_str().unwrap_or_default().to_string())
+    let (status, message, _) = support::run_l3(case, dir);
+    (status, message)
 }
 
 fn with_checkpoint(text: String, checkpoint: &Path) -> String {

@@ -6,30 +6,11 @@
 
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use serde_json::Value;
 
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
-/// Runs L3 of `case` and returns its verdict (status, message, metrics) from the JSON report.
-fn l3(case: &Path, dir: &Path) -> (String, String, Value) {
-    let report = dir.join("report.json");
-    let o = Command::new(env!("CARGO_BIN_EXE_onnx-parity"))
-        .args(["run", "--levels", "L3", "--report"])
-        .arg(&report)
-        .arg(case)
-        .current_dir(root())
-        .env("ONNX_PARITY_LOG", "warn")
-        .output()
-        .expect("runs the onnx-parity binary");
-    let out = format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
-    let r: Value = serde_json::from_slice(&fs::read(&report).unwrap_or_else(|e| panic!("no report ({e}): {out}"))).expect("json");
-    let v = r["cases"][0]["levels"].as_array().expect("levels").iter().find(|l| l["level"] == "L3").cloned().expect("L3");
-    (v["status"].as_str().unwrap_or_default().into(), v["message"].as_str().unwrap_or_default().into(), v["metrics"].clone())
-}
+mod support;
+use support::{root, run_l3 as l3};
 
 /// The committed case with its fixture paths made absolute and its `xfail` removed, so the raw
 /// verdict shows.

@@ -1,0 +1,28 @@
+//! Shared by the end-to-end tests that run one tier through the `onnx-parity` binary.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::Value;
+
+pub fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Runs L3 of `case` (report written in `dir`) and returns its verdict: status, message, metrics.
+pub fn run_l3(case: &Path, dir: &Path) -> (String, String, Value) {
+    let report = dir.join("report.json");
+    let o = Command::new(env!("CARGO_BIN_EXE_onnx-parity"))
+        .args(["run", "--levels", "L3", "--report"])
+        .arg(&report)
+        .arg(case)
+        .current_dir(root())
+        .env("ONNX_PARITY_LOG", "warn")
+        .output()
+        .expect("runs the onnx-parity binary");
+    let out = format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    let r: Value = serde_json::from_slice(&fs::read(&report).unwrap_or_else(|e| panic!("no report ({e}): {out}"))).expect("report json");
+    let l3 = r["cases"][0]["levels"].as_array().expect("levels").iter().find(|l| l["level"] == "L3").cloned().expect("an L3 verdict");
+    (l3["status"].as_str().unwrap_or_default().to_string(), l3["message"].as_str().unwrap_or_default().to_string(), l3["metrics"].clone())
+}
