@@ -1,7 +1,7 @@
 //! Case YAML (DESIGN §4): what to compare, with which inputs, at which tiers.
 //!
 //! mobius case files load unchanged; this project adds local artifact paths (`checkpoint`, `onnx`,
-//! `tokenizer`, `inputs.tensors`), explicit `inputs.input_ids`, `levels`, `xfail`,
+//! `tokenizer`, `inputs.tensors`), explicit `inputs.input_ids`, `chat_template`, `levels`, `xfail`,
 //! `tolerance_overrides` and `bidirectional`. Unknown keys, wrong types and bad values are errors
 //! that name the file, the key and what was expected, because a silently ignored typo
 //! (`tolerence_overrides:`) would change what a green run means.
@@ -382,6 +382,8 @@ struct RawCase {
     #[serde(default)]
     tokenizer: Option<PathBuf>,
     #[serde(default)]
+    chat_template: Option<bool>,
+    #[serde(default)]
     xfail: Option<Xfail>,
     #[serde(default)]
     tolerance_overrides: Option<ToleranceOverrides>,
@@ -448,6 +450,11 @@ pub struct Case {
     pub onnx: Option<PathBuf>,
     /// tokenizer.json (else the checkpoint's is used).
     pub tokenizer: Option<PathBuf>,
+    /// Whether prompts go through the tokenizer's chat template: `None` = mobius's convention
+    /// (image-text-to-text cases use it when the tokenizer has one, text-generation cases are
+    /// plain completions), `Some(true)` = required, `Some(false)` = never (see
+    /// `inputs::prompt`).
+    pub chat_template: Option<bool>,
     pub xfail: Option<Xfail>,
     pub tolerance_overrides: ToleranceOverrides,
     /// `None` = the model type's default (what its HF `forward` does).
@@ -518,6 +525,7 @@ impl Case {
             checkpoint: resolve(raw.checkpoint),
             onnx: resolve(raw.onnx),
             tokenizer: resolve(raw.tokenizer),
+            chat_template: raw.chat_template,
             xfail: raw.xfail,
             tolerance_overrides: overrides,
             bidirectional: raw.bidirectional,

@@ -314,19 +314,12 @@ fn inputs(path: PathBuf, out: PathBuf, synthetic: bool) -> anyhow::Result<ExitCo
     } else {
         case
     };
-    let model_inputs = onnx_parity::inputs::for_case(&case).with_context(|| {
+    let (model_inputs, source) = onnx_parity::inputs::for_case_with_source(&case).with_context(|| {
         let hint = if !synthetic && case.synthetic.is_some() { " (--synthetic: the stand-in's inputs)" } else { "" };
         format!("inputs of {}{hint}", file.display())
     })?;
     let bytes = onnx_parity::inputs::to_safetensors(&model_inputs).map_err(|e| anyhow::anyhow!("{}: {e}", out.display()))?;
     onnx_parity::atomic::write_atomic(&out, &bytes).with_context(|| format!("writing {}", out.display()))?;
-    let source = if case.inputs.tensors.is_some() {
-        "inputs.tensors"
-    } else if case.inputs.input_ids.is_some() {
-        "inputs.input_ids"
-    } else {
-        "prompt through the tokenizer and image processor, no chat template"
-    };
     let images = onnx_parity::inputs::soft_tokens_per_image(&model_inputs);
     println!(
         "{}: {} ids, {} image(s){}; from {source}",

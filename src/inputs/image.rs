@@ -77,19 +77,19 @@ pub struct RgbImage {
 /// 16-bit and float images are refused: how they reach 8 bits depends on the caller's decoder
 /// (PIL or torchvision), so there is no single HF answer to reproduce.
 ///
-/// JPEG is decoded by the `image` crate (zune-jpeg), not libjpeg-turbo as in PIL: measured on a
-/// 517×333 test image (Pillow 13.0, quality 75–95, 4:4:4/4:2:2/4:2:0) up to 4/255 per sample
-/// differs on 2–27 % of samples, so JPEG `pixel_values` are close to HF's, not equal, and a
-/// warning says so. PNG decoding is exact.
+/// JPEG is decoded by libjpeg-turbo's code at PIL's settings ([`super::jpeg`]), so its pixels
+/// equal PIL's bit for bit; PNG and the rest by the `image` crate, also exact.
 pub fn load_rgb(path: &Path) -> Result<RgbImage, InputsError> {
     let err = |message: String| InputsError::Image { path: path.into(), message };
     let reader = image::ImageReader::open(path).map_err(|e| err(format!("cannot open: {e}")))?;
     let reader = reader.with_guessed_format().map_err(|e| err(format!("cannot read: {e}")))?;
     if reader.format() == Some(image::ImageFormat::Jpeg) {
-        tracing::warn!(
-            "{}: JPEG decoded with zune-jpeg, which differs from PIL's libjpeg-turbo by up to a few levels per sample; pixel_values will not match HF's bit for bit (use PNG for exact inputs)",
-            path.display()
-        );
+        let bytes = std::fs::read(path).map_err(|e| err(format!("cannot read: {e}")))?;
+        let jpeg = super::jpeg::decode_like_pil(&bytes).map_err(|e| err(format!("cannot decode: {e}")))?;
+        if jpeg.width == 0 || jpeg.height == 0 {
+            return Err(err(format!("image is {}×{}", jpeg.width, jpeg.height)));
+        }
+        return Ok(RgbImage { height: jpeg.height, width: jpeg.width, data: jpeg.rgb });
     }
     let img = reader.decode().map_err(|e| err(format!("cannot decode as an image (PNG or JPEG expected): {e}")))?;
     use image::DynamicImage as D;

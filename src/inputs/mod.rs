@@ -3,7 +3,9 @@
 //! or (see `processor`) prompts, a tokenizer and images.
 
 pub mod image;
+pub mod jpeg;
 pub mod processor;
+pub mod prompt;
 
 use std::path::{Path, PathBuf};
 
@@ -146,17 +148,41 @@ fn read_f32(st: &SafeTensors<'_>, name: &str, path: &Path) -> Result<Option<Dens
 /// The inputs a case describes: `inputs.tensors` (HF processor output), else explicit
 /// `inputs.input_ids`, else prompts (+ images) through the tokenizer and image processor.
 pub fn for_case(case: &crate::case::Case) -> Result<ModelInputs, InputsError> {
+    Ok(for_case_with_source(case)?.0)
+}
+
+/// Where a case's inputs came from (the `inputs` command's summary).
+#[derive(Debug, Clone, PartialEq)]
+pub enum InputsSource {
+    Tensors(PathBuf),
+    InputIds,
+    Prompt(prompt::PromptFormat),
+}
+
+impl std::fmt::Display for InputsSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            InputsSource::Tensors(p) => write!(f, "inputs.tensors {}", p.display()),
+            InputsSource::InputIds => f.write_str("inputs.input_ids"),
+            InputsSource::Prompt(format) => write!(f, "the prompt through the tokenizer and image processor, {format}"),
+        }
+    }
+}
+
+/// [`for_case`], and where the inputs came from.
+pub fn for_case_with_source(case: &crate::case::Case) -> Result<(ModelInputs, InputsSource), InputsError> {
     if let Some(path) = &case.inputs.tensors {
-        return load_safetensors(path);
+        return Ok((load_safetensors(path)?, InputsSource::Tensors(path.clone())));
     }
     if let Some(ids) = &case.inputs.input_ids {
         if ids.is_empty() {
             return Err(InputsError::Invalid(format!("{}: inputs.input_ids is empty", case.path.display())));
         }
-        return Ok(ModelInputs::from_ids(ids.clone()));
+        return Ok((ModelInputs::from_ids(ids.clone()), InputsSource::InputIds));
     }
     if !case.inputs.prompts.is_empty() || !case.inputs.images.is_empty() {
-        return from_prompt(case);
+        let (inputs, format) = from_prompt(case)?;
+        return Ok((inputs, InputsSource::Prompt(format)));
     }
     Err(InputsError::NoInputs)
 }
@@ -218,10 +244,11 @@ fn image_path(case: &crate::case::Case, name: &str) -> PathBuf {
     }
 }
 
-/// Prompt (+ images) through the checkpoint's processor ([`processor::Processor`]). Image paths
-/// are resolved against the case YAML's folder, like every other path of a case. Only one prompt
-/// is supported: the back ends run batch size 1 (mobius cases have one prompt).
-fn from_prompt(case: &crate::case::Case) -> Result<ModelInputs, InputsError> {
+/// Prompt (+ images) through the checkpoint's processor ([`processor::Processor`]), in the
+/// format [`prompt::format_for`] picks. Image paths are resolved against the case YAML's folder,
+/// like every other path of a case. Only one prompt is supported: the back ends run batch size 1
+/// (mobius cases have one prompt).
+fn from_prompt(case: &crate::case::Case) -> Result<(ModelInputs, prompt::PromptFormat), InputsError> {
     let file = case.path.display();
     if case.inputs.prompts.len() > 1 {
         return Err(InputsError::Invalid(format!(
@@ -241,8 +268,10 @@ fn from_prompt(case: &crate::case::Case) -> Result<ModelInputs, InputsError> {
     })?;
     let processor = processor::Processor::load(&checkpoint, case.tokenizer.as_deref())?;
     let images: Vec<PathBuf> = case.inputs.images.iter().map(|p| image_path(case, p)).collect();
-    let prompt = case.inputs.prompts.first().map(String::as_str).unwrap_or("");
-    processor.process(prompt, &images)
+    let text = case.inputs.prompts.first().map(String::as_str).unwrap_or("");
+    let format = prompt::format_for(case, &processor)?;
+    let inputs = prompt::process(&processor, &format, text, &images)?;
+    Ok((inputs, format))
 }
 
 #[cfg(test)]

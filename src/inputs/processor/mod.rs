@@ -27,6 +27,8 @@
 //!    tokenized with special tokens: `tokenizer.json`'s own post-processor decides BOS
 //!    (`add_bos_token` in `tokenizer_config.json` is ignored by HF once a `tokenizer.json`
 //!    exists). With images and no text, the prompt is the placeholders joined by spaces.
+//!    Through a chat template ([`chat`], `apply_chat_template`) the rendered turn is the text,
+//!    tokenized without special tokens when it starts with the BOS string.
 //! 5. `mm_token_type_ids`: 1 for image soft tokens (not boi/eoi), 2 video, 3 audio, else 0.
 //!
 //! Checked against HF (all `pixel_values` bits, `image_position_ids`, `input_ids` and
@@ -43,8 +45,8 @@
 //! (empty) prompts and placeholders glued to words.
 //!
 //! Deliberate differences: a text-only prompt yields only `input_ids` (HF adds an all-zero
-//! `mm_token_type_ids`, which carries no information for a text-only model input); JPEG decoding
-//! is close but not bit-exact (see [`super::image::load_rgb`]); 16-bit images are refused; with
+//! `mm_token_type_ids`, which carries no information for a text-only model input); 16-bit
+//! images and CMYK JPEGs are refused (JPEG is otherwise decoded as PIL does, [`super::jpeg`]); with
 //! `do_resize` false, sides must be multiples of `k · patch_size` (see
 //! [`family::ImageProcessor::process_image`]); `Gemma4ImageProcessorPil` (the PIL backend, not
 //! what `AutoImageProcessor` picks when torchvision is installed) is refused. HF's
@@ -52,10 +54,12 @@
 //! `boa_token`/`eoa_token` (`audio is not None and … or boa is None or eoa is None` — an
 //! operator-precedence slip, measured in 5.14.1); this port does not need those tokens.
 
+pub mod chat;
 pub mod config;
 pub mod family;
 mod tokens;
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use serde_json::Value;
@@ -63,6 +67,7 @@ use tokenizers::Tokenizer;
 
 use super::image::load_rgb;
 use super::{Dense, InputsError, ModelInputs};
+use chat::{ChatTemplate, Content};
 use config::{ImageProcessorConfig, ImageProcessorSource};
 use family::{Family, ImageProcessor};
 use tokens::{prepare_tokenizer, special_tokens, SpecialTokens, VIDEO_TOKEN};
@@ -77,6 +82,10 @@ pub struct Processor {
     image: Option<ImageProcessor>,
     image_config_dir: PathBuf,
     tokens: SpecialTokens,
+    /// The tokenizer's chat template, if it has one ([`chat`]).
+    chat_template: Option<ChatTemplate>,
+    /// The named special tokens of `tokenizer_config.json`, the template's context.
+    token_strings: BTreeMap<String, String>,
 }
 
 impl Processor {
@@ -108,6 +117,10 @@ impl Processor {
         let config_path = dir.join("config.json");
         let config = if config_path.is_file() { read_json(&config_path)? } else { Value::Object(Default::default()) };
 
+        let template_dirs: Vec<&Path> = tokenizer.and_then(Path::parent).into_iter().chain(std::iter::once(dir)).collect();
+        let chat_template = ChatTemplate::find(&template_dirs, &tok_config, &tok_config_path)?;
+        let token_strings = chat::special_token_strings(&tok_config);
+
         prepare_tokenizer(&mut tok, &tok_config).map_err(tok_err)?;
         let tokens = special_tokens(&tok, &tok_config, &config, &tokenizer_path, &config_path)?;
 
@@ -130,12 +143,22 @@ impl Processor {
                 }
             }
         }
-        Ok(Processor { tokenizer: tok, tokenizer_path, image, image_config_dir: dir.into(), tokens })
+        Ok(Processor { tokenizer: tok, tokenizer_path, image, image_config_dir: dir.into(), tokens, chat_template, token_strings })
     }
 
     /// The image processor (family and settings) in use, if the checkpoint has one.
     pub fn image_processor(&self) -> Option<&ImageProcessor> {
         self.image.as_ref()
+    }
+
+    /// The tokenizer's chat template, if any.
+    pub fn chat_template(&self) -> Option<&ChatTemplate> {
+        self.chat_template.as_ref()
+    }
+
+    /// The image placeholder string (`<|image|>`).
+    pub fn image_placeholder(&self) -> &str {
+        &self.tokens.image
     }
 
     /// `processor(images=[images], text=[prompt])` for one prompt. Each `<|image|>` in the prompt
@@ -150,6 +173,32 @@ impl Processor {
         } else {
             prompt
         };
+        self.expand_and_encode(prompt, images, true)
+    }
+
+    /// `processor.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)` for
+    /// one user turn: the template renders `content`, whose image items take `images` in order,
+    /// and the text is tokenized without special tokens when it already starts with the BOS
+    /// string (HF's rule: the template emits `<bos>` itself, a second one must not be added).
+    /// Returns the inputs and the rendered text.
+    pub fn process_chat(&self, content: &[Content], images: &[PathBuf]) -> Result<(ModelInputs, String), InputsError> {
+        let template = self.chat_template.as_ref().ok_or_else(|| InputsError::Tokenizer {
+            path: self.tokenizer_path.clone(),
+            message: "has no chat template (chat_template.jinja, chat_template.json or tokenizer_config.json's chat_template)".into(),
+        })?;
+        let rendered = template.render_user_turn(content, &self.token_strings)?;
+        let add_special_tokens = match self.token_strings.get("bos_token") {
+            Some(bos) => !rendered.starts_with(bos.as_str()),
+            None => true,
+        };
+        let inputs = self.expand_and_encode(&rendered, images, add_special_tokens)?;
+        Ok((inputs, rendered))
+    }
+
+    /// The shared second half of both calls: each placeholder expanded to the image's soft
+    /// tokens, the text tokenized, the tensors assembled.
+    fn expand_and_encode(&self, prompt: &str, images: &[PathBuf], add_special_tokens: bool) -> Result<ModelInputs, InputsError> {
+        let t = &self.tokens;
         let placeholders = prompt.matches(t.image.as_str()).count();
         if placeholders != images.len() {
             return Err(InputsError::Invalid(format!(
@@ -186,7 +235,7 @@ impl Processor {
 
         let enc = self
             .tokenizer
-            .encode(text.as_str(), true)
+            .encode(text.as_str(), add_special_tokens)
             .map_err(|e| InputsError::Tokenizer { path: self.tokenizer_path.clone(), message: format!("encoding the prompt: {e}") })?;
         let ids: Vec<i64> = enc.get_ids().iter().map(|&i| i as i64).collect();
         // `_check_special_mm_tokens`: each placeholder string must have become exactly one id.
