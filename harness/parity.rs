@@ -63,6 +63,10 @@ fn main() {
                         };
                         record.write(std::path::Path::new(&dir)).map_err(|e| Failed::from(e.to_string()))?;
                     }
+                    // Warnings (a golden's replayed input_ids, ...) are shown whatever the status.
+                    for w in &outcome.warnings {
+                        eprintln!("{}::{level} warning: {w}", case.name);
+                    }
                     let line = format!("{}: {}", outcome.status, outcome.message);
                     match outcome.status {
                         Status::Pass => Ok(()),

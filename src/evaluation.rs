@@ -16,6 +16,7 @@ use std::sync::{Arc, OnceLock};
 use crate::backend::reference::ReferenceBackend;
 use crate::backend::{Backend, BackendError, Generation, GenerationRequest, Run};
 use crate::case::{Case, Level};
+use crate::inputs::replay::IdsDrift;
 use crate::inputs::{InputsError, ModelInputs};
 use crate::onnx::pipeline::{greedy_token, OnnxPipeline, SessionOptions};
 use onnx_parity_reference::BidirectionalScope;
@@ -28,6 +29,9 @@ pub const DEFAULT_MAX_NEW_TOKENS: usize = 20;
 pub enum EvalError {
     #[error(transparent)]
     Inputs(#[from] InputsError),
+    /// A golden's `input_ids` that cannot be fed with the case's images.
+    #[error("replaying the golden's input_ids: {message}")]
+    Replay { message: String },
     #[error("the case has no `checkpoint:` for the reference")]
     NoCheckpoint,
     #[error("the case has no `onnx:` export")]
@@ -77,6 +81,13 @@ pub struct CaseEvaluation {
 }
 
 impl CaseEvaluation {
+    /// An evaluation of given inputs (a golden's replayed ids) instead of the case's own.
+    pub fn of_inputs(inputs: ModelInputs) -> Self {
+        let evaluation = CaseEvaluation::default();
+        let _ = evaluation.inputs.set(Ok(inputs));
+        evaluation
+    }
+
     pub fn inputs(&self, case: &Case) -> Result<&ModelInputs, SharedError> {
         self.inputs.get_or_init(|| crate::inputs::for_case(case).map_err(|e| Arc::new(e.into()))).as_ref().map_err(Arc::clone)
     }
@@ -120,21 +131,52 @@ impl CaseEvaluation {
     }
 }
 
-/// A case's evaluations: the real artifacts' (L4, L5) and the synthetic stand-in's (L1, L3; the
-/// same as the real ones when the case has no `synthetic:`).
+/// A case's evaluations: the synthetic stand-in's (L1, L3, when the case has `synthetic:`), the
+/// real artifacts' on the case's own inputs (L3 without a stand-in; L4/L5 when a golden's ids
+/// are the same), and the real artifacts' on a golden's replayed `input_ids` (L4/L5 when they
+/// differ, [`crate::inputs::replay`]). Each runs at most once and is shared by the tiers using it.
 #[derive(Debug, Default)]
 pub struct CaseEvaluations {
     pub real: CaseEvaluation,
     pub synthetic: CaseEvaluation,
+    replay: OnceLock<Result<Replay, SharedError>>,
+}
+
+/// The evaluation of a golden's ids, and how they differ from the case's.
+#[derive(Debug)]
+struct Replay {
+    /// `None`: the ids are the case's own, so the real evaluation serves.
+    evaluation: Option<CaseEvaluation>,
+    drift: Option<IdsDrift>,
 }
 
 impl CaseEvaluations {
-    /// The evaluation tier `level` runs on.
-    pub fn for_level(&self, level: Level) -> &CaseEvaluation {
+    /// The evaluation tier `level` runs on, when no golden's ids are replayed.
+    pub fn for_level(&self, level: Level, case: &Case) -> &CaseEvaluation {
         match level {
-            Level::L1 | Level::L3 => &self.synthetic,
+            Level::L1 | Level::L3 if case.synthetic.is_some() => &self.synthetic,
             _ => &self.real,
         }
+    }
+
+    /// The real evaluation on `golden_ids` (L4/L5), and where the case's own ids first differ
+    /// from them (`None` when equal: then it is the real evaluation itself). The first call
+    /// fixes the ids: a case's L4 and L5 replay the same golden file.
+    pub fn replayed(&self, case: &Case, golden_ids: &[i64]) -> Result<(&CaseEvaluation, Option<&IdsDrift>), SharedError> {
+        let replay = self
+            .replay
+            .get_or_init(|| {
+                let ours = self.real.inputs(case)?;
+                let (inputs, drift) = crate::inputs::replay::with_golden_ids(ours, golden_ids)
+                    .map_err(|message| Arc::new(EvalError::Replay { message }))?;
+                if let Some(d) = &drift {
+                    tracing::warn!("{}: {d}; L4/L5 replay the golden's input_ids", case.name);
+                }
+                Ok(Replay { evaluation: drift.is_some().then(|| CaseEvaluation::of_inputs(inputs)), drift })
+            })
+            .as_ref()
+            .map_err(Arc::clone)?;
+        Ok((replay.evaluation.as_ref().unwrap_or(&self.real), replay.drift.as_ref()))
     }
 }
 

@@ -66,14 +66,22 @@ enum Command {
         weights: bool,
     },
     /// Write the tensors both back ends receive for a case (`input_ids`, and with images
-    /// `pixel_values`, `image_position_ids`, `mm_token_type_ids`) and print a one-line summary.
+    /// `pixel_values`, `image_position_ids`, `mm_token_type_ids`) and print a one-line summary;
+    /// when the case has an L4 golden, a second line says whether its input_ids are the case's
+    /// (L4/L5 replay the golden's ids).
     Inputs {
         case: PathBuf,
         #[arg(long)]
         out: PathBuf,
         /// The inputs of the case's `synthetic:` stand-in (what L1/L3 run on) instead of its own.
-        #[arg(long)]
+        #[arg(long, conflicts_with = "replay")]
         synthetic: bool,
+        /// What L4/L5 receive: the golden's input_ids with the case's images.
+        #[arg(long)]
+        replay: bool,
+        /// Folder with `<category>/<case>.json` goldens.
+        #[arg(long)]
+        goldens: Option<PathBuf>,
     },
     /// Dump `logits` [1,S,V] (all positions), `greedy_tokens` and `image_features` from the
     /// reference (--checkpoint) or ONNX Runtime (--onnx) for an inputs safetensors file.
@@ -298,7 +306,7 @@ fn fetch(paths: Vec<PathBuf>, weights: bool) -> anyhow::Result<ExitCode> {
 }
 
 #[allow(clippy::too_many_arguments)]
-fn inputs(path: PathBuf, out: PathBuf, synthetic: bool) -> anyhow::Result<ExitCode> {
+fn inputs(path: PathBuf, out: PathBuf, synthetic: bool, replay: bool, goldens: Option<PathBuf>) -> anyhow::Result<ExitCode> {
     let mut found = discover(std::slice::from_ref(&path));
     let (file, parsed) = match found.len() {
         1 => found.remove(0),
@@ -318,16 +326,40 @@ fn inputs(path: PathBuf, out: PathBuf, synthetic: bool) -> anyhow::Result<ExitCo
         let hint = if !synthetic && case.synthetic.is_some() { " (--synthetic: the stand-in's inputs)" } else { "" };
         format!("inputs of {}{hint}", file.display())
     })?;
-    let bytes = onnx_parity::inputs::to_safetensors(&model_inputs).map_err(|e| anyhow::anyhow!("{}: {e}", out.display()))?;
+    // The L4 golden's ids, which L4/L5 feed instead of the case's own (inputs::replay).
+    let golden_root = goldens.unwrap_or_else(|| RunOptions::from_env().goldens_root);
+    let (golden_path, _) = onnx_parity::golden::golden_paths(&golden_root, &case.category, &case.name);
+    let golden = if synthetic { None } else { onnx_parity::golden::Golden::load(&golden_path)? };
+    let (written, drift) = match (&golden, replay) {
+        (Some(g), true) => {
+            let (replayed, drift) = onnx_parity::inputs::replay::with_golden_ids(&model_inputs, &g.input_ids)
+                .map_err(|e| anyhow::anyhow!("{}: {e}", golden_path.display()))?;
+            (replayed, drift)
+        }
+        (None, true) => anyhow::bail!("--replay: no golden at {} (its input_ids are what would be replayed)", golden_path.display()),
+        (Some(g), false) => (model_inputs.clone(), onnx_parity::inputs::replay::first_difference(&model_inputs.input_ids, &g.input_ids)),
+        (None, false) => (model_inputs.clone(), None),
+    };
+    let bytes = onnx_parity::inputs::to_safetensors(&written).map_err(|e| anyhow::anyhow!("{}: {e}", out.display()))?;
     onnx_parity::atomic::write_atomic(&out, &bytes).with_context(|| format!("writing {}", out.display()))?;
-    let images = onnx_parity::inputs::soft_tokens_per_image(&model_inputs);
+    let images = onnx_parity::inputs::soft_tokens_per_image(&written);
     println!(
-        "{}: {} ids, {} image(s){}; from {source}",
+        "{}: {} ids, {} image(s){}; from {}",
         out.display(),
-        model_inputs.input_ids.len(),
+        written.input_ids.len(),
         images.len(),
-        if images.is_empty() { String::new() } else { format!(" with {images:?} soft tokens") }
+        if images.is_empty() { String::new() } else { format!(" with {images:?} soft tokens") },
+        if replay { format!("the golden's input_ids ({}) with {source}", golden_path.display()) } else { source.to_string() }
     );
+    match (&golden, drift) {
+        (None, _) => {}
+        (Some(_), None) => println!("golden {}: its input_ids are the case's", golden_path.display()),
+        (Some(_), Some(d)) => println!(
+            "warning: golden {}: {d}{}",
+            golden_path.display(),
+            if replay { "" } else { " (L4/L5 replay those; --replay writes them)" }
+        ),
+    }
     Ok(ExitCode::SUCCESS)
 }
 
@@ -434,7 +466,7 @@ fn main() -> ExitCode {
         Command::Run { paths, levels, report, markdown, goldens } => run(paths, levels, report, markdown, goldens),
         Command::Golden { paths, force, goldens } => golden(paths, force, goldens),
         Command::Fetch { paths, weights } => fetch(paths, weights),
-        Command::Inputs { case, out, synthetic } => inputs(case, out, synthetic),
+        Command::Inputs { case, out, synthetic, replay, goldens } => inputs(case, out, synthetic, replay, goldens),
         Command::Logits { checkpoint, onnx, inputs, out, greedy, bidirectional, eos } => {
             logits(checkpoint, onnx, inputs, out, greedy, bidirectional, eos)
         }

@@ -193,6 +193,7 @@ impl RunReport {
                 if let Some(profile) = crate::tiers::l3::layer_sparkline(&l.outcome.metrics) {
                     div = if div.is_empty() { profile } else { format!("{div}; {profile}") };
                 }
+                let warnings: String = l.outcome.warnings.iter().map(|w| format!(" **warning:** {w}")).collect();
                 s.push_str(&format!(
                     "| {} | {} | {} | {} | {} | {} |\n",
                     c.name,
@@ -200,7 +201,7 @@ impl RunReport {
                     l.outcome.status,
                     key_metrics(&l.outcome),
                     div,
-                    l.outcome.message.replace('|', "\\|").replace('\n', " ")
+                    format!("{}{warnings}", l.outcome.message).replace('|', "\\|").replace('\n', " ")
                 ));
             }
         }
@@ -240,6 +241,9 @@ impl RunReport {
                     key_metrics(&l.outcome),
                     msg
                 ));
+                for w in &l.outcome.warnings {
+                    s.push_str(&format!("          warning: {w}\n"));
+                }
             }
         }
         s.push_str(&self.totals());

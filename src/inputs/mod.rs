@@ -6,6 +6,7 @@ pub mod image;
 pub mod jpeg;
 pub mod processor;
 pub mod prompt;
+pub mod replay;
 
 use std::path::{Path, PathBuf};
 

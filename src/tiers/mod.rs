@@ -156,17 +156,17 @@ pub fn implemented(level: Level) -> bool {
 /// back-end runs (real and synthetic), shared by its tiers.
 pub fn run_level(case: &Case, level: Level, opts: &RunOptions, evals: &CaseEvaluations) -> TierOutcome {
     let expected = case.xfail_for(level);
+    let eval = evals.for_level(level, case);
     let case = tier_case(case, level);
     let case = case.as_ref();
-    let eval = evals.for_level(level);
     let outcome = match level {
         Level::L1 => match (&case.checkpoint, &case.onnx) {
             (Some(ckpt), Some(onnx)) => l1::check(&ckpt.join("config.json"), onnx, case.dtype.onnx_elem_type()),
             _ => TierOutcome::skipped("L1 needs `checkpoint:` and `onnx:`"),
         },
         Level::L3 => run_l3(case, eval),
-        Level::L4 => run_l4(case, opts, eval),
-        Level::L5 => run_l5(case, opts, eval),
+        Level::L4 => run_l4(case, opts, evals),
+        Level::L5 => run_l5(case, opts, evals),
         Level::L2 => run_l2(case),
     };
     outcome.with_expected_failure(expected)
@@ -206,7 +206,25 @@ fn run_l3(case: &Case, eval: &CaseEvaluation) -> TierOutcome {
     }
 }
 
-fn run_l4(case: &Case, opts: &RunOptions, eval: &CaseEvaluation) -> TierOutcome {
+/// The evaluation L4/L5 run on: the real one on the golden's `input_ids` (`golden_ids`, from the
+/// L4 golden file; the case's own inputs when there is none), and the warning that says when
+/// those differ from the case's own ids.
+fn replayed<'a>(case: &Case, evals: &'a CaseEvaluations, golden_ids: Option<&[i64]>) -> Result<(&'a CaseEvaluation, Option<String>), TierOutcome> {
+    let Some(ids) = golden_ids else { return Ok((&evals.real, None)) };
+    let (eval, drift) = evals.replayed(case, ids).map_err(|e| TierOutcome::fail(e.to_string()))?;
+    Ok((eval, drift.map(|d| format!("{d}; this tier ran on the golden's input_ids (with the case's images), as mobius's L4 does"))))
+}
+
+/// A tier outcome with the replay warning attached (and counted as a metric, so an `xfail`
+/// signature or a report can see it).
+fn with_replay(outcome: TierOutcome, warning: Option<String>) -> TierOutcome {
+    match warning {
+        None => outcome,
+        Some(w) => outcome.metric("input_ids_replayed", true).warn(w),
+    }
+}
+
+fn run_l4(case: &Case, opts: &RunOptions, evals: &CaseEvaluations) -> TierOutcome {
     let tol = match thresholds(case) {
         Ok(t) => t.l4,
         Err(o) => return o,
@@ -217,6 +235,14 @@ fn run_l4(case: &Case, opts: &RunOptions, eval: &CaseEvaluation) -> TierOutcome 
         Ok(None) => return TierOutcome::skipped(format!("golden {} is missing", path.display())),
         Err(e) => return TierOutcome::fail(e.to_string()),
     };
+    let (eval, warning) = match replayed(case, evals, Some(&golden.input_ids)) {
+        Ok(r) => r,
+        Err(o) => return o,
+    };
+    with_replay(l4_on(case, eval, &golden, &tol), warning)
+}
+
+fn l4_on(case: &Case, eval: &CaseEvaluation, golden: &Golden, tol: &crate::tolerance::L4Tolerance) -> TierOutcome {
     let inputs = match eval.inputs(case) {
         Ok(i) => i,
         Err(e) => return TierOutcome::fail(e.to_string()),
@@ -239,19 +265,28 @@ fn run_l4(case: &Case, opts: &RunOptions, eval: &CaseEvaluation) -> TierOutcome 
             None => return TierOutcome::fail(format!("reference logits have shape {:?}", r.run.prefill.logits.shape)),
         },
     };
-    l4::compare(last, &inputs.input_ids, &golden, live_logits, &tol)
+    l4::compare(last, &inputs.input_ids, golden, live_logits, tol)
 }
 
-fn run_l5(case: &Case, opts: &RunOptions, eval: &CaseEvaluation) -> TierOutcome {
+fn run_l5(case: &Case, opts: &RunOptions, evals: &CaseEvaluations) -> TierOutcome {
     let tol = match thresholds(case) {
         Ok(t) => t.l5,
         Err(o) => return o,
     };
-    let (_, path) = golden_paths(&opts.goldens_root, &case.category, &case.name);
+    let (ids_path, path) = golden_paths(&opts.goldens_root, &case.category, &case.name);
     let golden = match GenerationGolden::load(&path) {
         Ok(Some(g)) => g,
         Ok(None) => return TierOutcome::skipped(format!("golden {} is missing", path.display())),
         Err(e) => return TierOutcome::fail(e.to_string()),
+    };
+    // The ids to replay live in the L4 golden (the generation file has none).
+    let golden_ids = match Golden::load(&ids_path) {
+        Ok(g) => g.map(|g| g.input_ids),
+        Err(e) => return TierOutcome::fail(e.to_string()),
+    };
+    let (eval, warning) = match replayed(case, evals, golden_ids.as_deref()) {
+        Ok(r) => r,
+        Err(o) => return o,
     };
     let onnx = match eval.onnx(case) {
         Ok(o) => o,
@@ -261,7 +296,7 @@ fn run_l5(case: &Case, opts: &RunOptions, eval: &CaseEvaluation) -> TierOutcome 
         Ok(r) => r.map(|r| r.run.generation.tokens.as_slice()),
         Err(o) => return o,
     };
-    l5::compare(&onnx.free.tokens, &golden.generated_tokens, live, tol.min_token_match_ratio)
+    with_replay(l5::compare(&onnx.free.tokens, &golden.generated_tokens, live, tol.min_token_match_ratio), warning)
 }
 
 /// The live reference for L4/L5: `None` when the case has no checkpoint (golden-only), a failed

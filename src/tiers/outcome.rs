@@ -42,11 +42,15 @@ pub struct TierOutcome {
     /// Named numbers (`max_abs_diff`, `cosine`, ...), and strings such as `first_divergence`.
     pub metrics: BTreeMap<String, serde_json::Value>,
     pub message: String,
+    /// What a person must see even when the tier passes (e.g. a golden's replayed input_ids):
+    /// the `parity` target prints them for every status, reports list them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub warnings: Vec<String>,
 }
 
 impl TierOutcome {
     pub fn new(status: Status, message: impl Into<String>) -> Self {
-        TierOutcome { status, metrics: BTreeMap::new(), message: message.into() }
+        TierOutcome { status, metrics: BTreeMap::new(), message: message.into(), warnings: Vec::new() }
     }
 
     pub fn skipped(reason: impl Into<String>) -> Self {
@@ -59,6 +63,12 @@ impl TierOutcome {
 
     pub fn metric(mut self, key: &str, value: impl Into<serde_json::Value>) -> Self {
         self.metrics.insert(key.into(), value.into());
+        self
+    }
+
+    /// Adds a warning (kept through every later status change).
+    pub fn warn(mut self, warning: impl Into<String>) -> Self {
+        self.warnings.push(warning.into());
         self
     }
 
