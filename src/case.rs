@@ -451,8 +451,8 @@ pub struct Case {
     /// tokenizer.json (else the checkpoint's is used).
     pub tokenizer: Option<PathBuf>,
     /// Whether prompts go through the tokenizer's chat template: `None` = mobius's convention
-    /// (image-text-to-text cases use it when the tokenizer has one, text-generation cases are
-    /// plain completions), `Some(true)` = required, `Some(false)` = never (see
+    /// (`text-generation` cases are plain completions, every other task uses the template when
+    /// the tokenizer has one), `Some(true)` = required, `Some(false)` = never (see
     /// `inputs::prompt`).
     pub chat_template: Option<bool>,
     pub xfail: Option<Xfail>,

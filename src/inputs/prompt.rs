@@ -1,13 +1,15 @@
 //! How a case's prompt and images become one processor call — mobius's conventions, so that
 //! mobius's goldens' `input_ids` come out of mobius's case files unchanged.
 //!
-//! - **Chat template** (image-text-to-text cases whose tokenizer has one, or `chat_template:
-//!   true`): the prompt and images become one user turn, images first (`[{"type": "image"}, …,
-//!   {"type": "text", "text": prompt}]`), rendered with `add_generation_prompt` — how mobius
-//!   made its `-it` vision-language goldens. A prompt that places `<|image|>` itself keeps that
-//!   order (text and image items interleaved as written).
-//! - **Plain** (text-generation cases — mobius's text goldens are completions of the bare prompt —,
-//!   tokenizers without a template, or `chat_template: false`): the prompt as written, with one
+//! - **Chat template** (every task but `text-generation`, when the tokenizer has one, or
+//!   `chat_template: true`): the prompt and images become one user turn, images first
+//!   (`[{"type": "image"}, …, {"type": "text", "text": prompt}]`), rendered with
+//!   `add_generation_prompt` — how mobius made its `-it` vision-language goldens and its
+//!   `gemma4-assistant` golden. A prompt that places `<|image|>` itself keeps that order (text
+//!   and image items interleaved as written).
+//! - **Plain** (`text-generation` cases — mobius's text goldens are completions of the bare
+//!   prompt, `-it` models included —, tokenizers without a template, or `chat_template: false`):
+//!   the prompt as written, with one
 //!   `<|image|>` per image prepended when it has none (mobius's 12B golden: `<bos><|image>…<image|>This
 //!   image shows`).
 
@@ -19,8 +21,8 @@ use super::processor::Processor;
 use super::{InputsError, ModelInputs};
 use crate::case::Case;
 
-/// The task whose prompts are chat turns by default (mobius's vision-language cases).
-const CHAT_TASK: &str = "image-text-to-text";
+/// The task whose prompts are plain completions by default (mobius's causal-lm cases).
+const COMPLETION_TASK: &str = "text-generation";
 
 /// How the prompt was turned into text, and why (the `inputs` summary prints it).
 #[derive(Debug, Clone, PartialEq)]
@@ -52,8 +54,10 @@ pub fn format_for(case: &Case, processor: &Processor) -> Result<PromptFormat, In
             case.path.display()
         ))),
         (None, None) => Ok(PromptFormat::Plain { why: "the tokenizer has none" }),
-        (None, Some(template)) if case.task_type.as_deref() == Some(CHAT_TASK) => Ok(PromptFormat::Chat { template }),
-        (None, Some(_)) => Ok(PromptFormat::Plain { why: "not an image-text-to-text case: a plain completion, as mobius's text goldens" }),
+        (None, Some(_)) if case.task_type.as_deref() == Some(COMPLETION_TASK) => {
+            Ok(PromptFormat::Plain { why: "a text-generation case: a plain completion, as mobius's text goldens" })
+        }
+        (None, Some(template)) => Ok(PromptFormat::Chat { template }),
     }
 }
 
