@@ -1,5 +1,6 @@
 //! Tests that kill the mutants `cargo mutants` found surviving in the gates (docs/mutation-testing.md):
-//! each one pins a rule of expectation, tolerance, case or golden parsing that no other test
+//! each one pins a rule of expectation, tolerance, case or golden parsing, of the L1/L2/L4 checks
+//! or of the tiers' scheduling (skip reasons, stand-ins, the live reference) that no other test
 //! observed. Public API only; the module's own unit tests cover the rest.
 
 use onnx_parity::expectation::{Expectation, Signature};
@@ -287,4 +288,441 @@ fn golden_mean_splits_long_blocks_where_numpy_does() {
     assert_eq!(mean(60), 0.0);
     // 1 at 64: second half, it survives −2^53 + 1 (a split at 72 would lose it).
     assert_eq!(mean(64), 1.0 / 136.0);
+}
+
+// ---- L1, L2 and the tier scheduling (src/tiers/{l1,l2,mod}.rs) -------------------------------
+
+fn repo(rel: &str) -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(rel)
+}
+
+/// The `.onnx` graph files of an export package, by role (external data is not needed by L1).
+fn graph_files(onnx: &std::path::Path) -> std::collections::BTreeMap<String, std::path::PathBuf> {
+    onnx_parity::onnx::package::OnnxPackage::open(onnx).unwrap().submodels
+}
+
+/// A copy of the graph files of `onnx` in a temporary folder (same layout), each passed through
+/// `edit(role, model)` first.
+fn edited_export(onnx: &std::path::Path, edit: impl Fn(&str, &mut onnx_parity::onnx::proto::ModelProto)) -> tempfile::TempDir {
+    use prost::Message;
+    let dir = tempfile::tempdir().unwrap();
+    for (role, file) in graph_files(onnx) {
+        let mut model = onnx_parity::onnx::proto::ModelProto::decode(std::fs::read(&file).unwrap().as_slice()).unwrap();
+        edit(&role, &mut model);
+        let rel = file.strip_prefix(onnx).unwrap();
+        let out = dir.path().join(rel);
+        std::fs::create_dir_all(out.parent().unwrap()).unwrap();
+        std::fs::write(out, model.encode_to_vec()).unwrap();
+    }
+    dir
+}
+
+fn metric_u64(o: &TierOutcome, name: &str) -> u64 {
+    o.metrics.get(name).and_then(|v| v.as_u64()).unwrap_or_else(|| panic!("metric {name} missing: {:?}", o.metrics))
+}
+
+/// Kills: the initialiser and op counts of `l1::check` (`+=` as `-=` / `*=`), a contract tensor
+/// looked up by a name other than its own, the "unexpected input" and "unused initialisers"
+/// checks inverted, and the dtype / rank / dim comparisons inverted: the committed fixture
+/// exports (multimodal gemma4 and unified, text-only) honour their configs' contracts with no
+/// violation (the gemma4 decoders leave out the optional `input_ids`: `e.required` as `true`
+/// would report it), and their `initializers` / `op_inventory` metrics are the sums over every
+/// sub-model.
+#[test]
+fn l1_fixture_exports_honour_their_contract() {
+    use onnx_parity::onnx::graph::GraphSummary;
+    use onnx_parity::tiers::{l1, outcome::Status};
+    for fixture in ["unified-vision", "gemma4-vision", "gemma4-text-ple", "real-e2b-vision"] {
+        let (config, onnx) = (repo(&format!("fixtures/{fixture}/checkpoint/config.json")), repo(&format!("fixtures/{fixture}/onnx")));
+        let out = l1::check(&config, &onnx, "float32");
+        assert_eq!(out.status, Status::Pass, "{fixture}: {}", out.message);
+        assert_eq!(metric_u64(&out, "violations"), 0, "{fixture}");
+        let (mut initializers, mut ops) = (0u64, std::collections::BTreeMap::<String, u64>::new());
+        for file in graph_files(&onnx).values() {
+            let g = GraphSummary::load(file).unwrap();
+            initializers += g.initializer_count as u64;
+            for (op, n) in g.op_inventory {
+                *ops.entry(op).or_default() += n as u64;
+            }
+        }
+        if fixture == "gemma4-vision" {
+            let decoder = GraphSummary::load(&graph_files(&onnx)["decoder"]).unwrap();
+            assert!(decoder.input("input_ids").is_none(), "the optional input this fixture leaves out");
+        }
+        assert!(initializers > 0 && !ops.is_empty(), "{fixture}");
+        assert_eq!(metric_u64(&out, "initializers"), initializers, "{fixture}");
+        assert_eq!(out.metrics.get("op_inventory"), Some(&serde_json::to_value(&ops).unwrap()), "{fixture}");
+    }
+}
+
+/// Kills: `tensor_violations` returning nothing, the dtype, rank and static-dim checks inverted
+/// or always / never taken, a missing required input not reported (`e.required` guard as
+/// `false`), an unexpected input or unused initialiser not reported: each defect edited into a
+/// copy of the unified-vision export is one violation naming the sub-model, the tensor and what
+/// the contract expects.
+#[test]
+fn l1_violations_name_the_tensor_and_what_the_contract_expects() {
+    use onnx_parity::onnx::proto::{DimValue, TensorProto, ValueInfoProto};
+    use onnx_parity::tiers::{l1, outcome::Status};
+    let onnx = repo("fixtures/unified-vision/onnx");
+    let config = repo("fixtures/unified-vision/checkpoint/config.json");
+    let edited = edited_export(&onnx, |role, m| {
+        let g = m.graph.as_mut().unwrap();
+        let find = |list: &[ValueInfoProto], name: &str| list.iter().position(|v| v.name == name).unwrap_or_else(|| panic!("{role}: {name}"));
+        match role {
+            "decoder" => {
+                // unified asks for bidirectional vision attention: the decoder needs input_ids.
+                let i = find(&g.input, "input_ids");
+                g.input.remove(i);
+                let i = find(&g.output, "logits");
+                let t = g.output[i].r#type.as_mut().unwrap().tensor_type.as_mut().unwrap();
+                t.shape.as_mut().unwrap().dim[2].value = Some(DimValue::DimValue(511));
+                let mut extra = g.input[find(&g.input, "attention_mask")].clone();
+                extra.name = "past_key_values.99.key".into();
+                g.input.push(extra);
+                g.initializer.push(TensorProto { dims: vec![2], data_type: 1, name: "unused.weight".into() });
+            }
+            "embedding" => {
+                let i = find(&g.input, "input_ids");
+                g.input[i].r#type.as_mut().unwrap().tensor_type.as_mut().unwrap().elem_type = 1;
+            }
+            "vision_encoder" => {
+                let i = find(&g.input, "pixel_values");
+                g.input[i].r#type.as_mut().unwrap().tensor_type.as_mut().unwrap().shape.as_mut().unwrap().dim.pop();
+                let i = find(&g.input, "pixel_position_ids");
+                g.input[i].r#type.as_mut().unwrap().tensor_type.as_mut().unwrap().shape = None;
+            }
+            other => panic!("unexpected sub-model {other}"),
+        }
+    });
+    let out = l1::check(&config, edited.path(), "float32");
+    assert_eq!(out.status, Status::Fail, "{}", out.message);
+    let expected = [
+        "decoder: input `input_ids` is missing",
+        "decoder: output `logits` dim 2 is 511, contract expects 512 (shape [",
+        "decoder: unexpected input `past_key_values.99.key` int64 [",
+        "decoder: 1 initialisers are never used (e.g. unused.weight)",
+        "embedding: input `input_ids` has dtype float32, contract expects int64",
+        "vision_encoder: input `pixel_values` has rank 2 [",
+        "vision_encoder: input `pixel_position_ids` declares no shape, contract expects [*, *, 2]",
+    ];
+    for e in expected {
+        assert!(out.message.contains(e), "`{e}` not in: {}", out.message);
+    }
+    assert_eq!(metric_u64(&out, "violations"), expected.len() as u64, "{}", out.message);
+    assert!(out.message.starts_with(&format!("{} contract violations: ", expected.len())), "{}", out.message);
+    // The activations' element type is the case's: the f32 export is not an f16 one.
+    let f16 = l1::check(&config, &onnx, "float16");
+    assert_eq!(f16.status, Status::Fail, "{}", f16.message);
+    assert!(f16.message.contains("decoder: output `logits` has dtype float32, contract expects float16"), "{}", f16.message);
+}
+
+/// The committed full-size configs (`cases/configs/`).
+fn real_config(name: &str) -> std::path::PathBuf {
+    repo(&format!("cases/configs/{name}.json"))
+}
+
+fn l2_inputs(config: &std::path::Path) -> onnx_parity::tiers::l2::L2Inputs<'_> {
+    onnx_parity::tiers::l2::L2Inputs { config, checkpoint: None, export: None, published_parameters: None, float_dtype: "float32" }
+}
+
+/// Kills: `elements` as 0 / 1, the checkpoint count `reference + audio` as `-` / `*`, the
+/// published-count comparison inverted and `gib` as an empty or other string: 12B's real config
+/// implies the hub's 11,959,730,224 parameters (one audio tensor included), a published count
+/// one off fails naming both and the difference, and the message gives the resident memory.
+#[test]
+fn l2_parameter_count_equals_the_published_one() {
+    use onnx_parity::tiers::{l2, outcome::Status};
+    let config = real_config("gemma-4-12B");
+    let published = 11_959_730_224;
+    let out = l2::check(l2::L2Inputs { published_parameters: Some(published), ..l2_inputs(&config) });
+    assert_eq!(out.status, Status::Pass, "{}", out.message);
+    assert_eq!(metric_u64(&out, "checkpoint_parameters"), published);
+    let (reference, audio) = (metric_u64(&out, "reference_parameters"), metric_u64(&out, "audio_parameters"));
+    assert_eq!((reference, audio), (11_957_272_624, 2_457_600));
+    assert!(out.message.contains("= 11,959,730,224 parameters"), "{}", out.message);
+    assert!(out.message.contains("equal to the published count"), "{}", out.message);
+    let resident = metric_u64(&out, "reference_resident_bytes");
+    assert_eq!(resident, reference * 4, "no PLE table: every tensor resident in f32");
+    assert!(out.message.contains(&format!("reference memory: {:.2} GiB resident (f32)", resident as f64 / (1u64 << 30) as f64)), "{}", out.message);
+    assert!(out.message.contains("reference memory: 44.54 GiB resident (f32)"), "{}", out.message);
+    let off = l2::check(l2::L2Inputs { published_parameters: Some(published + 1), ..l2_inputs(&config) });
+    assert_eq!(off.status, Status::Fail, "{}", off.message);
+    assert!(
+        off.message.contains("the config implies 11,959,730,224 parameters, the published count is 11,959,730,225 (differs by 1)"),
+        "{}",
+        off.message
+    );
+}
+
+/// Kills: the memory arithmetic of `l2::check` (`-`, `*` and `+` swapped in the resident, f32-
+/// and bf16-checkpoint figures): E2B's per-layer-embedding table (262,144 × 35·256 elements) is
+/// read through the mapping, so it is not resident, and counts 4 bytes an element from an f32
+/// checkpoint, 2 from a bf16 one.
+#[test]
+fn l2_ple_table_is_not_resident() {
+    use onnx_parity::tiers::l2;
+    let config = real_config("gemma-4-E2B-it");
+    let json: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&config).unwrap()).unwrap();
+    let t = &json["text_config"];
+    let rows = t["vocab_size_per_layer_input"].as_u64().unwrap() * t["num_hidden_layers"].as_u64().unwrap() * t["hidden_size_per_layer_input"].as_u64().unwrap();
+    assert_eq!(rows, 262_144 * 35 * 256);
+    let out = l2::check(l2_inputs(&config));
+    let reference = metric_u64(&out, "reference_parameters");
+    assert_eq!(metric_u64(&out, "reference_resident_bytes"), (reference - rows) * 4);
+    assert_eq!(metric_u64(&out, "reference_memory_f32_checkpoint_bytes"), reference * 4);
+    assert_eq!(metric_u64(&out, "reference_memory_bf16_checkpoint_bytes"), (reference - rows) * 4 + rows * 2);
+    let gib = |b: u64| format!("{:.2} GiB", b as f64 / (1u64 << 30) as f64);
+    let ple = format!("the PLE table read through the mapping ({} bf16 / {} f32 checkpoint)", gib(rows * 2), gib(rows * 4));
+    assert!(out.message.contains(&ple), "`{ple}` not in {}", out.message);
+}
+
+/// A checkpoint folder whose `model.safetensors` holds a header listing `tensors` and no data
+/// (L2 reads none).
+fn header_only_checkpoint(tensors: &[(String, Vec<usize>)]) -> tempfile::TempDir {
+    let mut header = serde_json::Map::new();
+    let mut at = 0usize;
+    for (name, shape) in tensors {
+        let bytes = 2 * shape.iter().product::<usize>();
+        header.insert(name.clone(), serde_json::json!({"dtype": "BF16", "shape": shape, "data_offsets": [at, at + bytes]}));
+        at += bytes;
+    }
+    let text = serde_json::to_vec(&serde_json::Value::Object(header)).unwrap();
+    let mut file = (text.len() as u64).to_le_bytes().to_vec();
+    file.extend(text);
+    let len = file.len() + at;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("model.safetensors");
+    std::fs::write(&path, file).unwrap();
+    // The data region is a hole (sparse file): offsets are checked against the file's length.
+    std::fs::OpenOptions::new().write(true).open(&path).unwrap().set_len(len as u64).unwrap();
+    dir
+}
+
+/// What E2B's real config implies a checkpoint holds: the reference's tensors, then the audio
+/// tower's.
+fn e2b_manifest() -> (onnx_parity_reference::audio_manifest::Manifest, onnx_parity_reference::audio_manifest::Manifest) {
+    use onnx_parity_reference::audio_manifest::audio_manifest;
+    use onnx_parity_reference::{Gemma4, ModelConfig};
+    let config = ModelConfig::from_file(&real_config("gemma-4-E2B-it")).unwrap();
+    let audio = audio_manifest(config.family().into(), config.audio_config().unwrap(), config.text().hidden_size).unwrap();
+    let model = Gemma4::dry(config).unwrap();
+    (model.weight_manifest().iter().map(|(n, s)| (n.clone(), s.clone())).collect(), audio)
+}
+
+/// Kills: every mutant of the checkpoint-header check in `l2::check` — the audio-shape guard
+/// (`*want == shape` always / never / inverted), the "HF ignores it" guard always / never, the
+/// audio and ignored counters (`+=` as `-=` / `*=`), the missing-audio and unexpected-tensor
+/// checks inverted: a checkpoint holding exactly what E2B's config implies passes and says how
+/// many audio tensors it holds; a K/V tensor of a KV-shared layer is counted as ignored by HF;
+/// a tensor nothing reads, an audio tensor of the wrong shape and a missing one each fail by name.
+#[test]
+fn l2_checkpoint_headers_hold_exactly_what_the_config_implies() {
+    use onnx_parity::tiers::{l2, outcome::Status};
+    let config = real_config("gemma-4-E2B-it");
+    let (reference, audio) = e2b_manifest();
+    assert_eq!((reference.len(), audio.len()), (1199, 752));
+    let run = |tensors: Vec<(String, Vec<usize>)>| {
+        let dir = header_only_checkpoint(&tensors);
+        let out = l2::check(l2::L2Inputs { checkpoint: Some(dir.path()), ..l2_inputs(&config) });
+        assert_eq!(out.metrics.get("checked"), Some(&serde_json::Value::from("config + checkpoint headers")), "{}", out.message);
+        out
+    };
+    let all: Vec<_> = reference.iter().chain(&audio).cloned().collect();
+    let out = run(all.clone());
+    assert_eq!(out.status, Status::Pass, "{}", out.message);
+    assert!(out.message.contains("every tensor present with its shape; 752 audio tensors present (not run)"), "{}", out.message);
+    assert!(!out.message.contains("HF ignores"), "{}", out.message);
+    assert_eq!(metric_u64(&out, "checkpoint_parameters"), 5_104_298_467);
+
+    // Layer 20 is past the first KV-shared layer (15 of 35): HF drops its K/V projections.
+    let shared = "model.language_model.layers.20.self_attn.k_proj.weight";
+    assert!(!reference.iter().any(|(n, _)| n == shared), "the reference reads no K/V of a shared layer");
+    let mut with_shared = all.clone();
+    with_shared.push((shared.into(), vec![256, 1536]));
+    let out = run(with_shared);
+    assert_eq!(out.status, Status::Pass, "{}", out.message);
+    assert!(out.message.contains("752 audio tensors present (not run); 1 K/V tensors of KV-shared layers that HF ignores"), "{}", out.message);
+
+    let mut extra = all.clone();
+    extra.push(("model.language_model.layers.3.self_attn.rotary.weight".into(), vec![4]));
+    let out = run(extra);
+    assert_eq!(out.status, Status::Fail, "{}", out.message);
+    assert!(
+        out.message.contains("checkpoint: 1 tensors no Gemma 4 module reads (e.g. model.language_model.layers.3.self_attn.rotary.weight)"),
+        "{}",
+        out.message
+    );
+
+    let (name, shape) = audio[0].clone();
+    let mut reshaped = all.clone();
+    let wrong: Vec<usize> = shape.iter().map(|d| d + 1).collect();
+    reshaped.iter_mut().find(|(n, _)| *n == name).unwrap().1 = wrong.clone();
+    let out = run(reshaped);
+    assert_eq!(out.status, Status::Fail, "{}", out.message);
+    assert!(out.message.contains(&format!("checkpoint: audio tensor `{name}` has shape {wrong:?}, the config implies {shape:?}")), "{}", out.message);
+    assert!(out.message.contains("751 audio tensors present"), "{}", out.message);
+
+    let missing: Vec<_> = all.iter().filter(|(n, _)| *n != name).cloned().collect();
+    let out = run(missing);
+    assert_eq!(out.status, Status::Fail, "{}", out.message);
+    assert!(out.message.contains(&format!("checkpoint: audio tensor `{name}` is missing")), "{}", out.message);
+}
+
+/// Kills: the full-size export's L1 verdict inverted in `l2::check`: an export whose dims are
+/// not the config's fails L2 with L1's violations; one that honours it is a note.
+#[test]
+fn l2_full_size_export_must_honour_the_contract() {
+    use onnx_parity::tiers::{l2, outcome::Status};
+    let config = real_config("gemma-4-E2B-it");
+    let tiny = repo("fixtures/real-e2b-vision/onnx");
+    let out = l2::check(l2::L2Inputs { export: Some(&tiny), ..l2_inputs(&config) });
+    assert_eq!(out.status, Status::Fail, "{}", out.message);
+    assert!(out.message.starts_with(&format!("full-size export {}: ", tiny.display())), "{}", out.message);
+    assert!(out.message.contains("contract violations"), "{}", out.message);
+    assert!(metric_u64(&out, "export_violations") > 0);
+    // Its own (tiny) config: the export honours it.
+    let own = repo("fixtures/real-e2b-vision/checkpoint/config.json");
+    let out = l2::check(l2::L2Inputs { export: Some(&tiny), ..l2_inputs(&own) });
+    assert_eq!(out.status, Status::Pass, "{}", out.message);
+    assert!(out.message.contains(&format!("full-size export {} honours the contract", tiny.display())), "{}", out.message);
+    assert_eq!(metric_u64(&out, "export_violations"), 0);
+}
+
+fn skip_case(dir: &std::path::Path, fields: &str) -> onnx_parity::case::Case {
+    let yaml = format!("model_id: m\nmodel_type: gemma4_unified\ndtype: float32\nlevels: [L1, L2, L3, L4, L5]\n{fields}");
+    onnx_parity::case::Case::from_yaml_str(&yaml, &dir.join("cat/x.yaml")).unwrap()
+}
+
+fn no_goldens() -> onnx_parity::tiers::RunOptions {
+    onnx_parity::tiers::RunOptions { goldens_root: std::path::PathBuf::from("/nonexistent-goldens"), ci: false }
+}
+
+/// Kills: every mutant of `artifact_skip` (its body as `None` / `""` / `"xyzzy"`, the `None`
+/// arms deleted, the config.json, weights and export-folder guards always / never / inverted,
+/// `needs_weights && …` as `||`) and `level == Level::L3` inverted in `static_skip`: L1 and L3
+/// need a checkpoint with config.json and an existing export folder, L3 also the weights, and
+/// each missing piece is the skip reason, naming it.
+#[test]
+fn l1_l3_skip_reasons_name_the_missing_artifact() {
+    use onnx_parity::case::Level::{L1, L3};
+    use onnx_parity::tiers::static_skip;
+    let tmp = tempfile::tempdir().unwrap();
+    let (ckpt, onnx) = (tmp.path().join("ckpt"), tmp.path().join("onnx"));
+    std::fs::create_dir_all(&ckpt).unwrap();
+    std::fs::create_dir_all(&onnx).unwrap();
+    let opts = no_goldens();
+    let reason = |fields: String, level| static_skip(&skip_case(tmp.path(), &fields), level, &opts);
+    let both = format!("checkpoint: {}\nonnx: {}\n", ckpt.display(), onnx.display());
+
+    let none = reason(format!("onnx: {}\n", onnx.display()), L1).unwrap();
+    assert_eq!(none, format!("no local checkpoint: add `checkpoint: <HF folder with config.json>` (or a `synthetic:` stand-in) to {}", tmp.path().join("cat/x.yaml").display()));
+    assert_eq!(reason(both.clone(), L1).unwrap(), format!("checkpoint {} has no config.json: download or regenerate it", ckpt.display()));
+    std::fs::write(ckpt.join("config.json"), "{}").unwrap();
+    assert_eq!(reason(both.clone(), L1), None, "L1 reads no weights");
+    assert_eq!(reason(both.clone(), L3).unwrap(), format!("checkpoint {} has no safetensors weights: download or regenerate them", ckpt.display()));
+    std::fs::write(ckpt.join("model.safetensors"), "").unwrap();
+    assert_eq!(reason(both.clone(), L3), None);
+    assert_eq!(reason(both, L1), None);
+    let no_onnx = reason(format!("checkpoint: {}\n", ckpt.display()), L3).unwrap();
+    assert!(no_onnx.starts_with("no ONNX export: add `onnx: <export folder>` (or a `synthetic:` stand-in) to "), "{no_onnx}");
+    let gone = tmp.path().join("gone");
+    let missing = reason(format!("checkpoint: {}\nonnx: {}\n", ckpt.display(), gone.display()), L1).unwrap();
+    assert_eq!(missing, format!("ONNX export {} does not exist: export it (scripts/make-fixtures.sh for fixtures)", gone.display()));
+}
+
+/// Kills: the audio check of `static_skip` inverted (`!` deleted): a case with audio inputs is
+/// skipped as out of scope, one without is not.
+#[test]
+fn audio_inputs_are_skipped_as_out_of_scope() {
+    use onnx_parity::case::Level::L1;
+    use onnx_parity::tiers::static_skip;
+    let fixture = repo("fixtures/unified-vision");
+    let fields = format!("checkpoint: {0}/checkpoint\nonnx: {0}/onnx\n", fixture.display());
+    let tmp = tempfile::tempdir().unwrap();
+    assert_eq!(static_skip(&skip_case(tmp.path(), &fields), L1, &no_goldens()), None);
+    let audio = skip_case(tmp.path(), &format!("{fields}inputs:\n  audio: [\"speech.wav\"]\n"));
+    assert_eq!(static_skip(&audio, L1, &no_goldens()).as_deref(), Some("audio inputs are out of scope: the reference implements text and vision only"));
+}
+
+/// Kills: `level == Level::L4` inverted and the `!needed.is_file()` test inverted in
+/// `static_skip`: L4 needs `<case>.json`, L5 `<case>_generation.json`, each skipped naming the
+/// one that is missing.
+#[test]
+fn l4_l5_skip_names_their_own_golden() {
+    use onnx_parity::case::Level::{L4, L5};
+    use onnx_parity::tiers::{static_skip, RunOptions};
+    let tmp = tempfile::tempdir().unwrap();
+    let case = skip_case(tmp.path(), "onnx: /some/export\n");
+    let goldens = tmp.path().join("goldens");
+    std::fs::create_dir_all(goldens.join("cat")).unwrap();
+    let opts = RunOptions { goldens_root: goldens.clone(), ci: false };
+    let (json, generation) = (goldens.join("cat/x.json"), goldens.join("cat/x_generation.json"));
+    let missing = |p: &std::path::Path| format!("golden {} is missing: run", p.display());
+    std::fs::write(&json, "{}").unwrap();
+    assert_eq!(static_skip(&case, L4, &opts), None);
+    let l5 = static_skip(&case, L5, &opts).unwrap();
+    assert!(l5.starts_with(&missing(&generation)), "{l5}");
+    std::fs::remove_file(&json).unwrap();
+    std::fs::write(&generation, "{}").unwrap();
+    assert_eq!(static_skip(&case, L5, &opts), None);
+    let l4 = static_skip(&case, L4, &opts).unwrap();
+    assert!(l4.starts_with(&missing(&json)), "{l4}");
+}
+
+/// Kills: `tier_case` without its `L1 | L3` arm: L1 and L3 of a case with `synthetic:` run on
+/// the stand-in, L2/L4/L5 on the real artifacts.
+#[test]
+fn synthetic_stand_in_serves_l1_and_l3_only() {
+    use onnx_parity::case::Level;
+    use onnx_parity::tiers::tier_case;
+    let tmp = tempfile::tempdir().unwrap();
+    let case = skip_case(tmp.path(), "checkpoint: /real/ckpt\nonnx: /real/onnx\nsynthetic:\n  checkpoint: /syn/ckpt\n  onnx: /syn/onnx\n");
+    for level in Level::ALL {
+        let want = if matches!(level, Level::L1 | Level::L3) { "/syn/ckpt" } else { "/real/ckpt" };
+        assert_eq!(tier_case(&case, level).checkpoint.as_deref(), Some(std::path::Path::new(want)), "{level}");
+    }
+}
+
+/// Kills: `run_level`'s L1 arm deleted (L1 would report a skip instead of checking): L1 of the
+/// unified-vision case, and of the E2B case on its synthetic stand-in, checks the export and
+/// passes.
+#[test]
+fn run_level_l1_checks_the_export() {
+    use onnx_parity::case::{Case, Level};
+    use onnx_parity::evaluation::CaseEvaluations;
+    use onnx_parity::tiers::{outcome::Status, run_level, static_skip};
+    for case in ["cases/vision-language/unified-vision.yaml", "cases/causal-lm/gemma-4-e2b.yaml"] {
+        let case = Case::load(&repo(case)).unwrap();
+        let opts = onnx_parity::tiers::RunOptions { goldens_root: repo("goldens"), ci: false };
+        assert_eq!(static_skip(&case, Level::L1, &opts), None);
+        let out = run_level(&case, Level::L1, &opts, &CaseEvaluations::default());
+        assert_eq!(out.status, Status::Pass, "{}", out.message);
+        assert!(out.message.contains("sub-models honour the contract of"), "{}", out.message);
+    }
+}
+
+/// Kills: `live_reference` as `Ok(None)` (L4/L5 judged on the golden alone although the case
+/// has a checkpoint): with the reference available, L4 also reports the export's cosine with the
+/// reference's logits and L5 the token match against the reference's own greedy tokens. Runs
+/// both back ends on the tiny unified-text-kvshare case (ONNX Runtime from the cache).
+#[test]
+fn l4_l5_use_the_live_reference_when_the_case_has_a_checkpoint() {
+    use onnx_parity::case::{Case, Level};
+    use onnx_parity::evaluation::CaseEvaluations;
+    use onnx_parity::tiers::{outcome::Status, run_level, static_skip, RunOptions};
+    let case = Case::load(&repo("cases/causal-lm/unified-text-kvshare.yaml")).unwrap();
+    let opts = RunOptions { goldens_root: repo("goldens"), ci: false };
+    let evals = CaseEvaluations::default();
+    for level in [Level::L4, Level::L5] {
+        assert_eq!(static_skip(&case, level, &opts), None);
+    }
+    let l4 = run_level(&case, Level::L4, &opts, &evals);
+    assert_eq!(l4.status, Status::Pass, "{}", l4.message);
+    let cosine = l4.metrics.get("cosine").and_then(|v| v.as_f64()).unwrap_or_else(|| panic!("no cosine: {:?}", l4.metrics));
+    assert!(cosine > 0.999, "{cosine}");
+    let l5 = run_level(&case, Level::L5, &opts, &evals);
+    assert_eq!(l5.status, Status::Pass, "{}", l5.message);
+    assert_eq!(l5.metrics.get("reference_token_match_ratio").and_then(|v| v.as_f64()), Some(1.0), "{}", l5.message);
+    assert!(l5.message.contains("live reference: ratio 1.000"), "{}", l5.message);
 }

@@ -41,9 +41,14 @@ impl RunOptions {
             goldens_root: std::env::var_os("ONNX_PARITY_GOLDENS")
                 .map(PathBuf::from)
                 .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("goldens")),
-            ci: std::env::var_os("CI").is_some_and(|v| !v.is_empty() && v != "0" && v != "false"),
+            ci: ci_enabled(std::env::var_os("CI").as_deref()),
         }
     }
+}
+
+/// Whether a value of `CI` means "running under CI": set, and neither empty, `0` nor `false`.
+fn ci_enabled(value: Option<&std::ffi::OsStr>) -> bool {
+    value.is_some_and(|v| !v.is_empty() && v != "0" && v != "false")
 }
 
 /// The reason a trial will not run, if it can be known before running it.
@@ -306,4 +311,23 @@ fn live_reference<'a>(case: &Case, eval: &'a CaseEvaluation) -> Result<Option<&'
         return Ok(None);
     }
     eval.reference(case).map(Some).map_err(|e| TierOutcome::fail(format!("the live reference failed: {e}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::ffi::OsStr;
+
+    /// Guards: `CI` counts as set unless it is absent, empty, `0` or `false` (GitHub Actions and
+    /// most CI systems set `CI=true`; `CI=0` / `CI=false` switch `ci_skip_reason` off).
+    #[test]
+    fn ci_values() {
+        for on in ["true", "1", "yes", "TRUE", "False", "00"] {
+            assert!(ci_enabled(Some(OsStr::new(on))), "{on}");
+        }
+        assert!(!ci_enabled(None));
+        for off in ["", "0", "false"] {
+            assert!(!ci_enabled(Some(OsStr::new(off))), "{off:?}");
+        }
+    }
 }
