@@ -417,3 +417,192 @@ fn inputs_dump() {
     let o = cli(&["inputs", "cases/vision-language/unified-vision.yaml", "--synthetic", "--out", &out.display().to_string()]);
     assert!(!o.status.success() && text(&o).contains("no `synthetic:` stand-in"), "{}", text(&o));
 }
+
+/// A checkpoint folder of the unified-vision fixture's tokenizer, processor and config, with the
+/// chat-template fixture's `chat_template.jinja` beside them when `template`.
+fn chat_checkpoint(dir: &Path, template: bool) -> PathBuf {
+    let ckpt = dir.join(if template { "with-template" } else { "without-template" });
+    std::fs::create_dir_all(&ckpt).expect("mkdir");
+    for f in ["config.json", "tokenizer.json", "tokenizer_config.json", "processor_config.json"] {
+        std::fs::copy(fixture(&format!("unified-vision/checkpoint/{f}")), ckpt.join(f)).expect("copy");
+    }
+    if template {
+        std::fs::copy(fixture("chat-template/chat_template.jinja"), ckpt.join("chat_template.jinja")).expect("copy");
+    }
+    ckpt
+}
+
+/// A prompt case for `inputs` on `checkpoint` (prompt and image of fixtures/chat-template/hf.json).
+fn chat_case(dir: &Path, name: &str, checkpoint: &Path, task: &str, images: bool, extra: &str) -> PathBuf {
+    let hf: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(fixture("chat-template/hf.json")).expect("hf.json")).expect("json");
+    let images = if images { format!("  images: [{:?}]\n", fixture("unified-vision/images/a.png")) } else { String::new() };
+    let yaml = format!(
+        "model_id: m\nmodel_type: gemma4_unified\nrevision: r\ntask_type: {task}\ndtype: float32\nlevel: L3\ncheckpoint: {}\n{extra}inputs:\n  prompts: [{}]\n{images}",
+        checkpoint.display(),
+        hf["prompt"]
+    );
+    let path = dir.join(format!("{name}.yaml"));
+    std::fs::write(&path, yaml).expect("write case");
+    path
+}
+
+/// `onnx-parity inputs` on a case; returns the summary and the written input_ids.
+fn inputs_of(case: &Path, out_dir: &Path) -> (String, Vec<i64>) {
+    let out = out_dir.join(format!("{}.safetensors", case.file_stem().unwrap().to_string_lossy()));
+    let o = cli(&["inputs", &case.display().to_string(), "--out", &out.display().to_string()]);
+    assert!(o.status.success(), "{}", text(&o));
+    (text(&o), read_i64(&out, "input_ids"))
+}
+
+fn hf_ids(key: &str) -> Vec<i64> {
+    let hf: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(fixture("chat-template/hf.json")).expect("hf.json")).expect("json");
+    serde_json::from_value(hf[key]["input_ids"].clone()).expect("input_ids")
+}
+
+/// Guards (chat templates): an image-text-to-text case whose tokenizer has a template renders
+/// one user turn, image first, and gets exactly HF's `apply_chat_template(..., tokenize=True)`
+/// ids — one BOS, from the template, none added by the tokenizer; a text-only prompt as well;
+/// the summary names the template file.
+#[test]
+fn inputs_through_the_chat_template_equal_hf() {
+    let dir = tmpdir();
+    let ckpt = chat_checkpoint(dir.path(), true);
+    let (summary, ids) = inputs_of(&chat_case(dir.path(), "vl", &ckpt, "image-text-to-text", true, ""), dir.path());
+    assert_eq!(ids, hf_ids("image_and_text"), "{summary}");
+    assert_eq!(ids.iter().filter(|&&t| t == 2).count(), 1, "one BOS");
+    assert!(summary.contains("chat template") && summary.contains("chat_template.jinja"), "{summary}");
+    let (summary, ids) = inputs_of(&chat_case(dir.path(), "text", &ckpt, "image-text-to-text", false, ""), dir.path());
+    assert_eq!(ids, hf_ids("text_only"), "{summary}");
+}
+
+/// Guards (no template / opt-out): without a template, with `chat_template: false`, and for a
+/// text-generation case the prompt is plain — the image placeholder prepended (mobius's 12B
+/// convention), BOS from the tokenizer — and equals HF's `processor(text="<|image|>" + prompt)`;
+/// the summary says why; `chat_template: true` without a template is an error naming it.
+#[test]
+fn inputs_without_or_opting_out_of_the_chat_template() {
+    let dir = tmpdir();
+    let with = chat_checkpoint(dir.path(), true);
+    let without = chat_checkpoint(dir.path(), false);
+    let plain = hf_ids("plain_image_and_text");
+    for (name, ckpt, task, extra, why) in [
+        ("none", &without, "image-text-to-text", "", "the tokenizer has none"),
+        ("off", &with, "image-text-to-text", "chat_template: false\n", "chat_template: false"),
+        ("completion", &with, "text-generation", "", "text-generation case"),
+    ] {
+        let (summary, ids) = inputs_of(&chat_case(dir.path(), name, ckpt, task, true, extra), dir.path());
+        assert_eq!(ids, plain, "{name}: {summary}");
+        assert!(summary.contains("no chat template") && summary.contains(why), "{name}: {summary}");
+    }
+    let forced = chat_case(dir.path(), "forced", &without, "text-generation", true, "chat_template: true\n");
+    let o = cli(&["inputs", &forced.display().to_string(), "--out", &dir.path().join("x.safetensors").display().to_string()]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o));
+    assert!(text(&o).contains("chat_template: true, but the tokenizer has no chat template"), "{}", text(&o));
+    let (_, ids) = inputs_of(&chat_case(dir.path(), "forced-ok", &with, "text-generation", true, "chat_template: true\n"), dir.path());
+    assert_eq!(ids, hf_ids("image_and_text"));
+}
+
+/// Guards: `inputs` works on every committed case — on its own inputs where they need no
+/// absent checkpoint, else on its `synthetic:` stand-in's — and a case with a golden says whether
+/// the golden's input_ids are its own.
+#[test]
+fn inputs_on_every_committed_case() {
+    let dir = tmpdir();
+    let out = dir.path().join("in.safetensors").display().to_string();
+    let mut cases: Vec<PathBuf> = Vec::new();
+    for category in ["cases/causal-lm", "cases/vision-language"] {
+        for e in std::fs::read_dir(root().join(category)).expect("cases") {
+            let p = e.expect("entry").path();
+            if p.extension().is_some_and(|x| x == "yaml") {
+                cases.push(p);
+            }
+        }
+    }
+    cases.sort();
+    assert!(cases.len() >= 20, "{cases:?}");
+    for case in &cases {
+        let c = case.display().to_string();
+        let own = cli(&["inputs", &c, "--out", &out]);
+        if own.status.success() {
+            continue;
+        }
+        let t = text(&own);
+        assert!(t.contains("prompts need a checkpoint") && t.contains("--synthetic"), "{c}: {t}");
+        let syn = cli(&["inputs", &c, "--synthetic", "--out", &out]);
+        assert!(syn.status.success(), "{c} --synthetic: {}", text(&syn));
+    }
+    let o = cli(&["inputs", "cases/vision-language/unified-vision-prompt.yaml", "--out", &out]);
+    assert!(text(&o).contains("golden") && text(&o).contains("its input_ids are the case's"), "{}", text(&o));
+}
+
+/// Guards (replay): `inputs --replay` writes what L4/L5 receive when a golden's ids differ from
+/// the case's — the golden's ids, the images' tensors unchanged — and both it and the plain
+/// dump warn, naming the first differing position.
+#[test]
+fn inputs_replay_of_a_drifted_golden() {
+    let dir = tmpdir();
+    let goldens = dir.path().join("goldens");
+    std::fs::create_dir_all(goldens.join("vision-language")).expect("mkdir");
+    let mut golden = onnx_parity::golden::Golden::load(&root().join("goldens/vision-language/unified-vision-prompt.json"))
+        .expect("golden")
+        .expect("committed golden");
+    let at = golden.input_ids.len() - 1;
+    golden.input_ids[at] = if golden.input_ids[at] == 5 { 6 } else { 5 };
+    let ids = golden.input_ids.clone();
+    let golden_text = golden.to_json_string();
+    std::fs::write(goldens.join("vision-language/unified-vision-prompt.json"), golden_text).expect("write");
+    let out = dir.path().join("r.safetensors");
+    let args = |replay: bool| {
+        let mut a = vec!["inputs".to_string(), "cases/vision-language/unified-vision-prompt.yaml".into(), "--out".into(), out.display().to_string()];
+        a.extend(["--goldens".to_string(), goldens.display().to_string()]);
+        if replay {
+            a.push("--replay".into());
+        }
+        a
+    };
+    let plain = cli(&args(false).iter().map(String::as_str).collect::<Vec<_>>());
+    assert!(plain.status.success(), "{}", text(&plain));
+    assert!(text(&plain).contains("warning: golden") && text(&plain).contains(&format!("at position {at}")), "{}", text(&plain));
+    let replayed = cli(&args(true).iter().map(String::as_str).collect::<Vec<_>>());
+    assert!(replayed.status.success(), "{}", text(&replayed));
+    assert_eq!(read_i64(&out, "input_ids"), ids);
+    assert!(text(&replayed).contains("the golden's input_ids"), "{}", text(&replayed));
+}
+
+/// Guards (replay in the tiers): when the golden's input_ids differ from the case's, L4 and L5
+/// run on the golden's (no "made for other input_ids" failure) and both carry the warning naming
+/// the first differing position, in the report and as the `input_ids_replayed` metric.
+#[test]
+fn l4_l5_replay_the_goldens_input_ids_with_a_warning() {
+    let dir = tmpdir();
+    let goldens = dir.path().join("goldens");
+    std::fs::create_dir_all(goldens.join("vision-language")).expect("mkdir");
+    let committed = root().join("goldens/vision-language");
+    let mut golden = onnx_parity::golden::Golden::load(&committed.join("unified-vision-prompt.json")).expect("golden").expect("committed");
+    let at = golden.input_ids.len() - 2;
+    golden.input_ids[at] = if golden.input_ids[at] == 5 { 6 } else { 5 };
+    std::fs::write(goldens.join("vision-language/unified-vision-prompt.json"), golden.to_json_string()).expect("write");
+    std::fs::copy(committed.join("unified-vision-prompt_generation.json"), goldens.join("vision-language/unified-vision-prompt_generation.json"))
+        .expect("copy");
+    let report = dir.path().join("r.json");
+    let o = cli(&[
+        "run",
+        "cases/vision-language/unified-vision-prompt.yaml",
+        "--levels",
+        "L4,L5",
+        "--goldens",
+        &goldens.display().to_string(),
+        "--report",
+        &report.display().to_string(),
+    ]);
+    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&report).expect("report")).expect("json");
+    let levels = v["cases"][0]["levels"].as_array().expect("levels");
+    assert_eq!(levels.len(), 2, "{}", text(&o));
+    for l in levels {
+        let record = l.to_string();
+        assert!(!record.contains("made for other input_ids"), "{record}");
+        assert!(record.contains(&format!("differ from the golden's at position {at}")), "{record}");
+        assert!(record.contains("input_ids_replayed"), "{record}");
+    }
+    assert!(text(&o).contains(&format!("at position {at}")), "the console shows the warning: {}", text(&o));
+}
