@@ -1,7 +1,8 @@
 //! Property-based tests of every parser the harness exposes to user data (issue 9, "Fuzzed
 //! inputs"): case YAML, golden JSON (L4 and L5), Python hex floats, input safetensors,
-//! `config.json` (the reference's `ModelConfig` and the harness's `ExportContract`) and ONNX
-//! protobuf bytes.
+//! `config.json` (the reference's `ModelConfig` and the harness's `ExportContract`), ONNX
+//! protobuf bytes, JPEG files (libjpeg-turbo's code behind an unwinding error manager) and chat
+//! templates.
 //!
 //! Every parser gets three kinds of input: arbitrary bytes or strings; raw mutations of a valid
 //! committed file (truncation, byte flips, inserted syntax, deleted spans); and, for the
@@ -892,6 +893,85 @@ proptest! {
         bytes.extend_from_slice(&seed.get(onnx_seeds())[..64]);
         if let Err(m) = graph(&bytes) {
             names_file(&m, Path::new(GRAPH))?;
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// JPEG decoding and chat templates
+// ---------------------------------------------------------------------------------------------
+
+fn jpeg_seeds() -> &'static [Vec<u8>] {
+    static S: OnceLock<Vec<Vec<u8>>> = OnceLock::new();
+    S.get_or_init(|| files(&repo().join("fixtures/jpeg"), ".jpg").iter().map(|p| std::fs::read(p).expect("jpeg")).collect())
+}
+
+/// A JPEG result must be a consistent image or a non-empty reason.
+fn jpeg_ok_or_reason(bytes: &[u8]) -> Result<(), TestCaseError> {
+    match onnx_parity::inputs::jpeg::decode_like_pil(bytes) {
+        Ok(img) => {
+            prop_assert_eq!(img.rgb.len(), img.width * img.height * 3);
+            prop_assert!(img.width * img.height <= onnx_parity::inputs::jpeg::PIL_MAX_PIXELS);
+        }
+        Err(e) => prop_assert!(!e.trim().is_empty()),
+    }
+    Ok(())
+}
+
+const TEMPLATE: &str = "fuzz/chat_template.jinja";
+
+fn render(template: &str) -> Result<String, String> {
+    use onnx_parity::inputs::processor::chat::{ChatTemplate, Content};
+    let tokens = [("bos_token", "<bos>"), ("image_token", "<|image|>")].into_iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+    ChatTemplate::from_text(template, TEMPLATE)
+        .render_user_turn(&[Content::Image, Content::Text("Describe.".into())], &tokens)
+        .map_err(|e| e.to_string())
+}
+
+proptest! {
+    #![proptest_config(config(256))]
+
+    /// Raw mutations of the fixture JPEGs (flipped, spliced, truncated bytes): libjpeg's fatal
+    /// errors and truncation come back as errors, never a panic or an abort; what decodes is a
+    /// consistent image.
+    #[test]
+    fn jpeg_raw_mutations(seed in any::<Index>(), edits in prop::collection::vec(raw_edit(), 1..4)) {
+        jpeg_ok_or_reason(&apply_raw(seed.get(jpeg_seeds()).as_slice(), &edits, None))?;
+    }
+
+    /// Arbitrary bytes behind a JPEG start-of-image marker, and a fixture's header with its size
+    /// fields overwritten (up to 2047 px a side, and 65535×65535, beyond PIL's bomb limit, which
+    /// must be refused before any allocation): an error or a consistent image. (Sizes between
+    /// decode fully, the missing data grey, as libjpeg and so PIL do: slow, not wrong — a random
+    /// SOF marker in `body` can claim up to PIL's limit, ~1.3 GB and a second when it happens.)
+    #[test]
+    fn jpeg_arbitrary_bytes_and_sizes(body in prop::collection::vec(any::<u8>(), 0..256), seed in any::<Index>(), (w, h) in prop_oneof![(0u16..2048, 0u16..2048), Just((u16::MAX, u16::MAX)), Just((u16::MAX, 2731))]) {
+        let mut bytes = vec![0xff, 0xd8];
+        bytes.extend(&body);
+        jpeg_ok_or_reason(&bytes)?;
+        let mut bytes = seed.get(jpeg_seeds()).clone();
+        // SOF0/SOF1/SOF2 marker: FF C0|C1|C2, length (2), precision (1), height (2), width (2).
+        if let Some(at) = bytes.windows(2).position(|m| m[0] == 0xff && (0xc0..=0xc2).contains(&m[1])) {
+            if bytes.len() > at + 9 {
+                bytes[at + 5..at + 7].copy_from_slice(&h.to_be_bytes());
+                bytes[at + 7..at + 9].copy_from_slice(&w.to_be_bytes());
+            }
+        }
+        jpeg_ok_or_reason(&bytes)?;
+    }
+
+    /// Chat templates: arbitrary text and raw mutations of the committed template render or
+    /// fail with an error naming the template file, never panic.
+    #[test]
+    fn chat_template_arbitrary_and_mutated(text in prop_oneof!["\\PC{0,120}", "[{}%#\\-+ a-z'\\[\\]|()=.]{0,80}"], edits in prop::collection::vec(raw_edit(), 1..4)) {
+        if let Err(m) = render(&text) {
+            names_file(&m, Path::new(TEMPLATE))?;
+        }
+        let seed = std::fs::read(repo().join("fixtures/chat-template/chat_template.jinja")).expect("template");
+        if let Ok(mutated) = String::from_utf8(apply_raw(&seed, &edits, None)) {
+            if let Err(m) = render(&mutated) {
+                names_file(&m, Path::new(TEMPLATE))?;
+            }
         }
     }
 }

@@ -21,6 +21,10 @@ use mozjpeg::decompress::DecompressBuilder;
 use mozjpeg::{ColorSpace, DctMethod};
 use mozjpeg_sys as ffi;
 
+/// PIL's decompression-bomb limit: `Image.open` raises `DecompressionBombError` above twice
+/// `Image.MAX_IMAGE_PIXELS` (89,478,485). Checked on the header, before any pixel is allocated.
+pub const PIL_MAX_PIXELS: usize = 2 * 89_478_485;
+
 /// A decoded JPEG: 8-bit RGB, rows top to bottom, channels interleaved.
 #[derive(Debug, Clone, PartialEq)]
 pub struct DecodedJpeg {
@@ -57,6 +61,14 @@ fn decode(bytes: &[u8]) -> Result<DecodedJpeg, String> {
                 "{other:?} JPEGs are not supported: PIL converts CMYK/YCCK to RGB with its own formula, which this decoder does not reproduce; convert the image to RGB"
             ))
         }
+    }
+    let pixels = dec.width().saturating_mul(dec.height());
+    if pixels > PIL_MAX_PIXELS {
+        return Err(format!(
+            "{}×{} = {pixels} pixels exceeds PIL's decompression-bomb limit of {PIL_MAX_PIXELS} (PIL refuses to open it)",
+            dec.width(),
+            dec.height()
+        ));
     }
     // PIL's settings, which are libjpeg's defaults: set explicitly so a binding's different
     // defaults cannot change the pixels.
