@@ -187,13 +187,7 @@ fn python_dumps(v: &Value, o: &PyJson, depth: usize, out: &mut String) -> Result
         ValueKind::Number if v.is_integer() => out.push_str(&v.to_string()),
         ValueKind::Number => {
             let x = f64::try_from(v.clone()).map_err(|_| unsupported("a number"))?;
-            // Python's float repr: shortest round-trip digits, ".0" on integral values.
-            out.push_str(&match x {
-                x if x.is_nan() => "NaN".into(),
-                x if x.is_infinite() => if x > 0.0 { "Infinity".into() } else { "-Infinity".into() },
-                x if x == x.trunc() && x.abs() < 1e16 => format!("{x:.1}"),
-                x => format!("{x}"),
-            });
+            out.push_str(&python_float(x));
         }
         ValueKind::String => python_string(v.as_str().unwrap_or_default(), o.ensure_ascii, out),
         ValueKind::Seq | ValueKind::Iterable => {
@@ -243,6 +237,30 @@ fn python_dumps(v: &Value, o: &PyJson, depth: usize, out: &mut String) -> Result
         _ => return Err(unsupported(&format!("a {}", v.kind()))),
     }
     Ok(())
+}
+
+/// A float as Python's `json.dumps` writes it (`float.__repr__`): the shortest round-trip digits,
+/// positional with ".0" for exponents −4 ≤ e < 16, else `1.5e+16` / `1e-05`; `NaN`, `Infinity`.
+fn python_float(x: f64) -> String {
+    if x.is_nan() {
+        return "NaN".into();
+    }
+    if x.is_infinite() {
+        return if x > 0.0 { "Infinity".into() } else { "-Infinity".into() };
+    }
+    let sci = format!("{x:e}");
+    let (mantissa, exp) = sci.split_once('e').unwrap_or((sci.as_str(), "0"));
+    let exp: i32 = exp.parse().unwrap_or(0);
+    if x == 0.0 || (-4..16).contains(&exp) {
+        let positional = format!("{x}");
+        if positional.contains('.') {
+            positional
+        } else {
+            positional + ".0"
+        }
+    } else {
+        format!("{mantissa}e{}{:02}", if exp < 0 { '-' } else { '+' }, exp.abs())
+    }
 }
 
 /// A JSON string as Python writes it: `\n`-style escapes for the usual controls, `\u00XX` for
@@ -350,6 +368,14 @@ mod tests {
             .render(Value::from(Vec::<Value>::new()), false, &tokens())
             .unwrap();
         assert_eq!(indented, "{\n  \"a\": [\n    1,\n    2\n  ],\n  \"b\": {}\n}\"\\u00e9\"");
+    }
+
+    /// Guards: floats as Python's `repr` writes them (values checked with CPython 3.11).
+    #[test]
+    fn floats_like_python() {
+        for (x, py) in [(0.1, "0.1"), (123.0, "123.0"), (-0.0, "-0.0"), (1e-5, "1e-05"), (1.5e16, "1.5e+16"), (1e15, "1000000000000000.0"), (2.5e-4, "0.00025"), (1e300, "1e+300"), (f64::NAN, "NaN")] {
+            assert_eq!(python_float(x), py, "{x}");
+        }
     }
 
     /// Guards: raise_exception and strftime_now are errors naming the template file and the
