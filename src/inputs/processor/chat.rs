@@ -108,7 +108,8 @@ impl ChatTemplate {
     pub fn render(&self, messages: Value, add_generation_prompt: bool, special_tokens: &BTreeMap<String, String>) -> Result<String, InputsError> {
         let err = |e: Error| InputsError::Config { path: self.source.clone(), message: format!("chat template: {}", describe(&e)) };
         let env = environment();
-        let template = env.template_from_str(&self.text).map_err(err)?;
+        let text = without_generation_tags(&self.text);
+        let template = env.template_from_str(&text).map_err(err)?;
         let mut ctx: BTreeMap<String, Value> =
             special_tokens.iter().map(|(k, v)| (k.clone(), Value::from(v.as_str()))).collect();
         ctx.insert("messages".into(), messages);
@@ -117,6 +118,44 @@ impl ChatTemplate {
         ctx.insert("documents".into(), Value::from(()));
         template.render(ctx).map_err(err)
     }
+}
+
+/// HF's `{% generation %}…{% endgeneration %}` block (its `AssistantTracker` extension, which
+/// only records where assistant text lies and renders the body unchanged) as the equivalent
+/// `{% if true %}…{% endif %}`, whitespace-control marks kept, so minijinja (which has no such
+/// tag) renders it identically.
+fn without_generation_tags(text: &str) -> std::borrow::Cow<'_, str> {
+    if !text.contains("generation") {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(start) = rest.find("{%") {
+        out.push_str(&rest[..start]);
+        let tag = &rest[start..];
+        // The tag's end, searched after its "{%" ("{%}" is no tag: minijinja reports it).
+        let Some(end) = tag[2..].find("%}").map(|i| i + 2) else {
+            out.push_str(tag);
+            return std::borrow::Cow::Owned(out);
+        };
+        let inner = &tag[2..end];
+        let (open, body) = match inner.strip_prefix(['-', '+']) {
+            Some(b) => (&inner[..1], b),
+            None => ("", inner),
+        };
+        let (body, close) = match body.strip_suffix(['-', '+']) {
+            Some(b) => (b, &body[b.len()..]),
+            None => (body, ""),
+        };
+        match body.trim() {
+            "generation" => out.push_str(&format!("{{%{open} if true {close}%}}")),
+            "endgeneration" => out.push_str(&format!("{{%{open} endif {close}%}}")),
+            _ => out.push_str(&tag[..end + 2]),
+        }
+        rest = &tag[end + 2..];
+    }
+    out.push_str(rest);
+    std::borrow::Cow::Owned(out)
 }
 
 /// The Jinja environment of HF's `_compile_jinja_template`.
@@ -339,6 +378,10 @@ mod tests {
     /// Gemma 3's chat template (the shape of `-it` Gemma templates), with `<|image|>` items.
     const GEMMA: &str = "{{ bos_token }}\n{%- for message in messages -%}\n    {%- if (message['role'] == 'assistant') -%}\n        {%- set role = \"model\" -%}\n    {%- else -%}\n        {%- set role = message['role'] -%}\n    {%- endif -%}\n    {{ '<start_of_turn>' + role + '\n' }}\n    {%- if message['content'] is string -%}\n        {{ message['content'] | trim }}\n    {%- elif message['content'] is iterable -%}\n        {%- for item in message['content'] -%}\n            {%- if item['type'] == 'image' -%}\n                {{ '<|image|>' }}\n            {%- elif item['type'] == 'text' -%}\n                {{ item['text'] | trim }}\n            {%- endif -%}\n        {%- endfor -%}\n    {%- else -%}\n        {{ raise_exception(\"Invalid content type\") }}\n    {%- endif -%}\n    {{ '<end_of_turn>\n' }}\n{%- endfor -%}\n{%- if add_generation_prompt -%}\n    {{'<start_of_turn>model\n'}}\n{%- endif -%}\n";
 
+    fn t_err(text: &str) -> String {
+        ChatTemplate::from_text(text, "t").render(Value::from(Vec::<Value>::new()), false, &tokens()).unwrap_err().to_string()
+    }
+
     fn tokens() -> BTreeMap<String, String> {
         [("bos_token", "<bos>"), ("eos_token", "<eos>")].into_iter().map(|(k, v)| (k.into(), v.into())).collect()
     }
@@ -376,6 +419,18 @@ mod tests {
         for (x, py) in [(0.1, "0.1"), (123.0, "123.0"), (-0.0, "-0.0"), (1e-5, "1e-05"), (1.5e16, "1.5e+16"), (1e15, "1000000000000000.0"), (2.5e-4, "0.00025"), (1e300, "1e+300"), (f64::NAN, "NaN")] {
             assert_eq!(python_float(x), py, "{x}");
         }
+    }
+
+    /// Guards: HF's `{% generation %}` blocks render their body, whitespace control kept
+    /// (expected strings from transformers 5.14.1's environment).
+    #[test]
+    fn generation_blocks_render_their_body() {
+        let t = ChatTemplate::from_text("a {%- generation -%}  b  {%- endgeneration %} c{% generation %}d{% endgeneration %}", "t");
+        assert_eq!(t.render(Value::from(Vec::<Value>::new()), false, &tokens()).unwrap(), "ab cd");
+        assert_eq!(without_generation_tags("{{ 'generation' }}{% if x %}"), "{{ 'generation' }}{% if x %}");
+        // Found by tests/fuzz.rs: "{%}" (the "%}" overlapping the "{%") is no tag, not a panic.
+        assert_eq!(without_generation_tags("generation {%}"), "generation {%}");
+        assert!(t_err("{%} generation").contains("t"));
     }
 
     /// Guards: raise_exception and strftime_now are errors naming the template file and the
