@@ -65,6 +65,14 @@ def main() -> None:
         "pillow": PIL.__version__,
         "libjpeg_turbo": str(features.version("libjpeg_turbo")),
     }, indent=2) + "\n")
+    # Malformed JPEGs of the corpus (tests/corpus/image/, tests/corpus.rs): refused with a reason.
+    corpus = OUT.parent.parent / "tests" / "corpus" / "image"
+    corpus.mkdir(parents=True, exist_ok=True)
+    whole = (OUT / "q90-420.jpg").read_bytes()
+    (corpus / "truncated.jpg").write_bytes(whole[: len(whole) * 3 // 5])
+    buf = io.BytesIO()
+    Image.fromarray(picture(16, 16, seed=99), "RGB").convert("CMYK").save(buf, format="JPEG", quality=90)
+    (corpus / "cmyk.jpg").write_bytes(buf.getvalue())
     print(f"wrote {len(VARIANTS)} JPEGs and their Pillow {PIL.__version__} (libjpeg-turbo {features.version('libjpeg_turbo')}) decodings to {OUT}")
 
 

@@ -1,6 +1,7 @@
 //! The committed corpus of malformed inputs (issue 9, "Fuzzed inputs"): `tests/corpus/<kind>/`
 //! holds one file per defect (case YAML, goldens, `config.json`, input safetensors, ONNX graph
-//! files, and tiny malformed exports made by `scripts/make_malformed_exports.py`), and
+//! files, tiny malformed exports made by `scripts/make_malformed_exports.py`, images — the JPEGs
+//! made by `scripts/make_jpeg_fixtures.py` — and chat templates), and
 //! `tests/corpus/expected.yaml` maps each file to the parsers that must reject it and the
 //! substrings each error message must contain (the field or tensor, and what was expected).
 //!
@@ -57,6 +58,8 @@ fn required_parsers(rel: &str) -> BTreeSet<&'static str> {
         "golden" => &["golden"],
         "config" => &["reference", "contract"],
         "safetensors" => &["inputs"],
+        "image" => &["image"],
+        "template" => &["template"],
         // A package folder (`onnx/<defect>/model.onnx`) is opened and run; a loose graph file is
         // decoded.
         "onnx" if rel.matches('/').count() == 2 => &["pipeline"],
@@ -84,6 +87,13 @@ fn run(parser: &str, path: &Path) -> Result<(), String> {
         "contract" => ExportContract::from_config_file(path).map(drop).map_err(|e| e.to_string()),
         "inputs" => load_safetensors(path).map(drop).map_err(|e| e.to_string()),
         "graph" => GraphSummary::load(path).map(drop).map_err(|e| e.to_string()),
+        "image" => onnx_parity::inputs::image::load_rgb(path).map(drop).map_err(|e| e.to_string()),
+        "template" => {
+            use onnx_parity::inputs::processor::chat::{ChatTemplate, Content};
+            let text = std::fs::read_to_string(path).map_err(|e| e.to_string())?;
+            let tokens = [("bos_token".to_string(), "<bos>".to_string())].into_iter().collect();
+            ChatTemplate::from_text(text, path).render_user_turn(&[Content::Image, Content::Text("Describe.".into())], &tokens).map(drop).map_err(|e| e.to_string())
+        }
         "pipeline" => {
             let dir = path.parent().expect("package folder");
             let mut pipeline = OnnxPipeline::open(dir, &SessionOptions { intra_threads: 1 }).map_err(|e| e.to_string())?;
