@@ -725,4 +725,41 @@ fn l4_l5_use_the_live_reference_when_the_case_has_a_checkpoint() {
     assert_eq!(l5.status, Status::Pass, "{}", l5.message);
     assert_eq!(l5.metrics.get("reference_token_match_ratio").and_then(|v| v.as_f64()), Some(1.0), "{}", l5.message);
     assert!(l5.message.contains("live reference: ratio 1.000"), "{}", l5.message);
+    // The golden was made on the case's own ids: nothing was replayed, nothing to warn about.
+    for out in [&l4, &l5] {
+        assert!(out.warnings.is_empty(), "{:?}", out.warnings);
+        assert_eq!(out.metrics.get("input_ids_replayed"), None);
+    }
+}
+
+/// Kills: `replayed` answering a fresh evaluation of the case's own inputs (with no warning, an
+/// empty one or another one) instead of the golden's ids: when the golden's `input_ids` differ
+/// from the case's, L4 and L5 run on the golden's ids (so L4 does not fail as "made for other
+/// input_ids") and both warn, naming the first differing position.
+#[test]
+fn l4_l5_replay_the_golden_input_ids_and_warn() {
+    use onnx_parity::case::{Case, Level};
+    use onnx_parity::evaluation::CaseEvaluations;
+    use onnx_parity::tiers::{run_level, RunOptions};
+    let case = Case::load(&repo("cases/causal-lm/unified-text-kvshare.yaml")).unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("causal-lm");
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut golden: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(repo("goldens/causal-lm/unified-text-kvshare.json")).unwrap()).unwrap();
+    assert_eq!(golden["input_ids"][5], 304);
+    golden["input_ids"][5] = 305.into();
+    std::fs::write(dir.join("unified-text-kvshare.json"), serde_json::to_string_pretty(&golden).unwrap()).unwrap();
+    std::fs::copy(repo("goldens/causal-lm/unified-text-kvshare_generation.json"), dir.join("unified-text-kvshare_generation.json")).unwrap();
+    let opts = RunOptions { goldens_root: tmp.path().into(), ci: false };
+    let evals = CaseEvaluations::default();
+    let drift = "the case's input_ids differ from the golden's at position 5 (case 304, golden 305; 24 vs 24 ids)";
+    for level in [Level::L4, Level::L5] {
+        let out = run_level(&case, level, &opts, &evals);
+        assert!(!out.message.contains("made for other input_ids"), "{level}: {}", out.message);
+        assert_eq!(out.warnings.len(), 1, "{level}: {:?}", out.warnings);
+        assert!(out.warnings[0].starts_with(drift), "{level}: {}", out.warnings[0]);
+        assert!(out.warnings[0].ends_with("this tier ran on the golden's input_ids (with the case's images), as mobius's L4 does"), "{}", out.warnings[0]);
+        assert_eq!(out.metrics.get("input_ids_replayed"), Some(&serde_json::Value::Bool(true)), "{level}");
+    }
 }
