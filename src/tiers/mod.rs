@@ -46,9 +46,13 @@ impl RunOptions {
     }
 }
 
-/// Whether a value of `CI` means "running under CI": set, and neither empty, `0` nor `false`.
+/// Whether a value of `CI` means "running under CI": set, and not empty, `0`, `false`, `no` or `off` (any case).
 fn ci_enabled(value: Option<&std::ffi::OsStr>) -> bool {
-    value.is_some_and(|v| !v.is_empty() && v != "0" && v != "false")
+    // Any case: `CI=False` or `CI=no` is a person switching CI off, not a CI run.
+    value.is_some_and(|v| {
+        let v = v.to_string_lossy().trim().to_ascii_lowercase();
+        !matches!(v.as_str(), "" | "0" | "false" | "no" | "off")
+    })
 }
 
 /// The reason a trial will not run, if it can be known before running it.
@@ -322,11 +326,11 @@ mod tests {
     /// most CI systems set `CI=true`; `CI=0` / `CI=false` switch `ci_skip_reason` off).
     #[test]
     fn ci_values() {
-        for on in ["true", "1", "yes", "TRUE", "False", "00"] {
+        for on in ["true", "1", "yes", "TRUE", "00", "woodpecker"] {
             assert!(ci_enabled(Some(OsStr::new(on))), "{on}");
         }
         assert!(!ci_enabled(None));
-        for off in ["", "0", "false"] {
+        for off in ["", "0", "false", "False", "FALSE", "no", "Off", " false "] {
             assert!(!ci_enabled(Some(OsStr::new(off))), "{off:?}");
         }
     }
