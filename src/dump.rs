@@ -4,13 +4,11 @@
 //! asked, as safetensors — the same names the fixture oracles use, so any two dumps compare
 //! directly.
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-
-use safetensors::tensor::{Dtype, TensorView};
 
 use crate::backend::{Backend, BackendError, GenerationRequest, Run};
 use crate::inputs::ModelInputs;
+use crate::tensor_file::TensorFile;
 
 /// Why a dump failed.
 #[derive(Debug, thiserror::Error)]
@@ -43,23 +41,16 @@ impl Dump {
     /// Writes the tensors as safetensors (temp file + rename).
     pub fn save(&self, path: &Path) -> Result<(), DumpError> {
         let werr = |m: String| DumpError::Write { path: path.into(), message: m };
-        let mut bufs: BTreeMap<String, (Dtype, Vec<usize>, Vec<u8>)> = BTreeMap::new();
-        let f32_bytes = |d: &[f32]| d.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
         let l = &self.run.prefill.logits;
-        bufs.insert("logits".into(), (Dtype::F32, l.shape.clone(), f32_bytes(&l.data)));
+        let mut file = TensorFile::new().f32("logits", l.shape.clone(), &l.data);
         for (c, d) in &self.run.prefill.components {
-            bufs.insert(c.as_str().into(), (Dtype::F32, d.shape.clone(), f32_bytes(&d.data)));
+            file = file.f32(c.as_str(), d.shape.clone(), &d.data);
         }
         if self.with_tokens {
             let t = &self.run.generation.tokens;
-            bufs.insert("greedy_tokens".into(), (Dtype::I64, vec![1, t.len()], t.iter().flat_map(|x| x.to_le_bytes()).collect()));
+            file = file.i64("greedy_tokens", vec![1, t.len()], t);
         }
-        let views = bufs
-            .iter()
-            .map(|(k, (dt, shape, bytes))| TensorView::new(*dt, shape.clone(), bytes).map(|v| (k.clone(), v)))
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| werr(e.to_string()))?;
-        let bytes = safetensors::serialize(views, None).map_err(|e| werr(e.to_string()))?;
+        let bytes = file.to_bytes().map_err(werr)?;
         crate::atomic::write_atomic(path, &bytes).map_err(|e| werr(e.to_string()))
     }
 }

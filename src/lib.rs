@@ -22,5 +22,6 @@ pub mod onnx;
 pub mod plan;
 pub mod regenerate;
 pub mod report;
+pub mod tensor_file;
 pub mod tiers;
 pub mod tolerance;

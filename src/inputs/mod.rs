@@ -192,24 +192,17 @@ pub fn for_case_with_source(case: &crate::case::Case) -> Result<(ModelInputs, In
 /// `pixel_values`, `image_position_ids`, `mm_token_type_ids` [1,S]) — the layout
 /// [`load_safetensors`] reads, so a written file is a case's `inputs.tensors`.
 pub fn to_safetensors(inputs: &ModelInputs) -> Result<Vec<u8>, String> {
-    use safetensors::tensor::TensorView;
-    let i64_bytes = |d: &[i64]| d.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
-    let mut tensors: Vec<(&str, Dtype, Vec<usize>, Vec<u8>)> =
-        vec![("input_ids", Dtype::I64, vec![1, inputs.input_ids.len()], i64_bytes(&inputs.input_ids))];
+    let mut file = crate::tensor_file::TensorFile::new().i64("input_ids", vec![1, inputs.input_ids.len()], &inputs.input_ids);
     if let Some(px) = &inputs.pixel_values {
-        tensors.push(("pixel_values", Dtype::F32, px.shape.clone(), px.data.iter().flat_map(|x| x.to_le_bytes()).collect()));
+        file = file.f32("pixel_values", px.shape.clone(), &px.data);
     }
     if let Some(pos) = &inputs.image_position_ids {
-        tensors.push(("image_position_ids", Dtype::I64, pos.shape.clone(), i64_bytes(&pos.data)));
+        file = file.i64("image_position_ids", pos.shape.clone(), &pos.data);
     }
     if let Some(mm) = &inputs.mm_token_type_ids {
-        tensors.push(("mm_token_type_ids", Dtype::I64, vec![1, mm.len()], i64_bytes(mm)));
+        file = file.i64("mm_token_type_ids", vec![1, mm.len()], mm);
     }
-    let views = tensors
-        .iter()
-        .map(|(name, dt, shape, bytes)| TensorView::new(*dt, shape.clone(), bytes).map(|v| (name.to_string(), v)).map_err(|e| format!("{name}: {e}")))
-        .collect::<Result<Vec<_>, _>>()?;
-    safetensors::serialize(views, None).map_err(|e| e.to_string())
+    file.to_bytes()
 }
 
 /// Soft tokens per image: the lengths of the runs of image tokens (`mm_token_type_ids` = 1).
