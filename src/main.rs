@@ -258,8 +258,18 @@ fn golden(paths: Vec<PathBuf>, force: bool, goldens: Option<PathBuf>) -> anyhow:
 }
 
 /// Files of a checkpoint the harness reads besides the weights; only config.json is required.
-const CHECKPOINT_FILES: [&str; 5] =
-    ["config.json", "tokenizer.json", "tokenizer_config.json", "processor_config.json", "chat_template.jinja"];
+/// (The processor reads `preprocessor_config.json` when there is no `processor_config.json`, and
+/// a chat template from `chat_template.jinja`, the legacy `chat_template.json` or
+/// `tokenizer_config.json`.)
+const CHECKPOINT_FILES: [&str; 7] = [
+    "config.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "processor_config.json",
+    "preprocessor_config.json",
+    "chat_template.jinja",
+    "chat_template.json",
+];
 
 fn fetch(paths: Vec<PathBuf>, weights: bool) -> anyhow::Result<ExitCode> {
     let hub = onnx_parity::hub::Hub::from_env();

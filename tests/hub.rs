@@ -608,3 +608,54 @@ fn token_never_appears_in_output() {
     }
     assert!(mock.seen().iter().filter(|s| s.cdn).all(|s| s.authorization.is_none()));
 }
+
+/// Guards (fetch → prompt processing): `onnx-parity fetch` takes a checkpoint's chat template
+/// (`chat_template.jinja`) with its tokenizer and processor files, and `onnx-parity inputs` on the
+/// same case, resolved from the HF cache alone, renders through it — a template left behind
+/// would silently change an `-it` model's input_ids.
+#[test]
+fn fetch_takes_the_chat_template_and_inputs_use_it_from_the_cache() {
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures");
+    let mut files = BTreeMap::new();
+    for f in ["config.json", "tokenizer.json", "tokenizer_config.json", "processor_config.json"] {
+        let body = std::fs::read(fixtures.join("unified-vision/checkpoint").join(f)).expect("fixture file");
+        files.insert(f.to_string(), MockFile { body, lfs: false });
+    }
+    let template = std::fs::read(fixtures.join("chat-template/chat_template.jinja")).expect("template");
+    files.insert("chat_template.jinja".into(), MockFile { body: template, lfs: false });
+    let hub = MockHub::start(&[("org/chat-it", MockRepo { files, token: None })]);
+    let dir = tempfile::tempdir().expect("tmp");
+    let cache = dir.path().join("hub");
+    let case = dir.path().join("vl.yaml");
+    std::fs::write(
+        &case,
+        format!(
+            "model_id: org/chat-it\nmodel_type: gemma4_unified\nrevision: main\ntask_type: image-text-to-text\ndtype: float32\nlevel: L3\n\
+             inputs:\n  prompts: [\"  dado bupa bipi  \"]\n  images: [{:?}]\n",
+            fixtures.join("unified-vision/images/a.png")
+        ),
+    )
+    .expect("case");
+    let cli = |args: &[&str], offline: bool| {
+        let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_onnx-parity"));
+        c.args(args).env("HF_HUB_CACHE", &cache).env("HF_ENDPOINT", &hub.endpoint).env_remove("HF_TOKEN").env("ONNX_PARITY_LOG", "warn");
+        if offline {
+            c.env("HF_HUB_OFFLINE", "1");
+        }
+        let o = c.output().expect("run onnx-parity");
+        (o.status.success(), format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr)))
+    };
+    let (ok, out) = cli(&["fetch", &case.display().to_string()], false);
+    assert!(ok && out.contains("chat_template.jinja"), "{out}");
+    let dump = dir.path().join("in.safetensors");
+    let (ok, out) = cli(&["inputs", &case.display().to_string(), "--out", &dump.display().to_string()], true);
+    assert!(ok, "{out}");
+    assert!(out.contains("chat template") && out.contains("chat_template.jinja"), "{out}");
+    let hf: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(fixtures.join("chat-template/hf.json")).expect("hf.json")).expect("json");
+    let want: Vec<i64> = serde_json::from_value(hf["image_and_text"]["input_ids"].clone()).expect("ids");
+    let bytes = std::fs::read(&dump).expect("dump");
+    let st = safetensors::SafeTensors::deserialize(&bytes).expect("safetensors");
+    let got: Vec<i64> = st.tensor("input_ids").expect("input_ids").data().chunks_exact(8).map(|c| i64::from_le_bytes(c.try_into().unwrap())).collect();
+    assert_eq!(got, want);
+}
