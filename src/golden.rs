@@ -393,7 +393,7 @@ fn newline_indent(level: usize, out: &mut String) {
 fn write_value(value: &Json, level: usize, out: &mut String) {
     match value {
         Json::Int(i) => out.push_str(&i.to_string()),
-        Json::Str(s) => write_str(s, out),
+        Json::Str(s) => crate::python_json::write_string(s, true, out),
         Json::Arr(items) if items.is_empty() => out.push_str("[]"),
         Json::Obj(items) if items.is_empty() => out.push_str("{}"),
         Json::Arr(items) => {
@@ -415,7 +415,7 @@ fn write_value(value: &Json, level: usize, out: &mut String) {
                     out.push(',');
                 }
                 newline_indent(level + 1, out);
-                write_str(k, out);
+                crate::python_json::write_string(k, true, out);
                 out.push_str(": ");
                 write_value(v, level + 1, out);
             }
@@ -423,32 +423,6 @@ fn write_value(value: &Json, level: usize, out: &mut String) {
             out.push('}');
         }
     }
-}
-
-/// Python's `ensure_ascii=True` string encoding: printable ASCII except `"` and `\` as is; the
-/// short escapes `\" \\ \b \f \n \r \t`; everything else `\uXXXX` (lower-case hex), characters
-/// above U+FFFF as a UTF-16 surrogate pair.
-fn write_str(s: &str, out: &mut String) {
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            '\u{8}' => out.push_str("\\b"),
-            '\u{c}' => out.push_str("\\f"),
-            ' '..='~' => out.push(c),
-            _ => {
-                let mut units = [0u16; 2];
-                for unit in c.encode_utf16(&mut units) {
-                    out.push_str(&format!("\\u{unit:04x}"));
-                }
-            }
-        }
-    }
-    out.push('"');
 }
 
 /// Temp file beside `path`, fsync, rename over `path`, then fsync the folder (best effort), so a

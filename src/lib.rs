@@ -20,6 +20,7 @@ pub mod hub;
 pub mod inputs;
 pub mod onnx;
 pub mod plan;
+pub mod python_json;
 pub mod regenerate;
 pub mod report;
 pub mod tensor_file;

@@ -228,7 +228,7 @@ fn python_dumps(v: &Value, o: &PyJson, depth: usize, out: &mut String) -> Result
             let x = f64::try_from(v.clone()).map_err(|_| unsupported("a number"))?;
             out.push_str(&python_float(x));
         }
-        ValueKind::String => python_string(v.as_str().unwrap_or_default(), o.ensure_ascii, out),
+        ValueKind::String => crate::python_json::write_string(v.as_str().unwrap_or_default(), o.ensure_ascii, out),
         ValueKind::Seq | ValueKind::Iterable => {
             let items: Vec<Value> = v.try_iter()?.collect();
             if items.is_empty() {
@@ -262,9 +262,9 @@ fn python_dumps(v: &Value, o: &PyJson, depth: usize, out: &mut String) -> Result
                 }
                 newline(out, depth + 1);
                 match k.as_str() {
-                    Some(s) => python_string(s, o.ensure_ascii, out),
+                    Some(s) => crate::python_json::write_string(s, o.ensure_ascii, out),
                     // Python writes int/float/bool/None keys as strings.
-                    None => python_string(&k.to_string(), o.ensure_ascii, out),
+                    None => crate::python_json::write_string(&k.to_string(), o.ensure_ascii, out),
                 }
                 out.push_str(&o.key);
                 python_dumps(&v.get_item(k)?, o, depth + 1, out)?;
@@ -300,32 +300,6 @@ fn python_float(x: f64) -> String {
     } else {
         format!("{mantissa}e{}{:02}", if exp < 0 { '-' } else { '+' }, exp.abs())
     }
-}
-
-/// A JSON string as Python writes it: `\n`-style escapes for the usual controls, `\u00XX` for
-/// the rest, and with `ensure_ascii` every non-ASCII character as UTF-16 `\uXXXX` escapes.
-fn python_string(s: &str, ensure_ascii: bool, out: &mut String) {
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            '\u{8}' => out.push_str("\\b"),
-            '\u{c}' => out.push_str("\\f"),
-            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
-            c if ensure_ascii && !c.is_ascii() => {
-                let mut units = [0u16; 2];
-                for u in c.encode_utf16(&mut units) {
-                    out.push_str(&format!("\\u{u:04x}"));
-                }
-            }
-            c => out.push(c),
-        }
-    }
-    out.push('"');
 }
 
 /// minijinja's error with its template line, and the causes it chains.
