@@ -10,6 +10,8 @@
 //! test fails on a corpus file without an expectation, an expectation without a file, a parser
 //! missing for a file's kind, a file that parses, and every substring not found, all at once.
 
+mod support;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
@@ -31,22 +33,11 @@ fn corpus() -> PathBuf {
 /// Every file of the corpus (the manifest excepted), relative, `/`-separated, sorted.
 fn corpus_files() -> BTreeSet<String> {
     let root = corpus();
-    let mut out = BTreeSet::new();
-    let mut stack = vec![root.clone()];
-    while let Some(dir) = stack.pop() {
-        for entry in std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {
-            let p = entry.expect("dir entry").path();
-            if p.is_dir() {
-                stack.push(p);
-            } else {
-                let rel = p.strip_prefix(&root).expect("under the corpus").to_string_lossy().replace('\\', "/");
-                if rel != "expected.yaml" {
-                    out.insert(rel);
-                }
-            }
-        }
-    }
-    out
+    support::files(&root, "")
+        .iter()
+        .map(|p| p.strip_prefix(&root).expect("under the corpus").to_string_lossy().replace('\\', "/"))
+        .filter(|rel| rel != "expected.yaml")
+        .collect()
 }
 
 /// The parsers a file of this kind must go through (all of them, so none is silently skipped).

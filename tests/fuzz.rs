@@ -20,6 +20,8 @@
 //! cores; `PROPTEST_CASES=N` runs every property N times instead, `PROPTEST_RNG_SEED=S` replays a
 //! run. Malformed files with their exact messages are in `tests/corpus/` (`tests/corpus.rs`).
 
+mod support;
+
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
@@ -32,6 +34,7 @@ use onnx_parity::onnx::contract::ExportContract;
 use onnx_parity::onnx::graph::GraphSummary;
 use onnx_parity_reference::ModelConfig;
 use proptest::prelude::*;
+use support::files;
 use proptest::sample::Index;
 use serde_json::{json, Value};
 
@@ -49,23 +52,6 @@ fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
-/// Files under `dir` (recursively) whose name ends with `suffix`, sorted.
-fn files(dir: &Path, suffix: &str) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for entry in std::fs::read_dir(&d).unwrap_or_else(|e| panic!("{}: {e}", d.display())) {
-            let p = entry.expect("dir entry").path();
-            if p.is_dir() {
-                stack.push(p);
-            } else if p.to_string_lossy().ends_with(suffix) {
-                out.push(p);
-            }
-        }
-    }
-    out.sort();
-    out
-}
 
 fn read(p: &Path) -> String {
     std::fs::read_to_string(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))

@@ -1,4 +1,6 @@
-//! Shared by the end-to-end tests that run one tier through the `onnx-parity` binary.
+//! Shared by the test targets (`mod support;`): the repository root, a recursive file listing,
+//! and running one tier through the `onnx-parity` binary. Each target uses part of it.
+#![allow(dead_code)]
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -8,6 +10,24 @@ use serde_json::Value;
 
 pub fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Files under `dir` (recursively) whose name ends with `suffix` (`""`: every file), sorted.
+pub fn files(dir: &Path, suffix: &str) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for entry in fs::read_dir(&d).unwrap_or_else(|e| panic!("{}: {e}", d.display())) {
+            let p = entry.expect("dir entry").path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if p.to_string_lossy().ends_with(suffix) {
+                out.push(p);
+            }
+        }
+    }
+    out.sort();
+    out
 }
 
 /// Runs L3 of `case` (report written in `dir`) and returns its verdict: status, message, metrics.
