@@ -340,15 +340,15 @@ fn inputs(path: PathBuf, out: PathBuf, synthetic: bool, replay: bool, goldens: O
     let golden_root = goldens.unwrap_or_else(|| RunOptions::from_env().goldens_root);
     let (golden_path, _) = onnx_parity::golden::golden_paths(&golden_root, &case.category, &case.name);
     let golden = if synthetic { None } else { onnx_parity::golden::Golden::load(&golden_path)? };
-    let (written, drift) = match (&golden, replay) {
+    let drift = golden.as_ref().and_then(|g| onnx_parity::inputs::replay::first_difference(&model_inputs.input_ids, &g.input_ids));
+    let written = match (&golden, replay) {
         (Some(g), true) => {
-            let (replayed, drift) = onnx_parity::inputs::replay::with_golden_ids(&model_inputs, &g.input_ids)
-                .map_err(|e| anyhow::anyhow!("{}: {e}", golden_path.display()))?;
-            (replayed, drift)
+            onnx_parity::inputs::replay::with_golden_ids(&model_inputs, &g.input_ids)
+                .map_err(|e| anyhow::anyhow!("{}: {e}", golden_path.display()))?
+                .0
         }
         (None, true) => anyhow::bail!("--replay: no golden at {} (its input_ids are what would be replayed)", golden_path.display()),
-        (Some(g), false) => (model_inputs.clone(), onnx_parity::inputs::replay::first_difference(&model_inputs.input_ids, &g.input_ids)),
-        (None, false) => (model_inputs.clone(), None),
+        (_, false) => model_inputs,
     };
     let bytes = onnx_parity::inputs::to_safetensors(&written).map_err(|e| anyhow::anyhow!("{}: {e}", out.display()))?;
     onnx_parity::atomic::write_atomic(&out, &bytes).with_context(|| format!("writing {}", out.display()))?;
