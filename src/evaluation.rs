@@ -139,15 +139,9 @@ impl CaseEvaluation {
 pub struct CaseEvaluations {
     pub real: CaseEvaluation,
     pub synthetic: CaseEvaluation,
-    replay: OnceLock<Result<Replay, SharedError>>,
-}
-
-/// The evaluation of a golden's ids, and how they differ from the case's.
-#[derive(Debug)]
-struct Replay {
-    /// `None`: the ids are the case's own, so the real evaluation serves.
-    evaluation: Option<CaseEvaluation>,
-    drift: Option<IdsDrift>,
+    /// The evaluation of a golden's ids and how they differ from the case's; `None` when they
+    /// are the case's own, so the real evaluation serves.
+    replay: OnceLock<Result<Option<(CaseEvaluation, IdsDrift)>, SharedError>>,
 }
 
 impl CaseEvaluations {
@@ -172,11 +166,14 @@ impl CaseEvaluations {
                 if let Some(d) = &drift {
                     tracing::warn!("{}: {d}; L4/L5 replay the golden's input_ids", case.name);
                 }
-                Ok(Replay { evaluation: drift.is_some().then(|| CaseEvaluation::of_inputs(inputs)), drift })
+                Ok(drift.map(|d| (CaseEvaluation::of_inputs(inputs), d)))
             })
             .as_ref()
             .map_err(Arc::clone)?;
-        Ok((replay.evaluation.as_ref().unwrap_or(&self.real), replay.drift.as_ref()))
+        Ok(match replay {
+            Some((evaluation, drift)) => (evaluation, Some(drift)),
+            None => (&self.real, None),
+        })
     }
 }
 
