@@ -67,7 +67,7 @@ pub fn process(processor: &Processor, format: &PromptFormat, prompt: &str, image
     match format {
         PromptFormat::Chat { .. } => {
             let content = user_content(prompt, images.len(), placeholder)?;
-            Ok(processor.process_chat(&content, images)?.0)
+            processor.process_chat(&content, images)
         }
         PromptFormat::Plain { .. } => {
             let prompt = if !images.is_empty() && !prompt.is_empty() && !prompt.contains(placeholder) {

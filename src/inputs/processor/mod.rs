@@ -180,8 +180,7 @@ impl Processor {
     /// one user turn: the template renders `content`, whose image items take `images` in order,
     /// and the text is tokenized without special tokens when it already starts with the BOS
     /// string (HF's rule: the template emits `<bos>` itself, a second one must not be added).
-    /// Returns the inputs and the rendered text.
-    pub fn process_chat(&self, content: &[Content], images: &[PathBuf]) -> Result<(ModelInputs, String), InputsError> {
+    pub fn process_chat(&self, content: &[Content], images: &[PathBuf]) -> Result<ModelInputs, InputsError> {
         let template = self.chat_template.as_ref().ok_or_else(|| InputsError::Tokenizer {
             path: self.tokenizer_path.clone(),
             message: "has no chat template (chat_template.jinja, chat_template.json or tokenizer_config.json's chat_template)".into(),
@@ -191,8 +190,7 @@ impl Processor {
             Some(bos) => !rendered.starts_with(bos.as_str()),
             None => true,
         };
-        let inputs = self.expand_and_encode(&rendered, images, add_special_tokens)?;
-        Ok((inputs, rendered))
+        self.expand_and_encode(&rendered, images, add_special_tokens)
     }
 
     /// The shared second half of both calls: each placeholder expanded to the image's soft
