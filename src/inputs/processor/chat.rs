@@ -10,7 +10,8 @@
 //! one), Python's string/dict/list methods (`.strip()`, `.items()`, …; minijinja-contrib's
 //! pycompat), and the context `messages`, `add_generation_prompt`, `tools` / `documents` (none)
 //! and every named special token of `tokenizer_config.json` (`bos_token`, `eos_token`, …,
-//! `image_token`, `boi_token`, …: HF's `special_tokens_map` with the model-specific ones).
+//! `image_token`, `boi_token`, …: HF's `special_tokens_map` with the model-specific ones; the
+//! processor passes the map its token lookup reads, `tokens::named_tokens`).
 //!
 //! Where the template comes from, in HF's order: `chat_template.jinja` (which "takes priority
 //! over template entries in the tokenizer config"), the legacy processor file
@@ -327,24 +328,6 @@ fn kind(v: &Json) -> &'static str {
     }
 }
 
-/// The template context's special tokens: every named `*_token` of `tokenizer_config.json`
-/// whose value is a string or an `AddedToken` object (`{"content": …}`), as HF's
-/// `special_tokens_map` (named tokens, model-specific ones such as `image_token` included).
-pub fn special_token_strings(tok_config: &Json) -> BTreeMap<String, String> {
-    let Some(map) = tok_config.as_object() else { return BTreeMap::new() };
-    map.iter()
-        .filter(|(k, _)| k.ends_with("_token"))
-        .filter_map(|(k, v)| {
-            let s = match v {
-                Json::String(s) => s.clone(),
-                Json::Object(o) => o.get("content")?.as_str()?.to_string(),
-                _ => return None,
-            };
-            Some((k.clone(), s))
-        })
-        .collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -439,14 +422,5 @@ mod tests {
         assert_eq!(ChatTemplate::find(&[dir.path()], &cfg, &cfg_path).unwrap().unwrap().text, "legacy");
         std::fs::write(dir.path().join("chat_template.jinja"), "jinja file").unwrap();
         assert_eq!(ChatTemplate::find(&[dir.path()], &cfg, &cfg_path).unwrap().unwrap().text, "jinja file");
-    }
-
-    /// Guards: the special tokens of the context are the named `*_token` strings.
-    #[test]
-    fn special_tokens_are_the_named_ones() {
-        let cfg = serde_json::json!({"bos_token": "<bos>", "pad_token": {"content": "<pad>"}, "add_bos_token": true, "image_token": "<|image|>", "unk_token": null});
-        let got = special_token_strings(&cfg);
-        assert_eq!(got.len(), 3);
-        assert_eq!(got["pad_token"], "<pad>");
     }
 }

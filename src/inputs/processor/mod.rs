@@ -119,7 +119,7 @@ impl Processor {
 
         let template_dirs: Vec<&Path> = tokenizer.and_then(Path::parent).into_iter().chain(std::iter::once(dir)).collect();
         let chat_template = ChatTemplate::find(&template_dirs, &tok_config, &tok_config_path)?;
-        let token_strings = chat::special_token_strings(&tok_config);
+        let token_strings = tokens::named_tokens(&tok_config);
 
         prepare_tokenizer(&mut tok, &tok_config).map_err(tok_err)?;
         let tokens = special_tokens(&tok, &tok_config, &config, &tokenizer_path, &config_path)?;

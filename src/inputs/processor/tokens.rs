@@ -34,8 +34,8 @@ fn token_str(v: &Value) -> Option<String> {
 }
 
 /// Named special tokens of `tokenizer_config.json`: top-level `*_token` keys and a dict-style
-/// `extra_special_tokens`.
-fn named_tokens(config: &Value) -> BTreeMap<String, String> {
+/// `extra_special_tokens` (also the chat template's context, as HF's `special_tokens_map`).
+pub(super) fn named_tokens(config: &Value) -> BTreeMap<String, String> {
     let mut out = BTreeMap::new();
     if let Some(map) = config.as_object() {
         for (k, v) in map {
@@ -128,4 +128,22 @@ pub fn special_tokens(
     let (eoi, _) = resolve("eoi_token", "eoi_token_id")?;
     let audio = named.get("audio_token").and_then(|s| tok.token_to_id(s).map(|id| (s.clone(), id)));
     Ok(SpecialTokens { image, boi, eoi, image_id, video_id: tok.token_to_id(VIDEO_TOKEN), audio })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Guards: the named tokens (the chat template's context) are the `*_token` strings and
+    /// `AddedToken` contents, and a dict-style `extra_special_tokens`; flags and nulls are not.
+    #[test]
+    fn named_tokens_are_the_token_strings() {
+        let cfg = serde_json::json!({"bos_token": "<bos>", "pad_token": {"content": "<pad>"}, "add_bos_token": true, "image_token": "<|image|>", "unk_token": null});
+        let got = named_tokens(&cfg);
+        assert_eq!(got.len(), 3);
+        assert_eq!(got["pad_token"], "<pad>");
+        let extra = named_tokens(&serde_json::json!({"extra_special_tokens": {"video_token": "<|video|>"}, "eos_token": "<eos>"}));
+        assert_eq!(extra.len(), 2);
+        assert_eq!(extra["video_token"], "<|video|>");
+    }
 }
