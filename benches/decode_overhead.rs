@@ -6,7 +6,8 @@
 use std::path::PathBuf;
 use std::time::Instant;
 
-use onnx_parity::onnx::pipeline::{OnnxPipeline, SessionOptions};
+use onnx_parity::onnx::pipeline::OnnxPipeline;
+use onnx_parity::onnx::session::SessionOptions;
 use onnx_parity::onnx::runtime;
 use ort::session::{Session, SessionInputValue};
 use ort::value::{DynValue, Tensor};
@@ -90,7 +91,7 @@ fn main() {
         let _ = bare_decode(&mut session, &inputs.input_ids, STEPS, &kv);
         bare.push(t.elapsed().as_secs_f64());
         let t = Instant::now();
-        let (_, g) = pipeline.greedy(&inputs, STEPS + 1, &[], Some(&forced)).expect("pipeline greedy");
+        let (_, g) = pipeline.greedy(&inputs, STEPS + 1, &[], Some(&forced), false).expect("pipeline greedy");
         ours.push(t.elapsed().as_secs_f64());
         assert_eq!(g.tokens, forced);
     }

@@ -18,7 +18,8 @@ use crate::backend::{Backend, BackendError, Generation, GenerationRequest, Run};
 use crate::case::{Case, Level};
 use crate::inputs::replay::IdsDrift;
 use crate::inputs::{InputsError, ModelInputs};
-use crate::onnx::pipeline::{greedy_token, OnnxPipeline, SessionOptions};
+use crate::onnx::pipeline::{greedy_token, DecoderGraph, OnnxPipeline};
+use crate::onnx::session::SessionOptions;
 use onnx_parity_reference::BidirectionalScope;
 
 /// Default number of new tokens when neither the case nor a golden says.
@@ -121,7 +122,9 @@ impl CaseEvaluation {
                 let forced_tokens = self.reference(case).ok().map(|r| r.run.generation.tokens.clone());
                 let t = std::time::Instant::now();
                 let fail = |source: BackendError| Arc::new(EvalError::Onnx { dir: dir.into(), source });
-                let mut backend = OnnxPipeline::open(dir, &SessionOptions::from_env()).map_err(|e| fail(e.into()))?;
+                // L3 localises by layer: then the decoder session is the one exposing them.
+                let graph = if case.levels.contains(&Level::L3) { DecoderGraph::WithLayerOutputs } else { DecoderGraph::Original };
+                let mut backend = OnnxPipeline::open_with(dir, &SessionOptions::from_env(), graph).map_err(|e| fail(e.into()))?;
                 let run = onnx_runs(case, &mut backend, inputs, forced_tokens.as_deref()).map_err(fail)?;
                 tracing::info!("{}: {} ran in {:.2} s", case.name, backend.describe(), t.elapsed().as_secs_f64());
                 Ok(run)

@@ -20,7 +20,8 @@ use onnx_parity::golden::{GenerationGolden, Golden};
 use onnx_parity::inputs::{load_safetensors, ModelInputs};
 use onnx_parity::onnx::contract::ExportContract;
 use onnx_parity::onnx::graph::GraphSummary;
-use onnx_parity::onnx::pipeline::{OnnxPipeline, SessionOptions};
+use onnx_parity::onnx::pipeline::OnnxPipeline;
+use onnx_parity::onnx::session::SessionOptions;
 use onnx_parity_reference::ModelConfig;
 
 /// file (relative to `tests/corpus/`) → parser → substrings.

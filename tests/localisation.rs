@@ -107,3 +107,56 @@ fn unidentifiable_layers_are_said() {
     assert_eq!(m["layers_localised"], false, "{message}");
     assert!(message.contains("not localised") && message.contains("no node is named after a decoder layer"), "{message}");
 }
+
+/// Guards the memory fix (one decoder session, instrumented when L3 localises): on every
+/// committed case's export and inputs, the decoder with its layer outputs exposed gives logits
+/// bit-identical to the export's own graph, at the prefill and at every decode step of a greedy
+/// run, and the same tokens; it returns one output per decoder layer, the original none. Where
+/// the original graph fails (a known ORT error), the instrumented one fails too.
+#[test]
+fn instrumented_decoder_is_bit_identical() {
+    use onnx_parity::backend::LayerOutputs;
+    use onnx_parity::onnx::pipeline::{DecoderGraph, OnnxPipeline};
+    use onnx_parity::onnx::session::SessionOptions;
+
+    let mut pairs = std::collections::BTreeSet::new();
+    for (path, case) in onnx_parity::case::discover(&[root().join("cases")]) {
+        let case = case.unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let case = case.for_synthetic_tiers();
+        if let (Some(onnx), Some(tensors)) = (&case.onnx, &case.inputs.tensors) {
+            pairs.insert((onnx.clone(), tensors.clone()));
+        }
+    }
+    assert!(pairs.len() >= 15, "expected the committed exports, found {}", pairs.len());
+    let opts = SessionOptions { intra_threads: 1 };
+    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    let mut compared = 0;
+    for (onnx, tensors) in &pairs {
+        let inputs = onnx_parity::inputs::load_safetensors(tensors).expect("inputs");
+        let run = |graph| {
+            let mut p = OnnxPipeline::open_with(onnx, &opts, graph).expect("opens");
+            p.greedy(&inputs, 4, &[], None, true).map_err(|e| e.to_string())
+        };
+        match (run(DecoderGraph::Original), run(DecoderGraph::WithLayerOutputs)) {
+            (Ok((p0, g0)), Ok((p1, g1))) => {
+                let what = format!("{} on {}", onnx.display(), tensors.display());
+                assert_eq!(p0.logits.shape, p1.logits.shape, "{what}");
+                assert!(bits(&p0.logits.data) == bits(&p1.logits.data), "prefill logits differ: {what}");
+                assert_eq!(g0.tokens, g1.tokens, "{what}");
+                assert_eq!(g0.step_logits.len(), g1.step_logits.len(), "{what}");
+                for (k, (a, b)) in g0.step_logits.iter().zip(&g1.step_logits).enumerate() {
+                    assert!(bits(a) == bits(b), "decode step {k} logits differ: {what}");
+                }
+                assert!(matches!(p0.layers, LayerOutputs::Unavailable(_)), "{what}: {:?}", p0.layers);
+                match &p1.layers {
+                    LayerOutputs::Tensors(t) => assert!(t.len() >= 2, "{what}: {} layers", t.len()),
+                    other => panic!("{what}: no layer outputs: {other:?}"),
+                }
+                compared += 1;
+            }
+            (Err(a), Err(b)) => assert_eq!(a, b, "both fail, the same way: {}", onnx.display()),
+            (a, b) => panic!("{}: original {:?} vs instrumented {:?}", onnx.display(), a.map(|_| ()), b.map(|_| ())),
+        }
+    }
+    assert!(compared >= 12, "compared {compared} exports");
+}

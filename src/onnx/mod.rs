@@ -8,4 +8,5 @@ pub mod package;
 pub mod pipeline;
 pub mod proto;
 pub mod runtime;
+pub mod session;
 pub mod shapes;

@@ -18,10 +18,11 @@ use half::f16;
 use ort::session::{Session, SessionInputValue};
 use ort::value::{DynValue, Tensor, TensorElementType, ValueType};
 
+use super::layers::{self, LayerBoundary};
 use super::package::{Layout, OnnxPackage, PackageError, DECODER, EMBEDDING, TEXT_MODEL, VISION_ENCODER};
-use super::runtime::{self, RuntimeError};
+use super::runtime::RuntimeError;
+use super::session::{self, ModelSource, SessionError, SessionOptions};
 use super::shapes::{self, Axis, ShapeError, Source};
-use super::layers::{self, InstrumentedDecoder};
 use crate::backend::{Component, Generation, LayerOutputs, Prefill};
 use crate::inputs::{Dense, ModelInputs};
 
@@ -32,12 +33,8 @@ pub enum PipelineError {
     Runtime(#[from] RuntimeError),
     #[error(transparent)]
     Package(#[from] PackageError),
-    #[error("loading {path}: {source}")]
-    Load {
-        path: PathBuf,
-        #[source]
-        source: ort::Error,
-    },
+    #[error(transparent)]
+    Session(#[from] SessionError),
     /// ONNX Runtime failed while running a sub-model (its message says why).
     #[error("{role}: ONNX Runtime failed: {source}")]
     Run {
@@ -56,19 +53,16 @@ pub enum PipelineError {
     Shape(#[from] ShapeError),
 }
 
-/// Session settings.
-#[derive(Debug, Clone, Default)]
-pub struct SessionOptions {
-    /// ORT intra-op threads (0 = ORT's default).
-    pub intra_threads: usize,
-}
-
-impl SessionOptions {
-    /// `ONNX_PARITY_ORT_THREADS` (ORT intra-op threads), else ORT's default.
-    pub fn from_env() -> Self {
-        let intra_threads = std::env::var("ONNX_PARITY_ORT_THREADS").ok().and_then(|v| v.parse().ok()).unwrap_or(0);
-        SessionOptions { intra_threads }
-    }
+/// Which graph the decoder session runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DecoderGraph {
+    /// The export's decoder file as it is.
+    Original,
+    /// The decoder with every layer's output exposed as an extra graph output ([`layers`]), so a
+    /// prefill also returns them. Its logits are bit-identical to the original's (a test holds
+    /// that on every fixture export), which is why it can be *the* decoder session rather than a
+    /// second one beside it: one copy of the weights in memory, one prefill.
+    WithLayerOutputs,
 }
 
 /// Names and empty-cache geometry of one KV pair.
@@ -83,13 +77,18 @@ struct KvSlot {
     value_dims: [i64; 2],
 }
 
-/// Sessions of one export package.
+/// Sessions of one export package: the decoder and the embedding model for the whole run (every
+/// decode step needs both); the vision encoder only for the prefill, opened then and released
+/// before the decoder runs, its output kept for a second prefill of the same images.
 pub struct OnnxPipeline {
     root: PathBuf,
     decoder: Session,
     decoder_role: &'static str,
     embedding: Option<Session>,
-    vision: Option<Session>,
+    vision_path: Option<PathBuf>,
+    /// The last images encoded and their features (a forced and a free decode of one case
+    /// prefill the same images).
+    vision_memo: Option<VisionMemo>,
     kv: Vec<KvSlot>,
     /// Element type of activations (`inputs_embeds`, `image_features`, KV): f32 or f16.
     float: TensorElementType,
@@ -97,21 +96,32 @@ pub struct OnnxPipeline {
     decoder_inputs: Vec<String>,
     /// Embedding outputs the decoder takes as inputs (`inputs_embeds`, `per_layer_inputs`, …).
     routed: BTreeSet<String>,
-    decoder_path: PathBuf,
     opts: SessionOptions,
-    /// The instrumented decoder copy and its session, opened on first use (or why not).
-    probe: Option<Result<(Session, InstrumentedDecoder), String>>,
-    /// While the probe runs: extra decoder outputs to capture, and what was captured.
-    capture: Vec<String>,
-    captured: Vec<Dense<f32>>,
+    /// The decoder's layer outputs (extra graph outputs), or why there are none.
+    layers: Result<Vec<LayerBoundary>, String>,
+}
+
+/// Vision inputs and the features the encoder computed from them.
+struct VisionMemo {
+    pixel_values: Dense<f32>,
+    positions: Dense<i64>,
+    features: Dense<f32>,
 }
 
 /// Outputs of one embedding call, by name.
 type Embedded = BTreeMap<String, DynValue>;
 
 impl OnnxPipeline {
-    /// Opens every sub-model the harness drives (CPU EP, or CUDA with TF32 off under `cuda`).
+    /// Opens the export's decoder and embedding model as they are (CPU EP, or CUDA with TF32 off
+    /// under `cuda`).
     pub fn open(dir: &Path, opts: &SessionOptions) -> Result<Self, PipelineError> {
+        Self::open_with(dir, opts, DecoderGraph::Original)
+    }
+
+    /// [`open`](Self::open), the decoder session running `graph`. With
+    /// [`DecoderGraph::WithLayerOutputs`] a decoder whose layer boundaries cannot be identified
+    /// runs as it is, and [`layer_outputs_unavailable`](Self::layer_outputs_unavailable) says why.
+    pub fn open_with(dir: &Path, opts: &SessionOptions, graph: DecoderGraph) -> Result<Self, PipelineError> {
         let package = OnnxPackage::open(dir)?;
         let (decoder_role, decoder_path) = match package.layout {
             Layout::TextOnly => (TEXT_MODEL, package.submodel(TEXT_MODEL)),
@@ -119,9 +129,9 @@ impl OnnxPipeline {
         };
         let decoder_path = decoder_path
             .ok_or_else(|| PipelineError::Contract { role: decoder_role, message: format!("missing from {}", dir.display()) })?;
-        let decoder = open_session(decoder_path, opts)?;
-        let embedding = package.submodel(EMBEDDING).map(|p| open_session(p, opts)).transpose()?;
-        let vision = package.submodel(VISION_ENCODER).map(|p| open_session(p, opts)).transpose()?;
+        let (decoder, layers) = open_decoder(decoder_path, opts, graph)?;
+        let embedding = package.submodel(EMBEDDING).map(|p| session::open(ModelSource::File(p), opts)).transpose()?;
+        let vision_path = package.submodel(VISION_ENCODER).map(Path::to_path_buf);
         if package.layout == Layout::Multimodal && embedding.is_none() {
             return Err(PipelineError::Contract { role: EMBEDDING, message: format!("missing from {}", dir.display()) });
         }
@@ -163,18 +173,21 @@ impl OnnxPipeline {
             decoder,
             decoder_role,
             embedding,
-            vision,
+            vision_path,
+            vision_memo: None,
             kv,
             float,
             hidden,
             decoder_inputs,
             routed,
-            decoder_path: decoder_path.to_path_buf(),
             opts: opts.clone(),
-            probe: None,
-            capture: Vec::new(),
-            captured: Vec::new(),
+            layers,
         })
+    }
+
+    /// Why this pipeline returns no layer outputs (`None` when its decoder exposes them).
+    pub fn layer_outputs_unavailable(&self) -> Option<&str> {
+        self.layers.as_ref().err().map(String::as_str)
     }
 
     /// `true` for an f16 export (inputs and outputs converted at the boundary).
@@ -194,56 +207,24 @@ impl OnnxPipeline {
 
     /// Prefill: logits for every position (and the components on the way).
     pub fn prefill(&mut self, inputs: &ModelInputs) -> Result<Prefill, PipelineError> {
-        let (prefill, _cache) = self.prefill_with_cache(inputs)?;
+        let (prefill, _cache) = self.prefill_with_cache(inputs, false)?;
         Ok(prefill)
-    }
-
-    /// Each decoder layer's prefill output, from an instrumented copy of the decoder graph
-    /// ([`layers`]); `Unavailable` with the reason when the graph's layer boundaries cannot be
-    /// identified or the copy does not load. Also returns the copy's logits, which should equal
-    /// the original graph's.
-    pub fn layer_outputs(&mut self, inputs: &ModelInputs) -> Result<(LayerOutputs, Option<Dense<f32>>), PipelineError> {
-        if self.probe.is_none() {
-            let t = std::time::Instant::now();
-            self.probe = Some(match layers::instrument(&self.decoder_path) {
-                Ok(copy) => match open_session_from(ModelSource::Memory { path: &self.decoder_path, copy: &copy }, &self.opts) {
-                    Ok(session) => Ok((session, copy)),
-                    Err(e) => Err(format!("the decoder with its layer outputs exposed does not load: {e}")),
-                },
-                Err(e) => Err(e.to_string()),
-            });
-            tracing::debug!("instrumented decoder prepared in {:.2} s", t.elapsed().as_secs_f64());
-        }
-        let (mut session, copy) = match self.probe.take() {
-            Some(Ok(probe)) => probe,
-            Some(Err(reason)) => {
-                self.probe = Some(Err(reason.clone()));
-                return Ok((LayerOutputs::Unavailable(reason), None));
-            }
-            None => return Ok((LayerOutputs::Unavailable("not prepared".into()), None)),
-        };
-        std::mem::swap(&mut self.decoder, &mut session);
-        self.capture = copy.layers.iter().map(|b| b.tensor.clone()).collect();
-        let result = self.prefill_with_cache(inputs);
-        std::mem::swap(&mut self.decoder, &mut session);
-        self.capture.clear();
-        let captured = std::mem::take(&mut self.captured);
-        self.probe = Some(Ok((session, copy)));
-        let (prefill, _cache) = result?;
-        Ok((LayerOutputs::Tensors(captured), Some(prefill.logits)))
     }
 
     /// Greedy decoding of up to `max_new` tokens, stopping after an EOS token. With `forced`, the
     /// given tokens are fed instead of the argmax (teacher forcing), so each step's logits can be
-    /// compared with another implementation's on identical histories.
+    /// compared with another implementation's on identical histories. With `layer_outputs`, the
+    /// prefill also returns each decoder layer's output ([`LayerOutputs::Unavailable`] with the
+    /// reason when the decoder does not expose them).
     pub fn greedy(
         &mut self,
         inputs: &ModelInputs,
         max_new: usize,
         eos: &[i64],
         forced: Option<&[i64]>,
+        layer_outputs: bool,
     ) -> Result<(Prefill, Generation), PipelineError> {
-        let (prefill, mut cache) = self.prefill_with_cache(inputs)?;
+        let (prefill, mut cache) = self.prefill_with_cache(inputs, layer_outputs)?;
         let mut gen = Generation::default();
         if max_new == 0 {
             return Ok((prefill, gen));
@@ -267,25 +248,28 @@ impl OnnxPipeline {
             }
             total += 1;
             let embedded = self.embed(&[next], None)?;
-            let (l, c) = self.run_decoder(&[next], embedded, total, cache)?;
-            cache = c;
-            logits = l.data;
+            let step = self.run_decoder(&[next], embedded, total, cache, false)?;
+            cache = step.present;
+            logits = step.logits.data;
         }
         Ok((prefill, gen))
     }
 
-    fn prefill_with_cache(&mut self, inputs: &ModelInputs) -> Result<(Prefill, Vec<DynValue>), PipelineError> {
+    fn prefill_with_cache(&mut self, inputs: &ModelInputs, layer_outputs: bool) -> Result<(Prefill, Vec<DynValue>), PipelineError> {
         if inputs.input_ids.is_empty() {
             return Err(PipelineError::Contract { role: self.decoder_role, message: "empty prompt (no input_ids)".into() });
         }
+        let mut components = BTreeMap::new();
         let image_features = match (&inputs.pixel_values, &inputs.image_position_ids) {
-            (Some(px), Some(pos)) => Some(self.image_features_value(px, pos)?),
+            (Some(px), Some(pos)) => {
+                let features = self.image_features(px, pos)?;
+                let value = float_value(self.float, &features.shape, &features.data)
+                    .map_err(|source| PipelineError::Run { role: EMBEDDING, source })?;
+                components.insert(Component::ImageFeatures, features.clone());
+                Some(value)
+            }
             _ => None,
         };
-        let mut components = BTreeMap::new();
-        if let Some(v) = &image_features {
-            components.insert(Component::ImageFeatures, to_dense_f32(v, VISION_ENCODER, "image_features")?);
-        }
         let embedded = self.embed(&inputs.input_ids, image_features)?;
         for (name, v) in &embedded {
             if let Some(c) = Component::from_name(name) {
@@ -293,15 +277,27 @@ impl OnnxPipeline {
             }
         }
         let empty = self.empty_cache()?;
-        let (logits, cache) = self.run_decoder(&inputs.input_ids, embedded, inputs.input_ids.len(), empty)?;
-        Ok((Prefill { logits, components, layers: LayerOutputs::NotRequested }, cache))
+        let out = self.run_decoder(&inputs.input_ids, embedded, inputs.input_ids.len(), empty, layer_outputs)?;
+        let layers = match (layer_outputs, out.layers) {
+            (false, _) => LayerOutputs::NotRequested,
+            (true, Some(layers)) => LayerOutputs::Tensors(layers),
+            (true, None) => LayerOutputs::Unavailable(self.layer_outputs_unavailable().unwrap_or("not exposed").to_string()),
+        };
+        Ok((Prefill { logits: out.logits, components, layers }, out.present))
     }
 
-    fn image_features_value(&mut self, px: &Dense<f32>, pos: &Dense<i64>) -> Result<DynValue, PipelineError> {
-        let float = self.float;
-        let vision = self.vision.as_mut().ok_or_else(|| PipelineError::NoVision(self.root.clone()))?;
+    /// The vision encoder's `image_features` for these images: the memo of the last call when
+    /// they are the same images, else a run of the encoder, whose session lives only for it.
+    fn image_features(&mut self, px: &Dense<f32>, pos: &Dense<i64>) -> Result<Dense<f32>, PipelineError> {
+        if let Some(m) = self.vision_memo.as_ref().filter(|m| &m.pixel_values == px && &m.positions == pos) {
+            return Ok(m.features.clone());
+        }
+        self.vision_memo = None;
+        let path = self.vision_path.as_deref().ok_or_else(|| PipelineError::NoVision(self.root.clone()))?;
+        let t = std::time::Instant::now();
+        let mut vision = session::open(ModelSource::File(path), &self.opts)?;
         let run = |source| PipelineError::Run { role: VISION_ENCODER, source };
-        let pixel_values = float_value(float, &px.shape, &px.data).map_err(run)?;
+        let pixel_values = float_value(self.float, &px.shape, &px.data).map_err(run)?;
         let pixel_position_ids = Tensor::from_array((pos.shape.clone(), pos.data.clone())).map_err(run)?;
         let mut out =
             vision.run(ort::inputs! { "pixel_values" => pixel_values, "pixel_position_ids" => pixel_position_ids }).map_err(run)?;
@@ -310,6 +306,12 @@ impl OnnxPipeline {
             .ok_or_else(|| PipelineError::Contract { role: VISION_ENCODER, message: "no output `image_features`".into() })?;
         let axes = [Axis::Any("image tokens"), Axis::Is("hidden", self.hidden as usize)];
         check_value(VISION_ENCODER, "image_features", &axes, &features)?;
+        let features = to_dense_f32(&features, VISION_ENCODER, "image_features")?;
+        // The outputs borrow the session: both go before the decoder runs.
+        drop(out);
+        drop(vision);
+        tracing::debug!("vision encoder of {} ran in {:.2} s and was released", self.root.display(), t.elapsed().as_secs_f64());
+        self.vision_memo = Some(VisionMemo { pixel_values: px.clone(), positions: pos.clone(), features: features.clone() });
         Ok(features)
     }
 
@@ -356,15 +358,17 @@ impl OnnxPipeline {
         Ok(cache)
     }
 
-    /// One decoder call over `ids` (S new positions) with `total` = past + S positions; returns
-    /// logits [1, S, V] as f32 and the `present` values in KV order, moved out of the outputs.
+    /// One decoder call over `ids` (S new positions) with `total` = past + S positions: logits
+    /// [1, S, V] as f32, the `present` values in KV order (moved out of the outputs), and with
+    /// `capture_layers` each layer's output when the decoder exposes them.
     fn run_decoder(
         &mut self,
         ids: &[i64],
         mut embedded: Embedded,
         total: usize,
         cache: Vec<DynValue>,
-    ) -> Result<(Dense<f32>, Vec<DynValue>), PipelineError> {
+        capture_layers: bool,
+    ) -> Result<DecoderStep, PipelineError> {
         let role = self.decoder_role;
         let run = |source| PipelineError::Run { role, source };
         let contract = |message: String| PipelineError::Contract { role, message };
@@ -404,11 +408,17 @@ impl OnnxPipeline {
         let mut out = self.decoder.run(feed).map_err(run)?;
         let logits = out.remove("logits").ok_or_else(|| contract("no output `logits`".into()))?;
         let logits = to_dense_f32(&logits, role, "logits")?;
-        for name in self.capture.clone() {
-            let v = out.remove(name.as_str()).ok_or_else(|| contract(format!("the instrumented decoder has no output `{name}`")))?;
-            let layer = to_dense_f32(&v, role, &name)?;
-            self.captured.push(layer);
-        }
+        let layers = match (&self.layers, capture_layers) {
+            (Ok(boundaries), true) => {
+                let mut layers = Vec::with_capacity(boundaries.len());
+                for b in boundaries {
+                    let v = out.remove(b.tensor.as_str()).ok_or_else(|| contract(format!("the instrumented decoder has no output `{}`", b.tensor)))?;
+                    layers.push(to_dense_f32(&v, role, &b.tensor)?);
+                }
+                Some(layers)
+            }
+            _ => None,
+        };
         shapes::check_returned(role, "logits", &[Axis::Is("batch", 1), Axis::Is("sequence", s), Axis::Positive("vocab")], &logits.shape)?;
         let mut present = Vec::with_capacity(self.kv.len() * 2);
         for slot in &self.kv {
@@ -420,50 +430,43 @@ impl OnnxPipeline {
                 present.push(value);
             }
         }
-        Ok((logits, present))
+        Ok(DecoderStep { logits, present, layers })
     }
 }
 
-/// Where a session's model comes from.
-enum ModelSource<'a> {
-    File(&'a Path),
-    /// An instrumented decoder copy held in memory, its external data read from the folder of
-    /// the original (`path`, also what errors name).
-    Memory { path: &'a Path, copy: &'a InstrumentedDecoder },
+/// What one decoder call returned.
+struct DecoderStep {
+    logits: Dense<f32>,
+    present: Vec<DynValue>,
+    /// Each layer's output, when captured.
+    layers: Option<Vec<Dense<f32>>>,
 }
 
-fn open_session(path: &Path, opts: &SessionOptions) -> Result<Session, PipelineError> {
-    open_session_from(ModelSource::File(path), opts)
-}
-
-fn open_session_from(source: ModelSource<'_>, opts: &SessionOptions) -> Result<Session, PipelineError> {
-    let path = match &source {
-        ModelSource::File(p) | ModelSource::Memory { path: p, .. } => *p,
-    };
-    let env = runtime::environment()?;
-    let load = |source: ort::Error| PipelineError::Load { path: path.into(), source };
-    let mut builder = Session::builder(env).map_err(load)?;
-    if opts.intra_threads > 0 {
-        builder = builder.with_intra_threads(opts.intra_threads).map_err(|e| load(e.into()))?;
+/// The decoder session for `graph`, and its layer outputs (or why there are none).
+fn open_decoder(path: &Path, opts: &SessionOptions, graph: DecoderGraph) -> Result<(Session, Result<Vec<LayerBoundary>, String>), PipelineError> {
+    if graph == DecoderGraph::Original {
+        return Ok((session::open(ModelSource::File(path), opts)?, Err("the decoder was opened without its layer outputs".into())));
     }
-    #[cfg(feature = "cuda")]
-    {
-        // TF32 would change f32 matmul results by ~1e-3 relative: parity checks need it off
-        // (NVIDIA_TF32_OVERRIDE=0 is set when the environment is created), and a silent fallback
-        // to CPU would report CPU numbers as GPU ones.
-        builder = builder
-            .with_execution_providers([ort::ep::CUDA::default().with_tf32(false).build().error_on_failure()])
-            .map_err(|e| load(e.into()))?;
-    }
-    match source {
-        ModelSource::File(p) => builder.commit_from_file(p).map_err(load),
-        ModelSource::Memory { copy, .. } => {
-            builder = builder
-                .with_config_entry("session.model_external_initializers_file_folder_path", copy.external_data_dir.display().to_string())
-                .map_err(|e| load(e.into()))?;
-            builder.commit_from_memory(&copy.bytes).map_err(load)
+    let t = std::time::Instant::now();
+    let copy = match layers::instrument(path) {
+        Ok(copy) => copy,
+        Err(e) => {
+            tracing::info!("{e}: the decoder runs as exported, without layer outputs");
+            return Ok((session::open(ModelSource::File(path), opts)?, Err(e.to_string())));
         }
-    }
+    };
+    let source = ModelSource::Memory { path, bytes: &copy.bytes, external_data_dir: &copy.external_data_dir };
+    let session = match session::open(source, opts) {
+        Ok(s) => s,
+        Err(e) => {
+            let reason = format!("the decoder with its layer outputs exposed does not load: {e}");
+            tracing::warn!("{reason}; it runs as exported");
+            drop(copy);
+            return Ok((session::open(ModelSource::File(path), opts)?, Err(reason)));
+        }
+    };
+    tracing::debug!("decoder with {} layer outputs opened in {:.2} s", copy.layers.len(), t.elapsed().as_secs_f64());
+    Ok((session, Ok(copy.layers)))
 }
 
 /// KV pairs in index order, with the static [heads, head_dim] of each key and value.
