@@ -30,9 +30,10 @@ pub struct Dump {
     pub with_tokens: bool,
 }
 
-/// Runs `backend` on `inputs` with all-position logits; `greedy` new tokens when > 0.
-pub fn run(backend: &mut dyn Backend, inputs: &ModelInputs, greedy: usize, eos: &[i64]) -> Result<Dump, DumpError> {
-    let request = GenerationRequest { max_new_tokens: greedy, eos, forced: None, all_position_logits: true, layer_outputs: false };
+/// Runs `backend` on `inputs` with all-position logits; `greedy` new tokens when > 0; each
+/// decoder layer's output with `layers`.
+pub fn run(backend: &mut dyn Backend, inputs: &ModelInputs, greedy: usize, eos: &[i64], layers: bool) -> Result<Dump, DumpError> {
+    let request = GenerationRequest { max_new_tokens: greedy, eos, forced: None, all_position_logits: true, layer_outputs: layers };
     let run = backend.run(inputs, &request).map_err(|source| DumpError::Backend { backend: backend.describe(), source })?;
     Ok(Dump { run, with_tokens: greedy > 0 })
 }
@@ -45,6 +46,11 @@ impl Dump {
         let mut file = TensorFile::new().f32("logits", l.shape.clone(), &l.data);
         for (c, d) in &self.run.prefill.components {
             file = file.f32(c.as_str(), d.shape.clone(), &d.data);
+        }
+        if let crate::backend::LayerOutputs::Tensors(layers) = &self.run.prefill.layers {
+            for (i, d) in layers.iter().enumerate() {
+                file = file.f32(&format!("layer.{i}"), d.shape.clone(), &d.data);
+            }
         }
         if self.with_tokens {
             let t = &self.run.generation.tokens;

@@ -101,11 +101,12 @@ impl CaseEvaluation {
                 let dir = crate::artifacts::checkpoint(case).ok_or(EvalError::NoCheckpoint)?;
                 let dir = dir.as_path();
                 let t = std::time::Instant::now();
+                crate::memory::reset_peak();
                 let fail = |source: BackendError| Arc::new(EvalError::Reference { dir: dir.into(), source });
                 let mut backend = ReferenceBackend::load(dir, case.bidirectional).map_err(|e| fail(e.into()))?;
                 let eos = eos_ids(case);
                 let run = backend.run(inputs, &request(case, &eos, None)).map_err(fail)?;
-                tracing::info!("{}: {} ran in {:.2} s", case.name, backend.describe(), t.elapsed().as_secs_f64());
+                tracing::info!("{}: {} ran in {:.2} s{}", case.name, backend.describe(), t.elapsed().as_secs_f64(), crate::memory::stage_peak());
                 Ok(ReferenceRun { scope: backend.scope(), run })
             })
             .as_ref()
@@ -121,12 +122,13 @@ impl CaseEvaluation {
                 let dir = dir.as_path();
                 let forced_tokens = self.reference(case).ok().map(|r| r.run.generation.tokens.clone());
                 let t = std::time::Instant::now();
+                crate::memory::reset_peak();
                 let fail = |source: BackendError| Arc::new(EvalError::Onnx { dir: dir.into(), source });
                 // L3 localises by layer: then the decoder session is the one exposing them.
                 let graph = if case.levels.contains(&Level::L3) { DecoderGraph::WithLayerOutputs } else { DecoderGraph::Original };
                 let mut backend = OnnxPipeline::open_with(dir, &SessionOptions::from_env(), graph).map_err(|e| fail(e.into()))?;
                 let run = onnx_runs(case, &mut backend, inputs, forced_tokens.as_deref()).map_err(fail)?;
-                tracing::info!("{}: {} ran in {:.2} s", case.name, backend.describe(), t.elapsed().as_secs_f64());
+                tracing::info!("{}: {} ran in {:.2} s{}", case.name, backend.describe(), t.elapsed().as_secs_f64(), crate::memory::stage_peak());
                 Ok(run)
             })
             .as_ref()

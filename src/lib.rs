@@ -18,6 +18,7 @@ pub mod gpu;
 pub mod hexfloat;
 pub mod hub;
 pub mod inputs;
+pub mod memory;
 pub mod onnx;
 pub mod plan;
 pub mod python_json;

@@ -12,7 +12,7 @@ use onnx_parity::case::{discover, Level};
 use onnx_parity::dump;
 use onnx_parity::evaluation::CaseEvaluations;
 use onnx_parity::gpu;
-use onnx_parity::onnx::pipeline::OnnxPipeline;
+use onnx_parity::onnx::pipeline::{DecoderGraph, OnnxPipeline};
 use onnx_parity::onnx::session::SessionOptions;
 use onnx_parity::regenerate::{regenerate, GoldenChange};
 use onnx_parity::report::{CaseReport, LevelReport, RunMetadata, RunReport};
@@ -105,6 +105,10 @@ enum Command {
         /// EOS token ids that stop greedy decoding.
         #[arg(long, value_delimiter = ',', default_value = "1")]
         eos: Vec<i64>,
+        /// Also each decoder layer's prefill output (`layer.<i>` [1,S,hidden]), as L3 compares
+        /// them; for an export, the decoder runs with its layer outputs exposed.
+        #[arg(long)]
+        layers: bool,
     },
     /// Compare two `logits` dumps tensor by tensor (e.g. the reference with ONNX_PARITY_DEVICE=cpu
     /// and =cuda). Exits 1 when a float tensor differs by more than --max-abs, an integer tensor
@@ -382,6 +386,7 @@ fn logits(
     greedy: usize,
     bidirectional: Option<String>,
     eos: Vec<i64>,
+    layers: bool,
 ) -> anyhow::Result<ExitCode> {
     let model_inputs = onnx_parity::inputs::load_safetensors(&inputs)?;
     let scope = bidirectional.as_deref().map(str::parse::<RefScope>).transpose().context("--bidirectional")?;
@@ -391,11 +396,12 @@ fn logits(
             if scope.is_some() {
                 anyhow::bail!("--bidirectional applies to the reference (--checkpoint) only: an export has its mask built in");
             }
-            Box::new(OnnxPipeline::open(d, &SessionOptions::from_env()).with_context(|| format!("ONNX export {}", d.display()))?)
+            let graph = if layers { DecoderGraph::WithLayerOutputs } else { DecoderGraph::Original };
+            Box::new(OnnxPipeline::open_with(d, &SessionOptions::from_env(), graph).with_context(|| format!("ONNX export {}", d.display()))?)
         }
         (None, None) => anyhow::bail!("give --checkpoint or --onnx"),
     };
-    let dump = dump::run(backend.as_mut(), &model_inputs, greedy, &eos)?;
+    let dump = dump::run(backend.as_mut(), &model_inputs, greedy, &eos, layers)?;
     dump.save(&out)?;
     let components: Vec<&str> = dump.run.prefill.components.keys().map(|c| c.as_str()).collect();
     eprintln!(
@@ -478,8 +484,8 @@ fn main() -> ExitCode {
         Command::Golden { paths, force, goldens } => golden(paths, force, goldens),
         Command::Fetch { paths, weights } => fetch(paths, weights),
         Command::Inputs { case, out, synthetic, replay, goldens } => inputs(case, out, synthetic, replay, goldens),
-        Command::Logits { checkpoint, onnx, inputs, out, greedy, bidirectional, eos } => {
-            logits(checkpoint, onnx, inputs, out, greedy, bidirectional, eos)
+        Command::Logits { checkpoint, onnx, inputs, out, greedy, bidirectional, eos, layers } => {
+            logits(checkpoint, onnx, inputs, out, greedy, bidirectional, eos, layers)
         }
         Command::Compare { a, b, max_abs } => compare(a, b, max_abs),
         Command::Tf32Probe => tf32_probe(),

@@ -1,0 +1,242 @@
+#!/usr/bin/env python
+"""Real-width memory and time benchmark of L1 + L3: a real Gemma 4 config cut to a few layers (every width,
+the 262144-token vocabulary and the image path kept), a random checkpoint of it, its mobius f32 export, and
+three runs of the harness, each in its own process:
+
+  reference alone   onnx-parity logits --checkpoint ... --greedy K --layers   (what L3's reference side computes)
+  ORT alone         onnx-parity logits --onnx ...       --greedy K --layers   (what L3's ONNX side computes)
+  L1 + L3           onnx-parity run case.yaml --levels L1,L3                  (both, sequenced in one process)
+
+For each: wall time and peak RSS (the child's ru_maxrss). The target (issue 17): the L1 + L3 peak at most
+1.2 x the larger of the two "alone" peaks; the ratio is printed. The combined run's log also names each
+side's own peak (`peak RSS` in the `ran in` lines; the harness resets the high-water mark per side).
+
+Presets (widths from cases/configs/, weights random: only time and memory mean anything):
+  12b   gemma4_unified (gemma-4-12B.json), 6 layers (5 sliding + 1 full), one 256-token image + text, 1100 tokens
+  e2b   gemma4_text (gemma-4-E2B-it.json text_config), 10 layers of which 4 KV-shared, PLE, 600 tokens
+
+Needs the fixture venv (scripts/fixture-venv.sh: torch, transformers, mobius-onnx) and a release build of the
+harness. Disk: 12b ~5 GB checkpoint (bf16) + ~10 GB export; e2b ~4 + ~7 GB. The 12b export and runs need most
+of a 24 GB machine; run it alone. Artifacts are reused when present (--fresh rebuilds them).
+
+    PY=$(scripts/fixture-venv.sh); cargo build --release
+    $PY scripts/bench_real_width.py --model 12b --work /tmp/bench-12b [--bin target/release/onnx-parity]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+CONFIGS = ROOT / "cases" / "configs"
+SEED = 1234
+BOS, BOI, EOI, IMAGE = 2, 255999, 258882, 258880
+
+PRESETS = {
+    "12b": dict(config="gemma-4-12B.json", layers=6, kv_shared=0, tokens=1100, image_grid=(16, 16), text_only=False),
+    "e2b": dict(config="gemma-4-E2B-it.json", layers=10, kv_shared=4, tokens=600, image_grid=None, text_only=True),
+}
+
+
+def log(msg: str) -> None:
+    print(f"[bench] {msg}", file=sys.stderr, flush=True)
+
+
+def derive_config(preset: dict) -> dict:
+    """The real config with the text decoder cut to `layers` layers (the first ones of the real layer-type
+    pattern, so sliding and full layers both occur) and `kv_shared` KV-shared layers; audio dropped (out of
+    scope). Text-only presets become a `*_text` config of the real text_config."""
+    real = json.loads((CONFIGS / preset["config"]).read_text())
+    text = dict(real["text_config"])
+    n = preset["layers"]
+    text["num_hidden_layers"] = n
+    text["layer_types"] = list(text["layer_types"][:n])
+    assert {"sliding_attention", "full_attention"} <= set(text["layer_types"]), text["layer_types"]
+    text["num_kv_shared_layers"] = preset["kv_shared"]
+    if preset["text_only"]:
+        text["model_type"] = real["model_type"] + "_text"
+        text["architectures"] = None
+        return text
+    cfg = dict(real)
+    cfg["text_config"] = text
+    cfg["audio_config"] = None
+    return cfg
+
+
+def write_checkpoint(cfg: dict, out: Path) -> int:
+    """A random bf16 checkpoint of `cfg` (unit-variance layer outputs, norms around 1), sharded like the hub."""
+    import torch
+    import transformers
+
+    model_type = cfg["model_type"]
+    classes = {
+        "gemma4_unified": ("Gemma4UnifiedConfig", "Gemma4UnifiedForConditionalGeneration"),
+        "gemma4": ("Gemma4Config", "Gemma4ForConditionalGeneration"),
+        "gemma4_text": ("Gemma4TextConfig", "Gemma4ForCausalLM"),
+        "gemma4_unified_text": ("Gemma4UnifiedTextConfig", "Gemma4UnifiedForCausalLM"),
+    }[model_type]
+    config_cls, model_cls = (getattr(transformers, c) for c in classes)
+    kwargs = {k: v for k, v in cfg.items() if k not in ("architectures", "transformers_version", "model_type")}
+    config = config_cls(**kwargs)
+    torch.set_default_dtype(torch.bfloat16)
+    with torch.device("meta"):
+        model = model_cls(config)
+    model = model.to_empty(device="cpu").eval()
+    model.tie_weights()
+    g = torch.Generator().manual_seed(SEED)
+    with torch.no_grad():
+        for name, p in list(model.named_parameters()) + list(model.named_buffers()):
+            if not p.is_floating_point():
+                continue
+            if p.ndim >= 2:
+                flat = p.view(-1, p.shape[-1])
+                for start in range(0, flat.shape[0], 4096):
+                    rows = flat[start:start + 4096]
+                    rows.copy_((torch.randn(rows.shape, generator=g, dtype=torch.float32) * p.shape[-1] ** -0.5).to(p.dtype))
+            elif name.endswith(("input_min", "output_min")):
+                p.fill_(-float("inf"))
+            elif name.endswith(("input_max", "output_max")):
+                p.fill_(float("inf"))
+            else:
+                p.copy_((1.0 + 0.1 * torch.randn(p.shape, generator=g, dtype=torch.float32)).to(p.dtype))
+    out.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(out, max_shard_size="2GB")
+    n = sum(p.numel() for p in model.parameters())
+    del model
+    return n
+
+
+def write_inputs(cfg: dict, preset: dict, path: Path) -> dict:
+    """input_ids of `tokens` positions (BOS, an image block when the preset has one, then text ids) and the
+    image tensors in the HF processor layout, random pixels in [-1, 1]."""
+    import numpy as np
+    import torch
+    from safetensors.torch import save_file
+
+    rng = np.random.default_rng(SEED)
+    s = preset["tokens"]
+    tensors = {}
+    ids = [BOS]
+    if preset["image_grid"]:
+        vision = cfg["vision_config"]
+        k = vision.get("pooling_kernel_size", 3)
+        p = vision.get("patch_size", 16)
+        rows_max = vision.get("num_soft_tokens") or vision.get("default_output_length") or 280
+        w, h = preset["image_grid"]
+        real_rows = w * h
+        assert real_rows <= rows_max, (real_rows, rows_max)
+        dim = 3 * (k * p) ** 2
+        px = rng.uniform(-1.0, 1.0, size=(1, rows_max, dim)).astype("float32")
+        pos = np.full((1, rows_max, 2), -1, dtype="int64")
+        for i in range(real_rows):
+            pos[0, i] = (i % w, i // w)
+        px[0, real_rows:] = 0.0
+        tensors["pixel_values"] = torch.from_numpy(px)
+        tensors["image_position_ids"] = torch.from_numpy(pos)
+        ids += [BOI] + [IMAGE] * real_rows + [EOI]
+    ids += [int(t) for t in rng.integers(1000, 200000, size=s - len(ids))]
+    assert len(ids) == s
+    tensors["input_ids"] = torch.tensor([ids], dtype=torch.int64)
+    if preset["image_grid"]:
+        tensors["mm_token_type_ids"] = torch.tensor([[1 if t == IMAGE else 0 for t in ids]], dtype=torch.int64)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    save_file(tensors, str(path))
+    return {"tokens": s, "image_tokens": ids.count(IMAGE)}
+
+
+def measured(cmd: list[str], env: dict | None = None, log_file: Path | None = None) -> dict:
+    """Runs `cmd` and returns its exit status, wall seconds and peak RSS (GiB) from wait4's rusage."""
+    t = time.monotonic()
+    out = open(log_file, "w") if log_file else subprocess.DEVNULL
+    proc = subprocess.Popen(cmd, env={**os.environ, **(env or {})}, stdout=out, stderr=subprocess.STDOUT)
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.monotonic() - t
+    if log_file:
+        out.close()
+    code = os.waitstatus_to_exitcode(status)
+    return {"cmd": " ".join(map(str, cmd)), "exit": code, "wall_s": round(wall, 1), "peak_rss_gib": round(usage.ru_maxrss / 2**20, 2)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", choices=sorted(PRESETS), required=True)
+    ap.add_argument("--work", type=Path, required=True, help="folder for the checkpoint, export, inputs and reports")
+    ap.add_argument("--bin", type=Path, default=ROOT / "target/release/onnx-parity")
+    ap.add_argument("--steps", type=int, default=4, help="greedy decode steps (max_new_tokens)")
+    ap.add_argument("--fresh", action="store_true", help="rebuild checkpoint, export and inputs")
+    ap.add_argument("--no-layers", action="store_true", help="logits runs without --layers (binaries before the flag)")
+    ap.add_argument("--only", choices=["reference", "ort", "combined"], action="append", help="run only these (repeatable)")
+    ap.add_argument("--prepare-only", action="store_true", help="write checkpoint, export and inputs, run nothing")
+    args = ap.parse_args()
+    preset = PRESETS[args.model]
+    work = args.work
+    ckpt, onnx, inputs = work / "checkpoint", work / "onnx", work / "inputs.safetensors"
+    if args.fresh and work.exists():
+        shutil.rmtree(work)
+    work.mkdir(parents=True, exist_ok=True)
+    cfg = derive_config(preset)
+    result = {"model": args.model, "preset": preset, "steps": args.steps, "bin": str(args.bin)}
+
+    if not (ckpt / "config.json").is_file():
+        log(f"writing a random checkpoint of {preset['config']} cut to {preset['layers']} layers into {ckpt}")
+        t = time.monotonic()
+        result["parameters"] = write_checkpoint(cfg, ckpt)
+        log(f"  {result['parameters'] / 1e9:.2f} G parameters in {time.monotonic() - t:.0f} s")
+    if not (onnx.is_dir() and any(onnx.iterdir())):
+        log(f"exporting with mobius (f32) into {onnx}")
+        r = measured([sys.executable, "-m", "mobius", "build", "--config", str(ckpt), str(onnx), "--dtype", "f32"],
+                     log_file=work / "export.log")
+        result["export"] = r
+        log(f"  {r}")
+        if r["exit"] != 0:
+            sys.exit(f"mobius build failed: see {work / 'export.log'}")
+    if not inputs.is_file():
+        result["inputs"] = write_inputs(cfg, preset, inputs)
+    case = work / "bench" / f"{args.model}-width.yaml"
+    case.parent.mkdir(parents=True, exist_ok=True)
+    case.write_text(
+        f"model_id: bench/{args.model}-width\nmodel_type: {cfg['model_type']}\ndtype: float32\nlevels: [L1, L3]\n"
+        f"checkpoint: {ckpt}\nonnx: {onnx}\ninputs: {{tensors: {inputs}}}\ngeneration: {{max_new_tokens: {args.steps}}}\n"
+        f"notes: real-width benchmark (scripts/bench_real_width.py), random weights\n"
+    )
+    if args.prepare_only:
+        (work / "bench.json").write_text(json.dumps(result, indent=2) + "\n")
+        return
+    layers = [] if args.no_layers else ["--layers"]
+    runs = {
+        "reference": [str(args.bin), "logits", "--checkpoint", str(ckpt), "--inputs", str(inputs), "--out",
+                      str(work / "reference.safetensors"), "--greedy", str(args.steps), *layers],
+        "ort": [str(args.bin), "logits", "--onnx", str(onnx), "--inputs", str(inputs), "--out",
+                str(work / "ort.safetensors"), "--greedy", str(args.steps), *layers],
+        "combined": [str(args.bin), "run", str(case), "--levels", "L1,L3", "--report", str(work / "report.json")],
+    }
+    for name, cmd in runs.items():
+        if args.only and name not in args.only:
+            continue
+        log(f"{name}: {' '.join(cmd)}")
+        r = measured(cmd, env={"ONNX_PARITY_LOG": "info"}, log_file=work / f"{name}.log")
+        result[name] = r
+        log(f"  exit {r['exit']}, {r['wall_s']} s, peak RSS {r['peak_rss_gib']} GiB")
+        for f in (work / f"{name}.safetensors",):
+            if f.exists():
+                f.unlink()
+    if all(k in result for k in ("reference", "ort", "combined")):
+        alone = max(result["reference"]["peak_rss_gib"], result["ort"]["peak_rss_gib"])
+        result["combined_over_alone"] = round(result["combined"]["peak_rss_gib"] / alone, 3)
+        log(f"L1+L3 peak / max(alone) = {result['combined_over_alone']} (target <= 1.2)")
+    report = work / "report.json"
+    if report.is_file():
+        r = json.loads(report.read_text())
+        result["verdicts"] = {lv["level"]: lv["status"] for lv in r["cases"][0]["levels"]}
+    (work / "bench.json").write_text(json.dumps(result, indent=2) + "\n")
+    print(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()
