@@ -21,7 +21,7 @@ fn case_roots() -> Vec<PathBuf> {
 
 fn main() {
     // Before anything can create a CUDA context: NVIDIA_TF32_OVERRIDE=0 unless the user set it.
-    onnx_parity::gpu::tf32_env();
+    onnx_parity::tf32::tf32_env();
     let _ = tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("ONNX_PARITY_LOG").unwrap_or_else(|_| "warn".into()))
         .with_writer(std::io::stderr)

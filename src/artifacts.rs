@@ -1,9 +1,10 @@
-//! Where a case's real artifacts are: its checkpoint (`checkpoint:`, else the HF cache for
-//! `model_id`/`revision`), its export (`onnx:`, else `$ONNX_PARITY_EXPORTS/<model_id>/<dtype>/`)
-//! and the real config L2 reads. Resolution never touches the network: fetching is an explicit
-//! step (`onnx-parity fetch`), so a test run never starts a 24 GB download.
+//! Where a case's real artifacts are, resolved once for every tier: its checkpoint
+//! (`checkpoint:`, else the HF cache's snapshot of `model_id`/`revision`), its export (`onnx:`,
+//! else `$ONNX_PARITY_EXPORTS/<model_id>/<dtype>/`) and the real config L2 reads. Resolution never
+//! touches the network: fetching is an explicit step (`onnx-parity fetch`), so a test run never
+//! starts a 24 GB download.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use crate::case::Case;
 
@@ -11,28 +12,42 @@ use crate::case::Case;
 /// `google/gemma-4-12B/float32/`), what `python -m mobius build` writes per model and dtype.
 pub const EXPORTS_ENV: &str = "ONNX_PARITY_EXPORTS";
 
-/// The real checkpoint folder: `checkpoint:` if given, else a complete snapshot of
-/// `model_id`@`revision` in the HF cache (config.json present).
-pub fn checkpoint(case: &Case) -> Option<PathBuf> {
-    if let Some(dir) = &case.checkpoint {
-        return Some(dir.clone());
-    }
-    crate::hub::Hub::from_env()
-        .cached_snapshot_dir(&case.model_id, case.revision.as_deref().unwrap_or("main"))
-        .filter(|d| d.join("config.json").is_file())
+/// A case's artifacts as every tier sees them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Artifacts {
+    /// `checkpoint:` if given (whether or not it is complete, so messages can say what it lacks),
+    /// else a complete snapshot (config.json present) of `model_id`@`revision` in the HF cache.
+    pub checkpoint: Option<PathBuf>,
+    /// `onnx:` if given, else `$ONNX_PARITY_EXPORTS/<model_id>/<dtype>/` when it exists.
+    pub export: Option<PathBuf>,
+    /// The real config L2 reads: the checkpoint's `config.json`, else the case's `config:`.
+    pub config: Option<PathBuf>,
 }
 
-/// The export folder: `onnx:` if given, else `$ONNX_PARITY_EXPORTS/<model_id>/<dtype>/` when it
-/// exists.
-pub fn export(case: &Case) -> Option<PathBuf> {
-    if let Some(dir) = &case.onnx {
-        return Some(dir.clone());
+impl Artifacts {
+    /// Resolves `case`'s artifacts (for a synthetic tier, pass the stand-in case: its
+    /// `checkpoint:` and `onnx:` are set).
+    pub fn of(case: &Case) -> Artifacts {
+        let checkpoint = case.checkpoint.clone().or_else(|| {
+            crate::hub::Hub::from_env()
+                .cached_snapshot_dir(&case.model_id, case.revision.as_deref().unwrap_or(crate::hub::DEFAULT_REVISION))
+                .filter(|d| d.join("config.json").is_file())
+        });
+        let export = case.onnx.clone().or_else(|| {
+            let root = std::env::var_os(EXPORTS_ENV)?;
+            Some(PathBuf::from(root).join(&case.model_id).join(case.dtype.as_str())).filter(|d| d.is_dir())
+        });
+        let config = checkpoint.as_ref().map(|d| d.join("config.json")).filter(|p| p.is_file()).or_else(|| case.config.clone());
+        Artifacts { checkpoint, export, config }
     }
-    let root = std::env::var_os(EXPORTS_ENV)?;
-    Some(PathBuf::from(root).join(&case.model_id).join(case.dtype.as_str())).filter(|d| d.is_dir())
+
+    /// The checkpoint when it has weights (L2 reads their headers; L4/L5 run the reference).
+    pub fn checkpoint_with_weights(&self) -> Option<&Path> {
+        self.checkpoint.as_deref().filter(|d| has_weights(d))
+    }
 }
 
-/// Where `export` would look, for messages.
+/// Where the export would be looked for, for messages.
 pub fn export_hint(case: &Case) -> String {
     match std::env::var_os(EXPORTS_ENV) {
         Some(root) => format!("{}", PathBuf::from(root).join(&case.model_id).join(case.dtype.as_str()).display()),
@@ -40,12 +55,7 @@ pub fn export_hint(case: &Case) -> String {
     }
 }
 
-/// The real config L2 reads: the checkpoint's `config.json`, else the case's `config:`.
-pub fn config(case: &Case) -> Option<PathBuf> {
-    checkpoint(case).map(|d| d.join("config.json")).filter(|p| p.is_file()).or_else(|| case.config.clone())
-}
-
 /// Whether the checkpoint folder has weights (a safetensors file or index), not only a config.
-pub fn has_weights(dir: &std::path::Path) -> bool {
-    dir.join("model.safetensors").is_file() || dir.join("model.safetensors.index.json").is_file()
+pub fn has_weights(dir: &Path) -> bool {
+    dir.join(crate::hub::SAFETENSORS_SINGLE).is_file() || dir.join(crate::hub::SAFETENSORS_INDEX).is_file()
 }

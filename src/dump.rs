@@ -6,7 +6,8 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::backend::{Backend, BackendError, GenerationRequest, Run};
+use crate::backend::{Backend, BackendError, GenerationRequest};
+use crate::outputs::{LayerOutputs, Run};
 use crate::inputs::ModelInputs;
 use crate::tensor_file::TensorFile;
 
@@ -47,7 +48,7 @@ impl Dump {
         for (c, d) in &self.run.prefill.components {
             file = file.f32(c.as_str(), d.shape.clone(), &d.data);
         }
-        if let crate::backend::LayerOutputs::Tensors(layers) = &self.run.prefill.layers {
+        if let LayerOutputs::Tensors(layers) = &self.run.prefill.layers {
             for (i, d) in layers.iter().enumerate() {
                 file = file.f32(&format!("layer.{i}"), d.shape.clone(), &d.data);
             }

@@ -26,7 +26,7 @@ use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::fmt;
 
-use crate::tiers::outcome::TierOutcome;
+use crate::metric_keys::{Metrics, FIRST_DIVERGENCE};
 
 /// What a failing tier is expected to show.
 #[derive(Debug, Clone, PartialEq, Default, Deserialize)]
@@ -191,18 +191,19 @@ impl Signature {
         }))
     }
 
-    /// `None` when `outcome` shows this signature, else what differs.
-    pub fn mismatch(&self, outcome: &TierOutcome) -> Option<String> {
+    /// `None` when a failure with these `metrics` and `message` shows this signature, else what
+    /// differs.
+    pub fn mismatch(&self, metrics: &Metrics, message: &str) -> Option<String> {
         let mut diffs = Vec::new();
         if let Some(want) = &self.first_divergence {
-            match outcome.metrics.get("first_divergence").and_then(|v| v.as_str()) {
+            match metrics.get(FIRST_DIVERGENCE).and_then(|v| v.as_str()) {
                 Some(got) if got == want => {}
                 got => diffs.push(format!("first divergence {} instead of {want}", got.unwrap_or("none"))),
             }
         }
         for (m, v, w) in self.measured() {
             let (lo, hi) = if v >= 0.0 { (v / w, v * w) } else { (v * w, v / w) };
-            match outcome.metrics.get(m).and_then(|x| x.as_f64()) {
+            match metrics.get(m).and_then(|x| x.as_f64()) {
                 // NaN fails the comparison, so it never matches.
                 Some(got) if got >= lo && got <= hi => {}
                 Some(got) => diffs.push(format!("{m} {got:e} outside {lo:e} ..= {hi:e}")),
@@ -210,7 +211,7 @@ impl Signature {
             }
         }
         if let Some(e) = &self.error {
-            if !outcome.message.contains(e.as_str()) {
+            if !message.contains(e.as_str()) {
                 diffs.push(format!("the message does not contain {e:?}"));
             }
         }
@@ -221,14 +222,40 @@ impl Signature {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tiers::outcome::Status;
 
     fn parse(yaml: &str) -> Result<Expectation, serde_yaml::Error> {
         serde_yaml::from_str(yaml)
     }
 
-    fn failing(max: f64, first: &str, message: &str) -> TierOutcome {
+    /// A failure's metrics and message, built as a tier builds its outcome.
+    struct Failure {
+        metrics: Metrics,
+        message: String,
+    }
+
+    impl Failure {
+        fn metric(mut self, key: &str, value: impl Into<serde_json::Value>) -> Self {
+            self.metrics.insert(key.into(), value.into());
+            self
+        }
+    }
+
+    /// Stands in for `TierOutcome::fail` (this module does not depend on the tiers).
+    struct TierOutcome;
+
+    impl TierOutcome {
+        fn fail(message: &str) -> Failure {
+            Failure { metrics: Metrics::new(), message: message.into() }
+        }
+    }
+
+    fn failing(max: f64, first: &str, message: &str) -> Failure {
         TierOutcome::fail(message).metric("max_abs_diff", max).metric("first_divergence", first)
+    }
+
+    /// [`Signature::mismatch`] of a failure.
+    fn mismatch(s: &Signature, f: &Failure) -> Option<String> {
+        s.mismatch(&f.metrics, &f.message)
     }
 
     /// Guards: the string form is a reason without a signature; the map form parses every field
@@ -261,23 +288,22 @@ mod tests {
             error: None,
             metrics: BTreeMap::new(),
         };
-        assert_eq!(s.mismatch(&failing(8.1e-3, "image_features", "m")), None);
-        assert_eq!(s.mismatch(&failing(4.1e-3, "image_features", "m")), None);
-        assert!(s.mismatch(&failing(8.0e-2, "image_features", "m")).is_some());
-        assert!(s.mismatch(&failing(3.9e-3, "image_features", "m")).is_some());
-        assert!(s.mismatch(&failing(f64::NAN, "image_features", "m")).is_some());
-        assert!(s.mismatch(&failing(8.0e-3, "logits", "m")).is_some());
-        assert!(s.mismatch(&TierOutcome::fail("reference failed: NaN")).is_some());
+        assert_eq!(mismatch(&s, &failing(8.1e-3, "image_features", "m")), None);
+        assert_eq!(mismatch(&s, &failing(4.1e-3, "image_features", "m")), None);
+        assert!(mismatch(&s, &failing(8.0e-2, "image_features", "m")).is_some());
+        assert!(mismatch(&s, &failing(3.9e-3, "image_features", "m")).is_some());
+        assert!(mismatch(&s, &failing(f64::NAN, "image_features", "m")).is_some());
+        assert!(mismatch(&s, &failing(8.0e-3, "logits", "m")).is_some());
+        assert!(mismatch(&s, &TierOutcome::fail("reference failed: NaN")).is_some());
         let exact = Signature { metric: Some("top1".into()), value: Some(421.0), within: Some(1.0), ..Default::default() };
-        assert_eq!(exact.mismatch(&TierOutcome::fail("x").metric("top1", 421)), None);
-        assert!(exact.mismatch(&TierOutcome::fail("x").metric("top1", 420)).is_some());
+        assert_eq!(mismatch(&exact, &TierOutcome::fail("x").metric("top1", 421)), None);
+        assert!(mismatch(&exact, &TierOutcome::fail("x").metric("top1", 420)).is_some());
         let zero = Signature { metric: Some("token_match_ratio".into()), value: Some(0.0), within: Some(1.0), ..Default::default() };
-        assert_eq!(zero.mismatch(&TierOutcome::fail("x").metric("token_match_ratio", 0.0)), None);
-        assert!(zero.mismatch(&TierOutcome::fail("x").metric("token_match_ratio", 0.125)).is_some());
+        assert_eq!(mismatch(&zero, &TierOutcome::fail("x").metric("token_match_ratio", 0.0)), None);
+        assert!(mismatch(&zero, &TierOutcome::fail("x").metric("token_match_ratio", 0.125)).is_some());
         let err = Signature { error: Some("Squeeze_node".into()), ..Default::default() };
-        assert_eq!(err.mismatch(&TierOutcome::fail("vision_encoder: ... Squeeze_node_274 ...")), None);
-        assert!(err.mismatch(&TierOutcome::fail("vision_encoder: out of memory")).is_some());
-        let _ = Status::Fail;
+        assert_eq!(mismatch(&err, &TierOutcome::fail("vision_encoder: ... Squeeze_node_274 ...")), None);
+        assert!(mismatch(&err, &TierOutcome::fail("vision_encoder: out of memory")).is_some());
     }
 
     /// Guards `metrics`: every listed metric must be in its band, so a new bug downstream of the
@@ -289,19 +315,19 @@ mod tests {
         let out = |img: f64, max: f64| {
             TierOutcome::fail("m").metric("first_divergence", "image_features").metric("image_features_max_abs_diff", img).metric("max_abs_diff", max)
         };
-        assert_eq!(s.mismatch(&out(1.6e-3, 8.0e-3)), None);
-        let later = s.mismatch(&out(1.6e-3, 8.0e-2)).unwrap();
+        assert_eq!(mismatch(&s, &out(1.6e-3, 8.0e-3)), None);
+        let later = mismatch(&s, &out(1.6e-3, 8.0e-2)).unwrap();
         assert!(later.contains("max_abs_diff 8e-2 outside"), "{later}");
-        assert!(s.mismatch(&out(1.6e-2, 8.0e-3)).is_some());
+        assert!(mismatch(&s, &out(1.6e-2, 8.0e-3)).is_some());
         assert!(s.describe().contains("image_features_max_abs_diff 1.6e-3 (×/÷ 2)"), "{}", s.describe());
         assert!(parse("{reason: r, metrics: {m: .inf}}").is_err());
         assert!(parse("{reason: r, metrics: {m: 1}, within: 1}").is_ok());
         // A metric with its own band: the layer index exact among ×/÷ 2 float differences.
         let s = parse("{reason: r, metrics: {first_divergent_layer: {value: 3, within: 1}, max_abs_diff: 0.8}}").unwrap().signature.unwrap();
         let out = |layer: u64, max: f64| TierOutcome::fail("m").metric("first_divergent_layer", layer).metric("max_abs_diff", max);
-        assert_eq!(s.mismatch(&out(3, 1.2)), None);
-        assert!(s.mismatch(&out(4, 0.8)).unwrap().contains("first_divergent_layer 4e0 outside 3e0 ..= 3e0"));
-        assert!(s.mismatch(&out(3, 2.0)).is_some());
+        assert_eq!(mismatch(&s, &out(3, 1.2)), None);
+        assert!(mismatch(&s, &out(4, 0.8)).unwrap().contains("first_divergent_layer 4e0 outside 3e0 ..= 3e0"));
+        assert!(mismatch(&s, &out(3, 2.0)).is_some());
         assert!(parse("{reason: r, metrics: {m: {value: 1, within: 0.5}}}").is_err());
         assert!(parse("{reason: r, metrics: {m: {value: 1, typo: 1}}}").is_err());
     }

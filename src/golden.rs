@@ -15,7 +15,7 @@ use serde::de::{self, Deserializer, MapAccess, Visitor};
 use serde::Deserialize;
 use thiserror::Error;
 
-use crate::compare::{top_k, GoldenTopIds};
+use crate::metrics::top_k;
 use crate::hexfloat;
 
 #[derive(Debug, Error)]
@@ -34,6 +34,15 @@ pub enum GoldenError {
     #[error("cannot make a golden from logits containing NaN (first at index {index})")]
     NanLogits { index: usize },
 }
+
+/// The golden side of L4's rule: token ids only, so the rule does not depend on the file format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GoldenTopIds<'a> {
+    pub top1: i64,
+    pub top2: i64,
+    pub top10: &'a [i64],
+}
+
 
 /// `logits_summary`: `[max, min, mean, population std]` of the last-position logits.
 #[derive(Debug, Clone, Copy, PartialEq)]

@@ -1,13 +1,10 @@
-//! GPU runs: where the reference computes (`ONNX_PARITY_DEVICE`), the TF32 policy of both back
-//! ends, and the TF32 probe that proves the policy held.
+//! GPU runs: where the reference computes (`ONNX_PARITY_DEVICE`), and the TF32 probe that proves
+//! the TF32 policy held on both back ends.
 //!
-//! TF32 (tensor-core GEMMs with a 10-bit mantissa) is the best-known source of spurious f32
-//! parity failures on GPUs (~1e-2 on Gemma logits). The policy:
-//! - `NVIDIA_TF32_OVERRIDE=0` is set for the process before any CUDA context exists (cuBLAS and
-//!   cuDNN read it once), *unless the user set it*: an explicit value is honoured, never
-//!   overwritten, and reported ([`Tf32Env`]). [`decide`] is the pure rule, [`apply_policy`] runs
-//!   it against an environment and calls the initialiser only after the variable is set.
-//! - ONNX Runtime's CUDA EP: `use_tf32=0` and `error_on_failure` (no silent CPU fallback).
+//! The policy:
+//! - `NVIDIA_TF32_OVERRIDE=0` for the process unless the user set it ([`crate::tf32`]);
+//! - ONNX Runtime's CUDA EP: `use_tf32=0` and `error_on_failure` (no silent CPU fallback),
+//!   configured once in [`crate::onnx::session::builder`] for every session, the probe's too.
 //! - candle's cuBLAS reduced-precision switches (f32 TF32, f16, bf16) off before the first kernel
 //!   ([`onnx_parity_reference::device::DeviceSpec::open`]).
 //! - The probe ([`probe_candle`], [`probe_ort`]) multiplies matrices whose exact product TF32
@@ -15,7 +12,7 @@
 //!   with f64 on the CPU: f32 arithmetic errs ~1e-7 relative, TF32 ~5e-4; above
 //!   [`PROBE_MAX_REL_ERR`] the run fails. [`judge`] is the decision, testable on the CPU.
 
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 use candle_core::{Device, Tensor};
 use onnx_parity_reference::device::{DeviceError, DeviceSpec, ReducedPrecision};
@@ -23,8 +20,7 @@ use serde::{Deserialize, Serialize};
 
 /// Selects the reference's device: `cpu` (default), `cuda`, `cuda:N`.
 pub const DEVICE_VAR: &str = "ONNX_PARITY_DEVICE";
-/// NVIDIA's process-wide TF32 switch (`0` disables TF32 in cuBLAS/cuDNN whatever the API asks).
-pub const TF32_OVERRIDE_VAR: &str = "NVIDIA_TF32_OVERRIDE";
+use crate::tf32::{tf32_env, Tf32Env, TF32_OVERRIDE_VAR};
 /// Above this relative error (max over elements) a back end computes TF32-like.
 pub const PROBE_MAX_REL_ERR: f64 = 1e-5;
 /// Probe shapes: `[M, K] × [K, N]`. K = 64 keeps f32's worst-case accumulation error
@@ -36,10 +32,10 @@ pub const PROBE_N: usize = 48;
 /// Why a GPU run cannot start or failed its probe.
 #[derive(Debug, thiserror::Error)]
 pub enum GpuError {
-    /// The device named by `ONNX_PARITY_DEVICE` is unknown or cannot be opened (the message, so
-    /// the once-opened device's error can be returned again).
+    /// The device named by `ONNX_PARITY_DEVICE` is unknown or cannot be opened (shared, so the
+    /// once-opened device's error can be returned again).
     #[error("{DEVICE_VAR}: {0}")]
-    Device(String),
+    Device(#[source] Arc<DeviceError>),
     #[error("TF32 probe ({backend}): {source}")]
     Candle {
         backend: &'static str,
@@ -47,116 +43,19 @@ pub enum GpuError {
         source: candle_core::Error,
     },
     #[error("TF32 probe (onnxruntime): {0}")]
-    Ort(String),
+    Session(#[from] crate::onnx::session::SessionError),
+    #[error("TF32 probe (onnxruntime): {source}")]
+    Ort {
+        #[source]
+        source: ort::Error,
+    },
+    #[error("TF32 probe (onnxruntime): the probe model has no output `Y`")]
+    NoOutput,
     #[error(
         "TF32 probe: {backend} computes TF32-like (max relative error {max_rel_err:.3e} > {PROBE_MAX_REL_ERR:e}; \
          f32 gives ~1e-7). {TF32_OVERRIDE_VAR}={override_value}"
     )]
     Tf32Like { backend: String, max_rel_err: f64, override_value: String },
-}
-
-// ---------------------------------------------------------------------------------------------
-// The TF32 environment policy.
-
-/// Who chose the process's `NVIDIA_TF32_OVERRIDE`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum OverrideSource {
-    /// onnx-parity set it to `0` (a CUDA build, the user had not set it).
-    Harness,
-    /// The user's explicit value, honoured as is.
-    User,
-    /// Not set (a build without CUDA: nothing reads it).
-    Unset,
-}
-
-/// The TF32 environment a run had (report metadata).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Tf32Env {
-    /// `NVIDIA_TF32_OVERRIDE` as the CUDA libraries of this process see it.
-    pub nvidia_tf32_override: Option<String>,
-    pub set_by: OverrideSource,
-}
-
-impl OverrideSource {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            OverrideSource::Harness => "harness",
-            OverrideSource::User => "user",
-            OverrideSource::Unset => "unset",
-        }
-    }
-}
-
-impl std::fmt::Display for OverrideSource {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl Tf32Env {
-    /// Whether the override disables TF32 process-wide (`0`). Otherwise only the programmatic
-    /// switches (ORT `use_tf32=0`, candle's flags) keep it off, and the probe checks they do.
-    pub fn forces_off(&self) -> bool {
-        self.nvidia_tf32_override.as_deref().map(str::trim) == Some("0")
-    }
-}
-
-/// The pure rule: given the variable's current value and whether this build can touch CUDA,
-/// what to set (if anything) and what to report. A set-but-empty variable counts as unset.
-pub fn decide(current: Option<&str>, cuda: bool) -> (Option<&'static str>, Tf32Env) {
-    match current.filter(|v| !v.trim().is_empty()) {
-        Some(v) => (None, Tf32Env { nvidia_tf32_override: Some(v.to_string()), set_by: OverrideSource::User }),
-        None if cuda => (Some("0"), Tf32Env { nvidia_tf32_override: Some("0".into()), set_by: OverrideSource::Harness }),
-        None => (None, Tf32Env { nvidia_tf32_override: None, set_by: OverrideSource::Unset }),
-    }
-}
-
-/// The process environment as [`apply_policy`] needs it (a fake in tests).
-pub trait EnvAccess {
-    fn get(&self, key: &str) -> Option<String>;
-    fn set(&mut self, key: &str, value: &str);
-}
-
-/// The real process environment.
-pub struct ProcessEnv;
-
-impl EnvAccess for ProcessEnv {
-    fn get(&self, key: &str) -> Option<String> {
-        std::env::var_os(key).map(|v| v.to_string_lossy().into_owned())
-    }
-
-    fn set(&mut self, key: &str, value: &str) {
-        // Called once, from `tf32_env`'s OnceLock, at startup (main, the test harness) or at the
-        // latest right before the first CUDA context: no other thread reads the environment then.
-        std::env::set_var(key, value);
-    }
-}
-
-/// Applies [`decide`] to `env`, then runs `init` (which may create CUDA contexts) with the
-/// result and the environment as it then is: the variable is always in place before `init` runs.
-pub fn apply_policy<T>(env: &mut dyn EnvAccess, cuda: bool, init: impl FnOnce(&Tf32Env, &dyn EnvAccess) -> T) -> T {
-    let current = env.get(TF32_OVERRIDE_VAR);
-    let (set, report) = decide(current.as_deref(), cuda);
-    if let Some(v) = set {
-        env.set(TF32_OVERRIDE_VAR, v);
-    }
-    if report.set_by == OverrideSource::User && !report.forces_off() {
-        tracing::warn!(
-            "{TF32_OVERRIDE_VAR}={} (set by you, honoured): TF32 is not disabled process-wide; the TF32 probe checks each back end",
-            report.nvidia_tf32_override.as_deref().unwrap_or_default()
-        );
-    }
-    init(&report, &*env)
-}
-
-static TF32_ENV: OnceLock<Tf32Env> = OnceLock::new();
-
-/// The process's TF32 environment, applying the policy on first call. Call it before anything
-/// that may create a CUDA context: `main` and the test harness call it first thing, ORT's
-/// environment and the reference's device open call it again (a no-op then).
-pub fn tf32_env() -> &'static Tf32Env {
-    TF32_ENV.get_or_init(|| apply_policy(&mut ProcessEnv, cfg!(feature = "cuda"), |r, _| r.clone()))
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -172,11 +71,11 @@ pub fn device_spec() -> Result<DeviceSpec, DeviceError> {
 
 impl From<DeviceError> for GpuError {
     fn from(e: DeviceError) -> Self {
-        GpuError::Device(e.to_string())
+        GpuError::Device(Arc::new(e))
     }
 }
 
-static DEVICE: OnceLock<Result<Device, String>> = OnceLock::new();
+static DEVICE: OnceLock<Result<Device, Arc<DeviceError>>> = OnceLock::new();
 
 /// The reference's device, opened once per process (a CUDA device holds a context and a cuBLAS
 /// handle; every model of the run shares it). TF32 policy first, then the device.
@@ -186,7 +85,7 @@ pub fn reference_device() -> Result<Device, GpuError> {
         return Ok(Device::Cpu);
     }
     tf32_env();
-    DEVICE.get_or_init(|| spec.open().map_err(|e| e.to_string())).clone().map_err(GpuError::Device)
+    DEVICE.get_or_init(|| spec.open().map_err(Arc::new)).clone().map_err(GpuError::Device)
 }
 
 /// What the report records about devices and TF32.
@@ -325,27 +224,19 @@ pub fn matmul_model() -> Vec<u8> {
 }
 
 /// The probe through ONNX Runtime with this build's execution provider (CUDA with `use_tf32=0`
-/// and `error_on_failure` in a cuda build, as every parity session; the CPU EP otherwise).
+/// and `error_on_failure` in a cuda build, as every parity session: the same builder; the CPU EP
+/// otherwise).
 pub fn probe_ort() -> Result<ProbeResult, GpuError> {
-    use ort::session::Session;
     use ort::value::Tensor as OrtTensor;
-    let e = |m: &dyn std::fmt::Display| GpuError::Ort(m.to_string());
-    let env = crate::onnx::runtime::environment().map_err(|x| e(&x))?;
-    #[allow(unused_mut)]
-    let mut builder = Session::builder(env).map_err(|x| e(&x))?;
-    #[cfg(feature = "cuda")]
-    {
-        // The same EP settings as `onnx::pipeline::open_session`.
-        builder =
-            builder.with_execution_providers([ort::ep::CUDA::default().with_tf32(false).build().error_on_failure()]).map_err(|x| e(&x))?;
-    }
-    let mut session = builder.commit_from_memory(&matmul_model()).map_err(|x| e(&x))?;
+    let e = |source: ort::Error| GpuError::Ort { source };
+    let mut builder = crate::onnx::session::builder(&crate::onnx::session::SessionOptions::default())?;
+    let mut session = builder.commit_from_memory(&matmul_model()).map_err(e)?;
     let (a, b) = probe_inputs();
-    let ta = OrtTensor::from_array((vec![PROBE_M, PROBE_K], a.clone())).map_err(|x| e(&x))?;
-    let tb = OrtTensor::from_array((vec![PROBE_K, PROBE_N], b.clone())).map_err(|x| e(&x))?;
-    let out = session.run(ort::inputs! { "A" => ta, "B" => tb }).map_err(|x| e(&x))?;
-    let y = out.get("Y").ok_or_else(|| e(&"no output Y"))?;
-    let (_, got) = y.try_extract_tensor::<f32>().map_err(|x| e(&x))?;
+    let ta = OrtTensor::from_array((vec![PROBE_M, PROBE_K], a.clone())).map_err(e)?;
+    let tb = OrtTensor::from_array((vec![PROBE_K, PROBE_N], b.clone())).map_err(e)?;
+    let out = session.run(ort::inputs! { "A" => ta, "B" => tb }).map_err(e)?;
+    let y = out.get("Y").ok_or(GpuError::NoOutput)?;
+    let (_, got) = y.try_extract_tensor::<f32>().map_err(e)?;
     Ok(judge(&format!("onnxruntime {}", crate::onnx::runtime::execution_provider()), &a, &b, got))
 }
 
@@ -372,66 +263,7 @@ pub fn probe_gpu_run() -> Result<Vec<ProbeResult>, GpuError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::collections::HashMap;
 
-    /// A recording fake environment.
-    #[derive(Default)]
-    struct FakeEnv {
-        vars: HashMap<String, String>,
-        log: Vec<String>,
-    }
-
-    impl EnvAccess for FakeEnv {
-        fn get(&self, key: &str) -> Option<String> {
-            self.vars.get(key).cloned()
-        }
-        fn set(&mut self, key: &str, value: &str) {
-            self.log.push(format!("set {key}={value}"));
-            self.vars.insert(key.into(), value.into());
-        }
-    }
-
-    /// Guards: in a CUDA build the override is set to 0 before the initialiser (the first CUDA
-    /// context) runs — the initialiser reads it already set — and the report says the harness
-    /// set it.
-    #[test]
-    fn override_set_before_init() {
-        let mut env = FakeEnv::default();
-        let (report, seen_by_init) = apply_policy(&mut env, true, |r, e| (r.clone(), e.get(TF32_OVERRIDE_VAR)));
-        assert_eq!(seen_by_init.as_deref(), Some("0"));
-        assert_eq!(env.log, vec!["set NVIDIA_TF32_OVERRIDE=0".to_string()]);
-        assert_eq!(report, Tf32Env { nvidia_tf32_override: Some("0".into()), set_by: OverrideSource::Harness });
-        assert!(report.forces_off());
-        assert_eq!(serde_json::to_value(&report).expect("serialise")["set_by"], "harness");
-    }
-
-    /// Guards: a user's explicit value (opting in to TF32, or an explicit 0) is never overwritten
-    /// and is reported as theirs.
-    #[test]
-    fn user_override_respected_and_reported() {
-        for v in ["1", "0"] {
-            let mut env = FakeEnv::default();
-            env.vars.insert(TF32_OVERRIDE_VAR.into(), v.into());
-            let report = apply_policy(&mut env, true, |r, _| r.clone());
-            assert!(env.log.is_empty(), "the user's {v} must not be touched: {:?}", env.log);
-            assert_eq!(env.vars.get(TF32_OVERRIDE_VAR).map(String::as_str), Some(v));
-            assert_eq!(report, Tf32Env { nvidia_tf32_override: Some(v.into()), set_by: OverrideSource::User });
-            assert_eq!(report.forces_off(), v == "0");
-            let json = serde_json::to_value(&report).expect("serialise");
-            assert_eq!(json["set_by"], "user");
-            assert_eq!(json["nvidia_tf32_override"], v);
-        }
-    }
-
-    /// Guards: a build without CUDA sets nothing (and says so); an empty value counts as unset.
-    #[test]
-    fn cpu_build_sets_nothing() {
-        let mut env = FakeEnv::default();
-        let report = apply_policy(&mut env, false, |r, _| r.clone());
-        assert!(env.log.is_empty());
-        assert_eq!(report.set_by, OverrideSource::Unset);
-        assert_eq!(decide(Some(" "), true).0, Some("0"));
-    }
 
     /// Guards the probe's decision: the exact f32 product passes; a simulated TF32 product
     /// (inputs' mantissas rounded to 10 bits, then multiplied) is flagged, far above the bound.

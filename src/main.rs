@@ -8,15 +8,16 @@ use anyhow::Context;
 use clap::{Parser, Subcommand};
 use onnx_parity::backend::reference::ReferenceBackend;
 use onnx_parity::backend::Backend;
+use onnx_parity::artifacts::Artifacts;
 use onnx_parity::case::{discover, Level};
+use onnx_parity::plan::{plan, TrialKind};
 use onnx_parity::dump;
-use onnx_parity::evaluation::CaseEvaluations;
 use onnx_parity::gpu;
 use onnx_parity::onnx::pipeline::{DecoderGraph, OnnxPipeline};
 use onnx_parity::onnx::session::SessionOptions;
 use onnx_parity::regenerate::{regenerate, GoldenChange};
 use onnx_parity::report::{CaseReport, LevelReport, RunMetadata, RunReport};
-use onnx_parity::tiers::{self, outcome::TierOutcome, RunOptions, ALL_LEVELS};
+use onnx_parity::tiers::{self, outcome::TierOutcome, RunOptions};
 use onnx_parity_reference::BidirectionalScope as RefScope;
 
 #[derive(Parser)]
@@ -35,8 +36,8 @@ enum Command {
     Run {
         paths: Vec<PathBuf>,
         /// Comma-separated tiers to run, e.g. `L1,L3` (default: all).
-        #[arg(long, value_delimiter = ',')]
-        levels: Vec<String>,
+        #[arg(long, value_delimiter = ',', value_parser = parse_level)]
+        levels: Vec<Level>,
         /// Write the JSON report here.
         #[arg(long)]
         report: Option<PathBuf>,
@@ -144,20 +145,9 @@ fn default_paths(paths: Vec<PathBuf>) -> Vec<PathBuf> {
     }
 }
 
-fn parse_levels(names: &[String]) -> anyhow::Result<Vec<Level>> {
-    if names.is_empty() {
-        return Ok(ALL_LEVELS.to_vec());
-    }
-    names
-        .iter()
-        .map(|n| {
-            ALL_LEVELS
-                .iter()
-                .copied()
-                .find(|l| l.to_string().eq_ignore_ascii_case(n.trim()))
-                .with_context(|| format!("--levels: unknown tier {n:?}, expected L1..L5"))
-        })
-        .collect()
+/// A `--levels` entry: `L1` … `L5`, any case.
+fn parse_level(s: &str) -> Result<Level, onnx_parity::names::UnknownName> {
+    s.trim().to_ascii_uppercase().parse()
 }
 
 fn list(paths: Vec<PathBuf>) -> anyhow::Result<ExitCode> {
@@ -182,12 +172,12 @@ fn list(paths: Vec<PathBuf>) -> anyhow::Result<ExitCode> {
 
 fn run(
     paths: Vec<PathBuf>,
-    levels: Vec<String>,
+    levels: Vec<Level>,
     report: Option<PathBuf>,
     markdown: Option<PathBuf>,
     goldens: Option<PathBuf>,
 ) -> anyhow::Result<ExitCode> {
-    let levels = parse_levels(&levels)?;
+    let levels = if levels.is_empty() { Level::ALL.to_vec() } else { levels };
     let mut opts = RunOptions::from_env();
     if let Some(g) = goldens {
         opts.goldens_root = g;
@@ -196,28 +186,27 @@ fn run(
     let mut meta = RunMetadata::new(onnx_parity::onnx::runtime::execution_provider());
     // A GPU run starts with the TF32 probe and stops on a TF32-like back end.
     meta.gpu.tf32_probe = gpu::probe_gpu_run().context("GPU run refused")?;
-    let mut cases = Vec::new();
-    let found = discover(&default_paths(paths));
-    if found.is_empty() {
-        anyhow::bail!("no case YAML found");
-    }
-    for (path, parsed) in found {
-        let (name, outcomes) = match parsed {
-            Err(e) => (path.display().to_string(), vec![LevelReport { level: "parse".into(), outcome: TierOutcome::fail(e.to_string()) }]),
-            Ok(case) => {
-                let mut v = Vec::new();
-                let eval = CaseEvaluations::default();
-                for &level in &levels {
-                    let outcome = match tiers::static_skip(&case, level, &opts) {
-                        Some(reason) => TierOutcome::skipped(reason),
-                        None => tiers::run_level(&case, level, &opts, &eval),
-                    };
-                    v.push(LevelReport { level: level.to_string(), outcome });
-                }
-                (format!("{}/{}", case.category, case.name), v)
-            }
+    // The test target's trial list: the same skips, the same failing trials for malformed files.
+    let trials = plan(&default_paths(paths), &opts);
+    let mut cases: Vec<CaseReport> = Vec::new();
+    // Consumed in order, so a case's runs are dropped with its last trial.
+    for trial in trials {
+        let (Some(name), level) = (trial.case, trial.level) else {
+            anyhow::bail!("no case YAML found");
         };
-        cases.push(CaseReport { name, levels: outcomes });
+        if level.is_some_and(|l| !levels.contains(&l)) {
+            continue;
+        }
+        let outcome = match trial.kind {
+            TrialKind::Run { case, level, eval } => tiers::run_level(&case, level, &opts, &eval),
+            TrialKind::Ignored { reason } => TierOutcome::skipped(reason),
+            TrialKind::Failing { message } => TierOutcome::fail(message),
+        };
+        let entry = LevelReport { level: level.map_or_else(|| "parse".to_string(), |l| l.to_string()), outcome };
+        match cases.last_mut().filter(|c| c.name == name) {
+            Some(c) => c.levels.push(entry),
+            None => cases.push(CaseReport { name, levels: vec![entry] }),
+        }
     }
     meta.wall_s = start.elapsed().as_secs_f64();
     let report_data = RunReport { cases, metadata: meta };
@@ -242,7 +231,7 @@ fn golden(paths: Vec<PathBuf>, force: bool, goldens: Option<PathBuf>) -> anyhow:
                 continue;
             }
         };
-        if onnx_parity::artifacts::checkpoint(&case).is_none() {
+        if Artifacts::of(&case).checkpoint.is_none() {
             println!("skipped   {}: no checkpoint for the reference (`checkpoint:`, or {} in the HF cache)", path.display(), case.model_id);
             continue;
         }
@@ -459,7 +448,7 @@ fn tf32_probe() -> anyhow::Result<ExitCode> {
         Ok(r) => results.push(r),
         Err(e) => println!("onnxruntime: not probed ({e})"),
     }
-    let env = gpu::tf32_env();
+    let env = onnx_parity::tf32::tf32_env();
     println!("NVIDIA_TF32_OVERRIDE={} (set by {})", env.nvidia_tf32_override.as_deref().unwrap_or("unset"), env.set_by);
     println!("candle reduced precision: {:?}", onnx_parity_reference::device::reduced_precision());
     let mut ok = true;
@@ -472,7 +461,7 @@ fn tf32_probe() -> anyhow::Result<ExitCode> {
 
 fn main() -> ExitCode {
     // First, before anything can create a CUDA context: the TF32 environment policy.
-    gpu::tf32_env();
+    onnx_parity::tf32::tf32_env();
     let _ = tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("ONNX_PARITY_LOG").unwrap_or_else(|_| "info".into()))
         .with_writer(std::io::stderr)

@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::tiers::outcome::{Status, TierOutcome};
+use crate::metric_keys as key;
 
 /// Why a report could not be written.
 #[derive(Debug, thiserror::Error)]
@@ -125,7 +126,7 @@ pub struct RunReport {
 }
 
 /// Metrics shown in the Markdown table and console summary, in this order, when present.
-const KEY_METRICS: [&str; 6] = ["max_abs_diff", "cosine", "argmax_match", "top10_jaccard", "token_match_ratio", "violations"];
+const KEY_METRICS: [&str; 6] = [key::MAX_ABS_DIFF, key::COSINE, key::ARGMAX_MATCH, key::TOP10_JACCARD, key::TOKEN_MATCH_RATIO, key::VIOLATIONS];
 
 impl RunReport {
     /// The report of trial records (grouped by case, levels in record order; metadata from the
@@ -188,7 +189,7 @@ impl RunReport {
         let mut s = String::from("| case | tier | status | metrics | first divergence | message |\n|---|---|---|---|---|---|\n");
         for c in &self.cases {
             for l in &c.levels {
-                let mut div = l.outcome.metrics.get("first_divergence").map(metric_text).unwrap_or_default();
+                let mut div = l.outcome.metrics.get(key::FIRST_DIVERGENCE).map(metric_text).unwrap_or_default();
                 // L3: the per-layer profile (and the first divergent decoder layer).
                 if let Some(profile) = crate::tiers::l3::layer_sparkline(&l.outcome.metrics) {
                     div = if div.is_empty() { profile } else { format!("{div}; {profile}") };

@@ -23,7 +23,10 @@ fn xfail_of_the_wrong_type_says_what_is_expected() {
 #[test]
 fn negative_measured_value_band() {
     let s = Signature { metric: Some("m".into()), value: Some(-8.0), within: Some(2.0), ..Default::default() };
-    let at = |x: f64| s.mismatch(&TierOutcome::fail("x").metric("m", x));
+    let at = |x: f64| {
+        let o = TierOutcome::fail("x").metric("m", x);
+        s.mismatch(&o.metrics, &o.message)
+    };
     for inside in [-16.0, -10.0, -8.0, -4.0] {
         assert_eq!(at(inside), None, "{inside}");
     }
@@ -124,9 +127,9 @@ fn case_xfail_of_the_wrong_type_says_what_is_expected() {
 /// or nothing: the override reaches the resolved thresholds, and a ratio above 1 is rejected.
 #[test]
 fn cosine_warn_override_is_parsed() {
-    use onnx_parity::tolerance::{resolve, Tolerances};
+    use onnx_parity::tolerance::Tolerances;
     let c = case_yaml("tolerance_overrides:\n  L4: {cosine_similarity_warn: 0.5}\n", "/c/cat/x.yaml").unwrap();
-    let th = resolve(&Tolerances::defaults(), &c).unwrap();
+    let th = c.thresholds(&Tolerances::defaults()).unwrap();
     assert_eq!(th.l4.cosine_similarity_warn, 0.5);
     assert!(th.overridden.iter().any(|k| k == "L4.cosine_similarity_warn"), "{:?}", th.overridden);
     assert!(case_yaml("tolerance_overrides:\n  L4: {cosine_similarity_warn: 1.5}\n", "/c/cat/x.yaml").is_err());
@@ -216,7 +219,7 @@ fn l4_cosine_at_the_warn_threshold_does_not_warn() {
     use onnx_parity::tiers::l4;
     let onnx = [0.0f32, 2.0, 1.0];
     let live = [0.1f32, 2.0, 1.1];
-    let c = onnx_parity::compare::cosine_similarity(&onnx, &live).unwrap();
+    let c = onnx_parity::metrics::cosine_similarity(&onnx, &live).unwrap();
     assert!(c < 1.0);
     let golden = Golden::from_logits(&onnx, &[4]).unwrap();
     let at = onnx_parity::tolerance::L4Tolerance { cosine_similarity_warn: c, ..L4_TOL };

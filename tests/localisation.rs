@@ -115,7 +115,7 @@ fn unidentifiable_layers_are_said() {
 /// the original graph fails (a known ORT error), the instrumented one fails too.
 #[test]
 fn instrumented_decoder_is_bit_identical() {
-    use onnx_parity::backend::LayerOutputs;
+    use onnx_parity::outputs::LayerOutputs;
     use onnx_parity::onnx::pipeline::{DecoderGraph, OnnxPipeline};
     use onnx_parity::onnx::session::SessionOptions;
 

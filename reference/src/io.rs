@@ -1,6 +1,6 @@
 //! The plain data both back ends of a comparison exchange: the inputs of one prompt and what a
 //! greedy generation produced. Plain vectors, not candle tensors, so that the ONNX Runtime side
-//! of the harness uses the very same types (one `ModelInputs`, one `Generation`).
+//! of the harness uses the very same types (one `ModelInputs`, one `GeneratedTokens`).
 
 /// A dense row-major tensor: shape and data.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -54,7 +54,7 @@ impl ModelInputs {
 
 /// A greedy generation.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct Generation {
+pub struct GeneratedTokens {
     /// New tokens only; ends with the EOS token if one was produced (free-running decodes).
     pub tokens: Vec<i64>,
     /// Logits (softcapped, `[vocab]`) each token was chosen from (or, teacher-forced, fed after):

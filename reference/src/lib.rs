@@ -36,6 +36,6 @@ pub mod weights;
 pub use device::DeviceSpec;
 pub use config::{Family, LayerType, ModelConfig, ModelType, TextConfig, VisionConfig};
 pub use error::{Error, Result};
-pub use io::{Dense, Generation, ModelInputs};
+pub use io::{Dense, GeneratedTokens, ModelInputs};
 pub use mask::BidirectionalScope;
 pub use model::{Gemma4, GenerateOptions, Prepared, Run};

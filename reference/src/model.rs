@@ -16,7 +16,7 @@ use candle_core::{DType, Device, Tensor};
 
 use crate::config::{Family, ModelConfig, VisionConfig};
 use crate::error::{Error, Result};
-use crate::io::{Dense, Generation, ModelInputs};
+use crate::io::{Dense, GeneratedTokens, ModelInputs};
 use crate::mask::{block_ids, BidirectionalScope, MaskRule};
 use crate::text::TextModel;
 use crate::vision::{UnifiedEmbedder, VisionPath, VisionTower};
@@ -74,7 +74,7 @@ pub struct Run {
     pub logits: Tensor,
     /// Each decoder layer's prefill output `[S, hidden]` (empty unless asked for).
     pub layers: Vec<Tensor>,
-    pub generation: Generation,
+    pub generation: GeneratedTokens,
 }
 
 /// A loaded Gemma 4 checkpoint of any supported model type.
@@ -306,7 +306,7 @@ impl Gemma4 {
 
     /// Greedy decoding with a KV cache: up to `max_new_tokens` new tokens, stopping after the
     /// first token in `eos_ids` (which is returned). Ties pick the lowest id (`torch.argmax`).
-    pub fn greedy(&self, inputs: &ModelInputs, max_new_tokens: usize, eos_ids: &[i64], scope: BidirectionalScope) -> Result<Generation> {
+    pub fn greedy(&self, inputs: &ModelInputs, max_new_tokens: usize, eos_ids: &[i64], scope: BidirectionalScope) -> Result<GeneratedTokens> {
         let opts = GenerateOptions { scope, max_new_tokens, eos: eos_ids, forced: None, all_position_logits: false, layer_outputs: false };
         Ok(self.generate(inputs, &opts)?.generation)
     }
@@ -328,7 +328,7 @@ impl Gemma4 {
             if opts.all_position_logits { self.text.logits(&hidden)? } else { self.text.logits(&hidden.narrow(0, seq - 1, 1)?)? };
         let mut row: Vec<f32> = logits.get(logits.dim(0)? - 1)?.to_dtype(DType::F32)?.to_vec1()?;
         let limit = opts.forced.map_or(opts.max_new_tokens, |f| f.len().min(opts.max_new_tokens));
-        let mut generation = Generation::default();
+        let mut generation = GeneratedTokens::default();
         for step in 0..limit {
             let next = match opts.forced {
                 Some(f) => f[step],

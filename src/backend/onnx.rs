@@ -1,6 +1,7 @@
 //! The exported graphs in ONNX Runtime as a [`Backend`].
 
-use super::{Backend, BackendError, GenerationRequest, Run};
+use super::{Backend, BackendError, GenerationRequest};
+use crate::outputs::Run;
 use crate::inputs::ModelInputs;
 use crate::onnx::pipeline::OnnxPipeline;
 

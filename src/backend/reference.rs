@@ -6,7 +6,8 @@ use std::path::Path;
 use candle_core::Tensor;
 use onnx_parity_reference::{BidirectionalScope, Gemma4, GenerateOptions};
 
-use super::{Backend, BackendError, Component, GenerationRequest, LayerOutputs, Prefill, Run};
+use super::{Backend, BackendError, GenerationRequest};
+use crate::outputs::{Component, LayerOutputs, Prefill, Run};
 use crate::inputs::{Dense, ModelInputs};
 
 /// A loaded reference model.
@@ -19,8 +20,8 @@ pub struct ReferenceBackend {
 impl ReferenceBackend {
     /// Loads the checkpoint onto the reference's device (`ONNX_PARITY_DEVICE`, default the CPU;
     /// f32 compute, TF32 off); `scope` `None` = HF's forward scope for it.
-    pub fn load(checkpoint: &Path, scope: Option<BidirectionalScope>) -> Result<Self, onnx_parity_reference::Error> {
-        let device = crate::gpu::reference_device().map_err(|e| onnx_parity_reference::Error::Input(e.to_string()))?;
+    pub fn load(checkpoint: &Path, scope: Option<BidirectionalScope>) -> Result<Self, BackendError> {
+        let device = crate::gpu::reference_device()?;
         let model = Gemma4::load_on(checkpoint, candle_core::DType::F32, &device)?;
         let scope = scope.unwrap_or_else(|| model.hf_forward_scope());
         Ok(Self { model, scope })
@@ -47,6 +48,10 @@ impl Backend for ReferenceBackend {
         let device = onnx_parity_reference::DeviceSpec::of(self.model.device());
         let (dtype, model_type) = (self.model.dtype(), self.model.config().model_type());
         format!("candle reference {dtype:?} on {device} ({model_type}, bidirectional scope {})", self.scope)
+    }
+
+    fn bidirectional_scope(&self) -> Option<BidirectionalScope> {
+        Some(self.scope)
     }
 
     fn run(&mut self, inputs: &ModelInputs, request: &GenerationRequest<'_>) -> Result<Run, BackendError> {

@@ -253,7 +253,7 @@ fn from_prompt(case: &crate::case::Case) -> Result<(ModelInputs, prompt::PromptF
     if !case.inputs.audio.is_empty() {
         return Err(InputsError::Invalid(format!("{file}: inputs.audio is not supported by the prompt processor (only text and images)")));
     }
-    let checkpoint = crate::artifacts::checkpoint(case).ok_or_else(|| {
+    let checkpoint = crate::artifacts::Artifacts::of(case).checkpoint.ok_or_else(|| {
         InputsError::Invalid(format!(
             "{file}: prompts need a checkpoint (`checkpoint:`, or {} in the HF cache) for its tokenizer.json, \
              tokenizer_config.json, processor_config.json and config.json",

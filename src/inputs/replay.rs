@@ -9,8 +9,20 @@ use std::fmt;
 
 use super::ModelInputs;
 
+/// Why a golden's `input_ids` cannot be fed with the case's images.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ReplayError {
+    #[error("the golden's input_ids are empty")]
+    Empty,
+    #[error(
+        "the golden's input_ids hold {golden} {what} (mm_token_type {token_type}) but the case's images give {case}: \
+         the golden was made for other images or image-processor settings ({drift})"
+    )]
+    TokenCount { what: &'static str, token_type: i64, golden: usize, case: usize, drift: IdsDrift },
+}
+
 /// Where the case's `input_ids` first differ from a golden's.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct IdsDrift {
     /// The first index at which they differ (the shorter length when one is a prefix of the other).
     pub position: usize,
@@ -47,9 +59,9 @@ pub fn first_difference(ours: &[i64], golden: &[i64]) -> Option<IdsDrift> {
 /// ids from the types the case's own inputs gave each token id (image soft token → 1, …). The
 /// golden must hold as many image soft tokens as the images give, or the inputs would not fit
 /// together (an error naming both counts). Returns the inputs unchanged when the ids are equal.
-pub fn with_golden_ids(inputs: &ModelInputs, golden_ids: &[i64]) -> Result<(ModelInputs, Option<IdsDrift>), String> {
+pub fn with_golden_ids(inputs: &ModelInputs, golden_ids: &[i64]) -> Result<(ModelInputs, Option<IdsDrift>), ReplayError> {
     if golden_ids.is_empty() {
-        return Err("the golden's input_ids are empty".into());
+        return Err(ReplayError::Empty);
     }
     let Some(drift) = first_difference(&inputs.input_ids, golden_ids) else {
         return Ok((inputs.clone(), None));
@@ -68,10 +80,7 @@ pub fn with_golden_ids(inputs: &ModelInputs, golden_ids: &[i64]) -> Result<(Mode
                 let (ours, theirs) = (types.iter().filter(|&&x| x == t).count(), replayed.iter().filter(|&&x| x == t).count());
                 if ours != theirs {
                     let what = if t == 1 { "image soft tokens" } else { "multimodal tokens" };
-                    return Err(format!(
-                        "the golden's input_ids hold {theirs} {what} (mm_token_type {t}) but the case's images give {ours}: \
-                         the golden was made for other images or image-processor settings ({drift})"
-                    ));
+                    return Err(ReplayError::TokenCount { what, token_type: t, golden: theirs, case: ours, drift });
                 }
             }
             Some(replayed)
@@ -105,7 +114,7 @@ mod tests {
         assert_eq!(drift.unwrap().position, 1);
         assert_eq!(r.input_ids, vec![2, 100, 9, 7, 7, 8, 5, 6]);
         assert_eq!(r.mm_token_type_ids, Some(vec![0, 0, 0, 1, 1, 0, 0, 0]));
-        let e = with_golden_ids(&ours, &[2, 9, 7, 8, 5]).unwrap_err();
+        let e = with_golden_ids(&ours, &[2, 9, 7, 8, 5]).unwrap_err().to_string();
         assert!(e.contains("hold 1 image soft tokens") && e.contains("give 2"), "{e}");
         let (same, none) = with_golden_ids(&ours, &ours.input_ids).unwrap();
         assert_eq!((same, none), (ours.clone(), None));

@@ -23,8 +23,9 @@ use super::package::{Layout, OnnxPackage, PackageError, DECODER, EMBEDDING, TEXT
 use super::runtime::RuntimeError;
 use super::session::{self, ModelSource, SessionError, SessionOptions};
 use super::shapes::{self, Axis, ShapeError, Source};
-use crate::backend::{Component, Generation, LayerOutputs, Prefill};
+use crate::outputs::{Component, GeneratedTokens, LayerOutputs, Prefill};
 use crate::inputs::{Dense, ModelInputs};
+use crate::metrics::greedy_token;
 
 /// Why the pipeline failed.
 #[derive(Debug, thiserror::Error)]
@@ -223,9 +224,9 @@ impl OnnxPipeline {
         eos: &[i64],
         forced: Option<&[i64]>,
         layer_outputs: bool,
-    ) -> Result<(Prefill, Generation), PipelineError> {
+    ) -> Result<(Prefill, GeneratedTokens), PipelineError> {
         let (prefill, mut cache) = self.prefill_with_cache(inputs, layer_outputs)?;
-        let mut gen = Generation::default();
+        let mut gen = GeneratedTokens::default();
         if max_new == 0 {
             return Ok((prefill, gen));
         }
@@ -553,10 +554,4 @@ fn to_dense_f32(v: &DynValue, role: &'static str, name: &str) -> Result<Dense<f3
         .try_extract_tensor::<f16>()
         .map_err(|e| PipelineError::Contract { role, message: format!("output `{name}`: expected a float32 or float16 tensor ({e})") })?;
     Ok(Dense::new(dims(shape), data.iter().map(|x| x.to_f32()).collect()))
-}
-
-/// The greedy choice: [`crate::compare::argmax`] (first maximum, NaN never wins) as a token id;
-/// `None` when no logit is a number.
-pub fn greedy_token(logits: &[f32]) -> Option<i64> {
-    crate::compare::argmax(logits).map(|i| i as i64)
 }

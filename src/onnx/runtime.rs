@@ -220,7 +220,7 @@ pub fn environment() -> Result<&'static ort::environment::Environment, RuntimeEr
     let env = ENVIRONMENT.get_or_init(|| {
         // Before any CUDA context exists (cuBLAS/cuDNN read it once): NVIDIA_TF32_OVERRIDE=0
         // unless the user set it (crate::gpu; main and the test harness applied it already).
-        crate::gpu::tf32_env();
+        crate::tf32::tf32_env();
         let lib = locate_library().map_err(|e| e.to_string())?;
         tracing::debug!("loading ONNX Runtime from {}", lib.display());
         let builder = ort::init_from(&lib).map_err(|e| format!("loading ONNX Runtime from {}: {e}", lib.display()))?;

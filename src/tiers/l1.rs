@@ -7,6 +7,7 @@ use super::outcome::{Status, TierOutcome};
 use crate::onnx::contract::{ElemType, ExpectedDim, ExportContract};
 use crate::onnx::graph::{Dim, GraphSummary, TensorSpec};
 use crate::onnx::package::OnnxPackage;
+use crate::metric_keys as key;
 
 /// Checks the export at `onnx_dir` against the contract of `config_json`. `float_dtype` is the
 /// ONNX element type the export's activations must have (`float32` for an f32 export).
@@ -79,10 +80,10 @@ pub fn check(config_json: &Path, onnx_dir: &Path, float_dtype: &str) -> TierOutc
         format!("{} contract violations: {}", violations.len(), violations.join("; "))
     };
     TierOutcome::new(status, message)
-        .metric("violations", violations.len())
-        .metric("kv_pairs", contract.kv.len())
-        .metric("initializers", n_initializers)
-        .metric("op_inventory", serde_json::to_value(&ops).unwrap_or_default())
+        .metric(key::VIOLATIONS, violations.len())
+        .metric(key::KV_PAIRS, contract.kv.len())
+        .metric(key::INITIALIZERS, n_initializers)
+        .metric(key::OP_INVENTORY, serde_json::to_value(&ops).unwrap_or_default())
 }
 
 fn tensor_violations(role: &str, kind: &str, e: &crate::onnx::contract::ExpectedTensor, a: &TensorSpec, float_dtype: &str) -> Vec<String> {

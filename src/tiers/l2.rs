@@ -15,6 +15,7 @@ use onnx_parity_reference::audio_manifest::{audio_manifest, element_count};
 use onnx_parity_reference::{Gemma4, ModelConfig};
 
 use super::outcome::{Status, TierOutcome};
+use crate::metric_keys as key;
 
 /// What L2 looks at.
 #[derive(Debug, Clone, Copy)]
@@ -163,19 +164,19 @@ pub fn check(inputs: L2Inputs<'_>) -> TierOutcome {
         } else {
             notes.push(format!("full-size export {} honours the contract", export.display()));
         }
-        out = out.metric("export_violations", l1.metrics.get("violations").cloned().unwrap_or_default());
+        out = out.metric(key::EXPORT_VIOLATIONS, l1.metrics.get(key::VIOLATIONS).cloned().unwrap_or_default());
     }
     out.status = if failures.is_empty() { Status::Pass } else { Status::Fail };
     out.message = if failures.is_empty() { notes.join("; ") } else { format!("{}; {}", failures.join("; "), notes.join("; ")) };
-    out.metric("checkpoint_parameters", checkpoint_parameters)
-        .metric("reference_parameters", reference_parameters)
-        .metric("audio_parameters", audio_parameters)
-        .metric("reference_tensors", manifest.len())
-        .metric("audio_tensors", audio.len())
-        .metric("reference_resident_bytes", resident_f32)
-        .metric("reference_memory_f32_checkpoint_bytes", memory_f32)
-        .metric("reference_memory_bf16_checkpoint_bytes", memory_bf16)
-        .metric("checked", if inputs.checkpoint.is_some() { "config + checkpoint headers" } else { "config" })
+    out.metric(key::CHECKPOINT_PARAMETERS, checkpoint_parameters)
+        .metric(key::REFERENCE_PARAMETERS, reference_parameters)
+        .metric(key::AUDIO_PARAMETERS, audio_parameters)
+        .metric(key::REFERENCE_TENSORS, manifest.len())
+        .metric(key::AUDIO_TENSORS, audio.len())
+        .metric(key::REFERENCE_RESIDENT_BYTES, resident_f32)
+        .metric(key::REFERENCE_MEMORY_F32_CHECKPOINT_BYTES, memory_f32)
+        .metric(key::REFERENCE_MEMORY_BF16_CHECKPOINT_BYTES, memory_bf16)
+        .metric(key::CHECKED, if inputs.checkpoint.is_some() { "config + checkpoint headers" } else { "config" })
 }
 
 #[cfg(test)]

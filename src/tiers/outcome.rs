@@ -1,37 +1,36 @@
 //! The result of one tier on one case: a status, numbers, and a message a person can act on.
 
-use std::collections::BTreeMap;
-
 use serde::{Deserialize, Serialize};
 
 use crate::expectation::Expectation;
+use crate::metric_keys::Metrics;
+use crate::names::named_enum;
 
-/// Verdict of a tier. `Xfail` is a failure the case YAML expected (and explains).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Status {
-    Pass,
-    Fail,
-    Ambiguous,
-    Skipped,
-    Xfail,
-}
-
-impl Status {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Status::Pass => "pass",
-            Status::Fail => "fail",
-            Status::Ambiguous => "ambiguous",
-            Status::Skipped => "skipped",
-            Status::Xfail => "xfail",
-        }
+named_enum! {
+    /// Verdict of a tier. `Xfail` is a failure the case YAML expected (and explains).
+    pub enum Status("status") {
+        Pass = "pass",
+        Fail = "fail",
+        Ambiguous = "ambiguous",
+        Skipped = "skipped",
+        Xfail = "xfail",
     }
 }
 
-impl std::fmt::Display for Status {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
+impl Status {
+    /// The worse of two verdicts of one tier: fail > ambiguous > pass (two checks of one
+    /// export, e.g. against the golden and against the live reference).
+    pub fn worse(self, other: Status) -> Status {
+        let rank = |s| match s {
+            Status::Fail => 3,
+            Status::Ambiguous => 2,
+            _ => 1,
+        };
+        if rank(other) > rank(self) {
+            other
+        } else {
+            self
+        }
     }
 }
 
@@ -39,8 +38,9 @@ impl std::fmt::Display for Status {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct TierOutcome {
     pub status: Status,
-    /// Named numbers (`max_abs_diff`, `cosine`, ...), and strings such as `first_divergence`.
-    pub metrics: BTreeMap<String, serde_json::Value>,
+    /// Named numbers (`max_abs_diff`, `cosine`, ...), and strings such as `first_divergence`
+    /// ([`crate::metric_keys`]).
+    pub metrics: Metrics,
     pub message: String,
     /// What a person must see even when the tier passes (e.g. a golden's replayed input_ids):
     /// the `parity` target prints them for every status, reports list them.
@@ -50,7 +50,7 @@ pub struct TierOutcome {
 
 impl TierOutcome {
     pub fn new(status: Status, message: impl Into<String>) -> Self {
-        TierOutcome { status, metrics: BTreeMap::new(), message: message.into(), warnings: Vec::new() }
+        TierOutcome { status, metrics: Metrics::new(), message: message.into(), warnings: Vec::new() }
     }
 
     pub fn skipped(reason: impl Into<String>) -> Self {
@@ -72,6 +72,25 @@ impl TierOutcome {
         self
     }
 
+    /// One tier's outcome over several candidate implementations, each judged against the
+    /// reference: a single candidate's outcome as it is; for several, the worst status, each
+    /// message and warning prefixed with its label, and each metric under `<label>/<key>`.
+    pub fn of_candidates(mut outcomes: Vec<(&str, TierOutcome)>) -> TierOutcome {
+        match outcomes.len() {
+            0 => return TierOutcome::fail("no implementation to judge against the reference"),
+            1 => return outcomes.remove(0).1,
+            _ => {}
+        }
+        let status = outcomes.iter().map(|(_, o)| o.status).reduce(Status::worse).unwrap_or(Status::Fail);
+        let message = outcomes.iter().map(|(label, o)| format!("{label}: {}", o.message)).collect::<Vec<_>>().join(" | ");
+        let mut merged = TierOutcome::new(status, message);
+        for (label, o) in outcomes {
+            merged.metrics.extend(o.metrics.into_iter().map(|(k, v)| (format!("{label}/{k}"), v)));
+            merged.warnings.extend(o.warnings.into_iter().map(|w| format!("{label}: {w}")));
+        }
+        merged
+    }
+
     /// Applies a case's `xfail` entry: a failure that shows the expected signature (any failure,
     /// when the entry has none) becomes `xfail`; a failure that does not stays a failure ("failed
     /// differently than expected"), and a pass becomes one ("unexpected pass"), so neither a new
@@ -80,7 +99,7 @@ impl TierOutcome {
         let Some(e) = expectation else { return self };
         let reason = &e.reason;
         match self.status {
-            Status::Fail => match e.signature.as_ref().and_then(|s| s.mismatch(&self).map(|d| (s, d))) {
+            Status::Fail => match e.signature.as_ref().and_then(|s| s.mismatch(&self.metrics, &self.message).map(|d| (s, d))) {
                 None => {
                     self.status = Status::Xfail;
                     self.message = format!("expected failure ({reason}): {}", self.message);
@@ -106,6 +125,22 @@ impl TierOutcome {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Guards: one candidate's outcome is kept as it is; several are merged with the worst status
+    /// and every metric, message and warning attributed to its implementation; none is a failure.
+    #[test]
+    fn candidates_merge() {
+        let a = TierOutcome::new(Status::Pass, "fine").metric("max_abs_diff", 1e-6);
+        assert_eq!(TierOutcome::of_candidates(vec![("ONNX", a.clone())]).message, "fine");
+        let b = TierOutcome::fail("off").metric("max_abs_diff", 0.5).warn("w");
+        let m = TierOutcome::of_candidates(vec![("ONNX", a), ("other", b)]);
+        assert_eq!(m.status, Status::Fail);
+        assert_eq!(m.message, "ONNX: fine | other: off");
+        assert_eq!(m.metrics.get("other/max_abs_diff").and_then(|v| v.as_f64()), Some(0.5));
+        assert_eq!(m.metrics.get("ONNX/max_abs_diff").and_then(|v| v.as_f64()), Some(1e-6));
+        assert_eq!(m.warnings, vec!["other: w".to_string()]);
+        assert_eq!(TierOutcome::of_candidates(vec![]).status, Status::Fail);
+    }
 
     /// Guards: xfail converts only failures; a pass under xfail is a failure, never a silent pass;
     /// a failure with another signature stays a failure and says what differs.

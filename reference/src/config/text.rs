@@ -15,7 +15,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::{log_unknown_keys, require_positive, BidirectionalAttention, Family, LayerType, TokenIds};
+use super::kinds::{log_unknown_keys, require_positive, BidirectionalAttention, Family, LayerType, TokenIds};
 use crate::error::{Error, Result};
 
 /// Largest `num_hidden_layers` accepted (published Gemma 4 models have at most 60).

@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::text::{Activation, RopeParameters};
-use super::{log_unknown_keys, require_positive};
+use super::kinds::{log_unknown_keys, require_positive};
 use crate::error::{Error, Result};
 
 /// `Gemma4UnifiedVisionConfig` (encoder-free embedder).

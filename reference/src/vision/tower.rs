@@ -220,7 +220,7 @@ impl VisionTower {
     /// max_patches, 2]` → features `[n_tokens, text_hidden]`: per image the pooled soft tokens
     /// in row-major kernel order, images in order (HF's `hidden_states[pooler_mask]`).
     pub fn forward(&self, pixel_values: &Tensor, image_position_ids: &Tensor) -> Result<Tensor> {
-        let (n_img, max_patches) = super::check_patch_inputs(pixel_values, image_position_ids, self.patch_dim, "3·patch_size²")?;
+        let (n_img, max_patches) = super::patches::check_patch_inputs(pixel_values, image_position_ids, self.patch_dim, "3·patch_size²")?;
         let patch_dim = self.patch_dim;
         let k2 = self.kernel * self.kernel;
         if max_patches == 0 || !max_patches.is_multiple_of(k2) {

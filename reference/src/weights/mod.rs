@@ -27,9 +27,11 @@ use crate::error::{Error, Result};
 
 mod decode;
 mod rows;
+mod shard;
 
 use decode::{decode, Bf16Le, F16Le, F32Le, Order};
 pub use rows::RowTable;
+use shard::Shard;
 
 /// Module-name fragment → checkpoint-name fragment renames of HF's checkpoint conversion.
 pub type Renames = &'static [(&'static str, &'static str)];
@@ -56,15 +58,6 @@ pub fn checkpoint_name(module_name: &str, renames: Renames) -> String {
         }
     }
     module_name.to_string()
-}
-
-/// One safetensors file.
-pub(crate) struct Shard {
-    path: PathBuf,
-    /// `None` for a headers-only source.
-    mmap: Option<Mmap>,
-    /// Offset of the data section (8-byte length + JSON header).
-    data_start: usize,
 }
 
 /// Where a tensor lives: shard index plus what the header says about it.

@@ -11,7 +11,7 @@ use candle_core::{DType, Device, Tensor};
 use safetensors::Dtype as StDtype;
 
 use super::decode::{decode, Bf16Le, F16Le, F32Le, Order};
-use super::Shard;
+use super::shard::Shard;
 use crate::error::{Error, Result};
 
 /// A `[rows, cols]` table read by row.

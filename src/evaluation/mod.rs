@@ -1,25 +1,29 @@
-//! Runs a case's two implementations once and keeps the results for every tier that needs them
-//! (L3, L4 and L5 of one case share one reference run and one ONNX run).
+//! Runs a case's implementations once and keeps the results for every tier that needs them
+//! (L3, L4 and L5 of one case share one run of each implementation).
 //!
-//! Both see the same [`ModelInputs`] through the [`Backend`] interface. The export's decode is
-//! teacher-forced with the reference's greedy tokens so that each decode step compares logits on
-//! identical histories; a free-running export decode (for L5) is run only when the forced tokens
-//! are not what the export would have chosen itself.
+//! Every implementation sees the same [`ModelInputs`] through the [`Backend`] interface. The
+//! reference runs first and decodes greedily; each candidate ([`implementations::candidates`])
+//! is then teacher-forced with the reference's tokens, so that each decode step compares logits
+//! on identical histories, and decodes freely (for L5) only when the forced tokens are not what
+//! it would have chosen itself.
 //!
-//! The two runs are sequenced and each back end is dropped when its run is done (only the
-//! results are kept), so a case's peak memory is the larger of the reference's and ORT's, not
-//! their sum — what lets a real checkpoint and its export share one machine.
+//! The runs are sequenced and each back end is dropped when its run is done (only the results
+//! are kept), so a case's peak memory is the largest single implementation's, not their sum —
+//! what lets a real checkpoint and its export share one machine.
+
+pub mod implementations;
 
 use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
 
-use crate::backend::reference::ReferenceBackend;
-use crate::backend::{Backend, BackendError, Generation, GenerationRequest, Run};
+use crate::artifacts::Artifacts;
+use crate::backend::{Backend, BackendError, GenerationRequest};
 use crate::case::{Case, Level};
-use crate::inputs::replay::IdsDrift;
+use crate::inputs::replay::{IdsDrift, ReplayError};
 use crate::inputs::{InputsError, ModelInputs};
-use crate::onnx::pipeline::{greedy_token, DecoderGraph, OnnxPipeline};
-use crate::onnx::session::SessionOptions;
+use crate::metrics::greedy_token;
+use crate::outputs::{GeneratedTokens, Run};
+use implementations::Implementation;
 use onnx_parity_reference::BidirectionalScope;
 
 /// Default number of new tokens when neither the case nor a golden says.
@@ -31,20 +35,14 @@ pub enum EvalError {
     #[error(transparent)]
     Inputs(#[from] InputsError),
     /// A golden's `input_ids` that cannot be fed with the case's images.
-    #[error("replaying the golden's input_ids: {message}")]
-    Replay { message: String },
-    #[error("the case has no `checkpoint:` for the reference")]
-    NoCheckpoint,
-    #[error("the case has no `onnx:` export")]
-    NoExport,
-    #[error("reference ({}): {source}", dir.display())]
-    Reference {
-        dir: PathBuf,
-        #[source]
-        source: BackendError,
-    },
-    #[error("ONNX ({}): {source}", dir.display())]
-    Onnx {
+    #[error("replaying the golden's input_ids: {0}")]
+    Replay(#[from] ReplayError),
+    /// The implementation's artifact (checkpoint, export) is not there.
+    #[error("{0}")]
+    NoArtifact(&'static str),
+    #[error("{label} ({}): {source}", dir.display())]
+    Run {
+        label: &'static str,
         dir: PathBuf,
         #[source]
         source: BackendError,
@@ -63,22 +61,44 @@ pub struct ReferenceRun {
     pub run: Run,
 }
 
-/// What the export computed for a case.
+/// What a candidate implementation computed for a case.
 #[derive(Debug, Clone)]
-pub struct OnnxRun {
+pub struct CandidateRun {
+    /// Its label ([`Implementation::label`]).
+    pub label: &'static str,
     /// Prefill and the decode fed the reference's tokens (free-running when the reference could
     /// not run).
     pub forced: Run,
-    /// The export's own greedy decode.
-    pub free: Generation,
+    /// Its own greedy decode.
+    pub free: GeneratedTokens,
+}
+
+/// One candidate and its run, computed on first use.
+#[derive(Debug)]
+struct Candidate {
+    implementation: Implementation,
+    run: OnceLock<Result<CandidateRun, SharedError>>,
 }
 
 /// Lazily computed, shared results for one case.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct CaseEvaluation {
     inputs: OnceLock<Result<ModelInputs, SharedError>>,
     reference: OnceLock<Result<ReferenceRun, SharedError>>,
-    onnx: OnceLock<Result<OnnxRun, SharedError>>,
+    candidates: Vec<Candidate>,
+}
+
+impl Default for CaseEvaluation {
+    fn default() -> Self {
+        CaseEvaluation {
+            inputs: OnceLock::new(),
+            reference: OnceLock::new(),
+            candidates: implementations::candidates()
+                .into_iter()
+                .map(|implementation| Candidate { implementation, run: OnceLock::new() })
+                .collect(),
+        }
+    }
 }
 
 impl CaseEvaluation {
@@ -93,47 +113,65 @@ impl CaseEvaluation {
         self.inputs.get_or_init(|| crate::inputs::for_case(case).map_err(|e| Arc::new(e.into()))).as_ref().map_err(Arc::clone)
     }
 
-    /// Runs the candle reference (prefill with components and logits, then greedy decoding).
+    /// Runs the reference (prefill with components and logits, then greedy decoding).
     pub fn reference(&self, case: &Case) -> Result<&ReferenceRun, SharedError> {
         self.reference
             .get_or_init(|| {
                 let inputs = self.inputs(case)?;
-                let dir = crate::artifacts::checkpoint(case).ok_or(EvalError::NoCheckpoint)?;
-                let dir = dir.as_path();
-                let t = std::time::Instant::now();
-                crate::memory::reset_peak();
-                let fail = |source: BackendError| Arc::new(EvalError::Reference { dir: dir.into(), source });
-                let mut backend = ReferenceBackend::load(dir, case.bidirectional).map_err(|e| fail(e.into()))?;
                 let eos = eos_ids(case);
-                let run = backend.run(inputs, &request(case, &eos, None)).map_err(fail)?;
-                tracing::info!("{}: {} ran in {:.2} s{}", case.name, backend.describe(), t.elapsed().as_secs_f64(), crate::memory::stage_peak());
-                Ok(ReferenceRun { scope: backend.scope(), run })
+                let (run, opened) = run_once(&implementations::REFERENCE, case, |backend| backend.run(inputs, &request(case, &eos, None)))?;
+                let scope = opened.scope.unwrap_or(BidirectionalScope::None);
+                Ok(ReferenceRun { scope, run })
             })
             .as_ref()
             .map_err(Arc::clone)
     }
 
-    /// Runs the export: prefill, the forced decode (when the reference is available) and greedy.
-    pub fn onnx(&self, case: &Case) -> Result<&OnnxRun, SharedError> {
-        self.onnx
+    /// The candidates' runs, in [`implementations::candidates`] order: the prefill, the forced
+    /// decode (when the reference is available) and the free one. Each runs on first use, after
+    /// the reference.
+    pub fn candidates(&self, case: &Case) -> Vec<Result<&CandidateRun, SharedError>> {
+        (0..self.candidates.len()).map(|i| self.candidate(i, case)).collect()
+    }
+
+    fn candidate(&self, i: usize, case: &Case) -> Result<&CandidateRun, SharedError> {
+        let c = &self.candidates[i];
+        c.run
             .get_or_init(|| {
                 let inputs = self.inputs(case)?;
-                let dir = crate::artifacts::export(case).ok_or(EvalError::NoExport)?;
-                let dir = dir.as_path();
-                let forced_tokens = self.reference(case).ok().map(|r| r.run.generation.tokens.clone());
-                let t = std::time::Instant::now();
-                crate::memory::reset_peak();
-                let fail = |source: BackendError| Arc::new(EvalError::Onnx { dir: dir.into(), source });
-                // L3 localises by layer: then the decoder session is the one exposing them.
-                let graph = if case.levels.contains(&Level::L3) { DecoderGraph::WithLayerOutputs } else { DecoderGraph::Original };
-                let mut backend = OnnxPipeline::open_with(dir, &SessionOptions::from_env(), graph).map_err(|e| fail(e.into()))?;
-                let run = onnx_runs(case, &mut backend, inputs, forced_tokens.as_deref()).map_err(fail)?;
-                tracing::info!("{}: {} ran in {:.2} s{}", case.name, backend.describe(), t.elapsed().as_secs_f64(), crate::memory::stage_peak());
-                Ok(run)
+                let forced = self.reference(case).ok().map(|r| r.run.generation.tokens.clone());
+                let (run, _) = run_once(&c.implementation, case, |backend| candidate_runs(case, backend, inputs, forced.as_deref()))?;
+                Ok(CandidateRun { label: c.implementation.label, forced: run.0, free: run.1 })
             })
             .as_ref()
             .map_err(Arc::clone)
     }
+}
+
+/// Opens `implementation` on its artifact, runs `f` on it and returns the result with the back
+/// end's description; logs the time and this stage's peak memory. The back end is dropped
+/// before the next implementation loads.
+fn run_once<T>(
+    implementation: &Implementation,
+    case: &Case,
+    f: impl FnOnce(&mut dyn Backend) -> Result<T, BackendError>,
+) -> Result<(T, Opened), SharedError> {
+    let artifacts = Artifacts::of(case);
+    let dir = (implementation.artifact)(&artifacts).ok_or(EvalError::NoArtifact(implementation.missing))?;
+    let fail = |source: BackendError| Arc::new(EvalError::Run { label: implementation.label, dir: dir.into(), source });
+    let t = std::time::Instant::now();
+    crate::memory::reset_peak();
+    let mut backend = (implementation.open)(dir, case).map_err(fail)?;
+    let out = f(backend.as_mut()).map_err(fail)?;
+    let opened = Opened { description: backend.describe(), scope: backend.bidirectional_scope() };
+    tracing::info!("{}: {} ran in {:.2} s{}", case.name, opened.description, t.elapsed().as_secs_f64(), crate::memory::stage_peak());
+    Ok((out, opened))
+}
+
+/// What is kept of a back end after its run.
+struct Opened {
+    description: String,
+    scope: Option<BidirectionalScope>,
 }
 
 /// A case's evaluations: the synthetic stand-in's (L1, L3, when the case has `synthetic:`), the
@@ -166,8 +204,7 @@ impl CaseEvaluations {
             .replay
             .get_or_init(|| {
                 let ours = self.real.inputs(case)?;
-                let (inputs, drift) = crate::inputs::replay::with_golden_ids(ours, golden_ids)
-                    .map_err(|message| Arc::new(EvalError::Replay { message }))?;
+                let (inputs, drift) = crate::inputs::replay::with_golden_ids(ours, golden_ids).map_err(|e| Arc::new(e.into()))?;
                 if let Some(d) = &drift {
                     tracing::warn!("{}: {d}; L4/L5 replay the golden's input_ids", case.name);
                 }
@@ -199,17 +236,23 @@ fn request<'a>(case: &Case, eos: &'a [i64], forced: Option<&'a [i64]>) -> Genera
     GenerationRequest { max_new_tokens: max_new_tokens(case), eos, forced, all_position_logits: l3, layer_outputs: l3 }
 }
 
-/// The export's forced run and its free-running decode (the same run when they agree).
-fn onnx_runs(case: &Case, backend: &mut dyn Backend, inputs: &ModelInputs, forced: Option<&[i64]>) -> Result<OnnxRun, BackendError> {
+/// A candidate's forced run and its free-running decode (the same run when they agree).
+fn candidate_runs(
+    case: &Case,
+    backend: &mut dyn Backend,
+    inputs: &ModelInputs,
+    forced: Option<&[i64]>,
+) -> Result<(Run, GeneratedTokens), BackendError> {
     let eos = eos_ids(case);
     let max_new = max_new_tokens(case);
     let forced_run = backend.run(inputs, &request(case, &eos, forced))?;
     let Some(f) = forced else {
         // Without reference tokens the run above already decoded freely.
-        return Ok(OnnxRun { free: forced_run.generation.clone(), forced: forced_run });
+        let free = forced_run.generation.clone();
+        return Ok((forced_run, free));
     };
-    // The forced run already is the export's own greedy decode if at every step the export's
-    // argmax equals the forced token (and stopping agrees); otherwise decode freely.
+    // The forced run already is the candidate's own greedy decode if at every step its argmax
+    // equals the forced token (and stopping agrees); otherwise decode freely.
     let g = &forced_run.generation;
     let agrees = g.step_logits.len() == f.len()
         && g.step_logits.iter().zip(f).all(|(l, &t)| greedy_token(l) == Some(t))
@@ -220,5 +263,5 @@ fn onnx_runs(case: &Case, backend: &mut dyn Backend, inputs: &ModelInputs, force
         // Only the forced run's prefill is compared per layer.
         backend.run(inputs, &GenerationRequest { layer_outputs: false, ..request(case, &eos, None) })?.generation
     };
-    Ok(OnnxRun { forced: forced_run, free })
+    Ok((forced_run, free))
 }

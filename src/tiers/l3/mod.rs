@@ -4,22 +4,39 @@
 //! order (image features, input embeddings, per-layer inputs), then the logits, so the verdict
 //! names where divergence starts.
 
-use super::outcome::{Status, TierOutcome};
-use crate::compare::{allclose, AllcloseReport};
-use crate::backend::{Component, LayerOutputs};
-use crate::evaluation::{OnnxRun, ReferenceRun};
-use crate::inputs::Dense;
-use crate::tolerance::L3Tolerance;
+pub mod allclose;
+mod layers;
 
-/// Compares one stage; `Err` is a shape mismatch, itself a divergence.
-fn stage(name: &str, actual: &Dense<f32>, expected: &Dense<f32>, tol: &L3Tolerance) -> Result<AllcloseReport, String> {
-    if actual.shape != expected.shape {
-        return Err(format!("{name}: shape {:?} from ONNX vs {:?} from the reference", actual.shape, expected.shape));
-    }
-    allclose(&actual.data, &expected.data, &actual.shape, tol.atol, tol.rtol).map_err(|e| format!("{name}: {e}"))
+use super::outcome::{Status, TierOutcome};
+use crate::inputs::Dense;
+use crate::metric_keys as key;
+use crate::metric_keys::Metrics;
+use crate::metrics::{argmax, MetricError};
+use crate::outputs::{Run, Stage};
+use crate::tolerance::L3Tolerance;
+use allclose::{allclose, AllcloseReport};
+pub use layers::layer_sparkline;
+use layers::layer_localisation;
+use onnx_parity_reference::BidirectionalScope;
+
+/// Why one stage could not be compared: itself a divergence.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum StageError {
+    #[error("{stage}: shape {actual:?} from ONNX vs {expected:?} from the reference")]
+    Shape { stage: String, actual: Vec<usize>, expected: Vec<usize> },
+    #[error("{stage}: {source}")]
+    Metric { stage: String, source: MetricError },
 }
 
-fn describe(name: &str, r: &AllcloseReport) -> String {
+/// Compares one stage (`name` for messages).
+pub(super) fn stage(name: &str, actual: &Dense<f32>, expected: &Dense<f32>, tol: &L3Tolerance) -> Result<AllcloseReport, StageError> {
+    if actual.shape != expected.shape {
+        return Err(StageError::Shape { stage: name.into(), actual: actual.shape.clone(), expected: expected.shape.clone() });
+    }
+    allclose(&actual.data, &expected.data, &actual.shape, tol.atol, tol.rtol).map_err(|source| StageError::Metric { stage: name.into(), source })
+}
+
+pub(super) fn describe(name: &str, r: &AllcloseReport) -> String {
     format!(
         "{name}: max_abs_diff {:.3e} at {:?} (onnx {} vs ref {}), {} of {} outside atol {:.0e} + rtol {:.0e}·|ref|{}",
         r.max_abs_diff,
@@ -34,116 +51,40 @@ fn describe(name: &str, r: &AllcloseReport) -> String {
     )
 }
 
-/// Compares each decoder layer's output (they localise, never gate): the metrics
-/// `layer_max_abs_diff` (per layer) and `first_divergent_layer` (the first layer outside the
-/// tolerance). No layer is blamed when the decoder's inputs already differ (`upstream`: the
-/// first divergent component), since every layer then inherits the difference.
-fn layer_localisation(
-    expected: &LayerOutputs,
-    actual: &LayerOutputs,
-    upstream: Option<&str>,
-    tol: &L3Tolerance,
-    lines: &mut Vec<String>,
-    metrics: &mut serde_json::Map<String, serde_json::Value>,
-) {
-    let (e, a) = match (expected, actual) {
-        (LayerOutputs::Tensors(e), LayerOutputs::Tensors(a)) => (e, a),
-        (LayerOutputs::NotRequested, _) | (_, LayerOutputs::NotRequested) => return,
-        (LayerOutputs::Unavailable(why), _) | (_, LayerOutputs::Unavailable(why)) => {
-            lines.push(format!("decoder layers: not localised ({why})"));
-            metrics.insert("layers_localised".into(), false.into());
-            return;
-        }
-    };
-    if e.len() != a.len() {
-        lines.push(format!("decoder layers: not localised (the export exposes {} layers, the reference has {})", a.len(), e.len()));
-        metrics.insert("layers_localised".into(), false.into());
-        return;
-    }
-    let mut diffs = Vec::with_capacity(e.len());
-    let mut first: Option<(usize, AllcloseReport)> = None;
-    for (i, (e, a)) in e.iter().zip(a).enumerate() {
-        match stage(&format!("layer {i}"), a, e, tol) {
-            Ok(r) => {
-                diffs.push(serde_json::Value::from(r.max_abs_diff));
-                if !r.pass && first.is_none() {
-                    first = Some((i, r));
-                }
-            }
-            Err(msg) => {
-                lines.push(format!("decoder layers: not localised ({msg})"));
-                metrics.insert("layers_localised".into(), false.into());
-                return;
-            }
-        }
-    }
-    metrics.insert("layers_localised".into(), true.into());
-    metrics.insert("layer_max_abs_diff".into(), diffs.clone().into());
-    let profile = diffs.iter().filter_map(|d| d.as_f64()).map(|d| format!("{d:.1e}")).collect::<Vec<_>>().join(" ");
-    match (upstream, first) {
-        (Some(c), _) => lines.push(format!("decoder layers [{profile}]: no layer blamed, their input ({c}) already differs")),
-        (None, Some((i, r))) => {
-            metrics.insert("first_divergent_layer".into(), i.into());
-            lines.push(format!("first divergent decoder layer {i} ({}); per layer [{profile}]", describe(&format!("layer {i}"), &r)));
-        }
-        (None, None) => lines.push(format!("decoder layers agree [{profile}]")),
-    }
-}
-
-/// A per-layer profile of `layer_max_abs_diff` for tables: one bar per layer on a log scale
-/// from 1e-7 (▁) to ≥ 1 (█), prefixed by the first divergent layer when there is one
-/// (`layer 3 ▁▁▁▇▇▇`).
-pub fn layer_sparkline(metrics: &std::collections::BTreeMap<String, serde_json::Value>) -> Option<String> {
-    const BARS: [char; 8] = ['▁', '▂', '▃', '▄', '▅', '▆', '▇', '█'];
-    let diffs = metrics.get("layer_max_abs_diff")?.as_array()?;
-    let bars: String = diffs
-        .iter()
-        .map(|d| match d.as_f64() {
-            // log10 in [-7, 0] → 0..=7; NaN or a missing value shows as the tallest bar.
-            Some(v) if v.is_finite() => BARS[((v.max(1e-7).log10() + 7.0).floor().clamp(0.0, 7.0)) as usize],
-            _ => '█',
-        })
-        .collect();
-    Some(match metrics.get("first_divergent_layer").and_then(|v| v.as_u64()) {
-        Some(i) => format!("layer {i} {bars}"),
-        None => bars,
-    })
-}
-
-/// L3 verdict from the two runs.
-pub fn compare(reference: &ReferenceRun, onnx: &OnnxRun, tol: &L3Tolerance) -> TierOutcome {
+/// L3 verdict: `actual` (an implementation's prefill and teacher-forced decode) against
+/// `expected` (the reference's, computed in `scope`).
+pub fn compare(expected: &Run, actual: &Run, scope: BidirectionalScope, tol: &L3Tolerance) -> TierOutcome {
     let mut lines = Vec::new();
-    let mut first_divergence: Option<String> = None;
-    let mut metrics = serde_json::Map::new();
-    let mut note = |name: &str, result: Result<AllcloseReport, String>, metrics: &mut serde_json::Map<String, serde_json::Value>| -> bool {
+    let mut first_divergence: Option<Stage> = None;
+    let mut metrics = Metrics::new();
+    let mut note = |at: Stage, result: Result<AllcloseReport, StageError>, metrics: &mut Metrics| -> bool {
         match result {
             Ok(r) => {
-                metrics.insert(format!("{name}_max_abs_diff"), r.max_abs_diff.into());
-                lines.push(describe(name, &r));
+                metrics.insert(key::stage_max_abs_diff(&at.to_string()), r.max_abs_diff.into());
+                lines.push(describe(&at.to_string(), &r));
                 if !r.pass && first_divergence.is_none() {
-                    first_divergence = Some(name.to_string());
+                    first_divergence = Some(at);
                 }
                 r.pass
             }
             Err(e) => {
-                lines.push(e);
+                lines.push(e.to_string());
                 if first_divergence.is_none() {
-                    first_divergence = Some(name.to_string());
+                    first_divergence = Some(at);
                 }
                 false
             }
         }
     };
-    let (expected, actual) = (&reference.run, &onnx.forced);
     // Components localise a divergence; they do not gate on their own (the gate is the logits).
     for (c, e) in &expected.prefill.components {
         if let Some(a) = actual.prefill.components.get(c) {
-            note(c.as_str(), stage(c.as_str(), a, e, tol), &mut metrics);
+            note(Stage::Component(*c), stage(c.as_str(), a, e, tol), &mut metrics);
         }
     }
     let prefill = stage("logits", &actual.prefill.logits, &expected.prefill.logits, tol);
     let prefill_report = prefill.as_ref().ok().cloned();
-    let mut pass = note("logits", prefill, &mut metrics);
+    let mut pass = note(Stage::Logits, prefill, &mut metrics);
 
     // Decode steps: step 0 is the prefill's last position (already gated), steps 1.. are cached.
     let (expected_steps, actual_steps) = (&expected.generation.step_logits, &actual.generation.step_logits);
@@ -162,7 +103,7 @@ pub fn compare(reference: &ReferenceRun, onnx: &OnnxRun, tol: &L3Tolerance) -> T
             }
             Err(e) => {
                 decode_pass = false;
-                lines.push(format!("decode step {k}: {e}"));
+                lines.push(format!("{}: {e}", Stage::DecodeStep(k)));
             }
         }
     }
@@ -171,19 +112,19 @@ pub fn compare(reference: &ReferenceRun, onnx: &OnnxRun, tol: &L3Tolerance) -> T
         lines.push(format!("decode: ONNX produced {} steps, the reference {}", actual_steps.len(), expected_steps.len()));
     }
     if let Some((k, r)) = &worst_step {
-        metrics.insert("decode_max_abs_diff".into(), r.max_abs_diff.into());
-        lines.push(describe(&format!("decode step {k} (worst of {})", steps.saturating_sub(1)), r));
+        metrics.insert(key::DECODE_MAX_ABS_DIFF.into(), r.max_abs_diff.into());
+        lines.push(describe(&format!("{} (worst of {})", Stage::DecodeStep(*k), steps.saturating_sub(1)), r));
     }
     if !decode_pass && first_divergence.is_none() {
-        first_divergence = Some(format!("decode step {}", worst_step.as_ref().map_or(0, |(k, _)| *k)));
+        first_divergence = Some(Stage::DecodeStep(worst_step.as_ref().map_or(0, |(k, _)| *k)));
     }
     pass &= decode_pass;
 
     // Layers after the components (the closure above holds `lines` until here); blame goes to a
-    // layer only when no component before the decoder diverged.
-    let upstream = first_divergence.as_deref().filter(|c| Component::from_name(c).is_some());
+    // layer only when no stage before the decoder diverged.
+    let upstream = first_divergence.filter(|s| s.is_before_decoder()).map(|s| s.to_string());
     let before = lines.len();
-    layer_localisation(&expected.prefill.layers, &actual.prefill.layers, upstream, tol, &mut lines, &mut metrics);
+    layer_localisation(&expected.prefill.layers, &actual.prefill.layers, upstream.as_deref(), tol, &mut lines, &mut metrics);
     if lines.len() > before {
         // Said right after the components, before the logits and decode steps.
         let n_components = expected.prefill.components.keys().filter(|c| actual.prefill.components.contains_key(c)).count();
@@ -192,22 +133,22 @@ pub fn compare(reference: &ReferenceRun, onnx: &OnnxRun, tol: &L3Tolerance) -> T
     }
 
     let status = if pass { Status::Pass } else { Status::Fail };
-    let mut out = TierOutcome::new(status, format!("scope {}; {}", reference.scope, lines.join("; ")));
+    let mut out = TierOutcome::new(status, format!("scope {scope}; {}", lines.join("; ")));
     out.metrics.extend(metrics);
-    out = out.metric("decode_steps", steps.saturating_sub(1)).metric("bidirectional_scope", reference.scope.as_str());
+    out = out.metric(key::DECODE_STEPS, steps.saturating_sub(1)).metric(key::BIDIRECTIONAL_SCOPE, scope.as_str());
     if let Some(r) = prefill_report {
         out = out
-            .metric("max_abs_diff", r.max_abs_diff)
-            .metric("mean_abs_diff", r.mean_abs_diff)
-            .metric("cosine", r.cosine)
-            .metric("atol", r.atol)
-            .metric("rtol", r.rtol);
+            .metric(key::MAX_ABS_DIFF, r.max_abs_diff)
+            .metric(key::MEAN_ABS_DIFF, r.mean_abs_diff)
+            .metric(key::COSINE, r.cosine)
+            .metric(key::ATOL, r.atol)
+            .metric(key::RTOL, r.rtol);
         if let (Some(a), Some(e)) = (actual.prefill.last_logits(), expected.prefill.last_logits()) {
-            out = out.metric("argmax_match", crate::compare::argmax(a) == crate::compare::argmax(e));
+            out = out.metric(key::ARGMAX_MATCH, argmax(a) == argmax(e));
         }
     }
     if let Some(d) = first_divergence {
-        out = out.metric("first_divergence", d);
+        out = out.metric(key::FIRST_DIVERGENCE, d.to_string());
     }
     out
 }
@@ -215,8 +156,22 @@ pub fn compare(reference: &ReferenceRun, onnx: &OnnxRun, tol: &L3Tolerance) -> T
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::{Generation, Prefill, Run};
-    use onnx_parity_reference::BidirectionalScope;
+    use crate::outputs::{Component, GeneratedTokens, LayerOutputs, Prefill};
+
+    /// The reference's run and the mask scope it ran in.
+    struct ReferenceRun {
+        scope: BidirectionalScope,
+        run: Run,
+    }
+
+    /// An export's teacher-forced run.
+    struct OnnxRun {
+        forced: Run,
+    }
+
+    fn compare(r: &ReferenceRun, o: &OnnxRun, tol: &L3Tolerance) -> TierOutcome {
+        super::compare(&r.run, &o.forced, r.scope, tol)
+    }
 
     fn runs(onnx_logits: Vec<f32>, onnx_step: Vec<f32>) -> (ReferenceRun, OnnxRun) {
         let embeds = Dense::new(vec![1, 2, 1], vec![0.5, 0.5]);
@@ -228,15 +183,14 @@ mod tests {
                     components: [(Component::InputsEmbeds, embeds.clone())].into(),
                     layers: LayerOutputs::NotRequested,
                 },
-                generation: Generation { tokens: vec![2, 2], step_logits: vec![vec![3.0, 4.0, 5.0], vec![1.0, 1.0, 9.0]] },
+                generation: GeneratedTokens { tokens: vec![2, 2], step_logits: vec![vec![3.0, 4.0, 5.0], vec![1.0, 1.0, 9.0]] },
             },
         };
         let onnx = OnnxRun {
             forced: Run {
                 prefill: Prefill { logits: Dense::new(vec![1, 2, 3], onnx_logits), components: [(Component::InputsEmbeds, embeds)].into(), layers: LayerOutputs::NotRequested },
-                generation: Generation { tokens: vec![2, 2], step_logits: vec![vec![3.0, 4.0, 5.0], onnx_step] },
+                generation: GeneratedTokens { tokens: vec![2, 2], step_logits: vec![vec![3.0, 4.0, 5.0], onnx_step] },
             },
-            free: Generation::default(),
         };
         (reference, onnx)
     }

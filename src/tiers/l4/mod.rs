@@ -2,32 +2,14 @@
 //! FAIL rules on the export's last-position logits, against the golden file and, when the
 //! reference can run, against the live reference too.
 
+pub mod rule;
+
 use super::outcome::{Status, TierOutcome};
-use crate::compare::{cosine_similarity, l4_verdict, L4Status, L4Verdict};
 use crate::golden::Golden;
+use crate::metrics::cosine_similarity;
 use crate::tolerance::L4Tolerance;
-
-fn status(v: &L4Verdict) -> Status {
-    match v.status {
-        L4Status::Pass => Status::Pass,
-        L4Status::Ambiguous => Status::Ambiguous,
-        L4Status::Fail => Status::Fail,
-    }
-}
-
-/// The worse of two statuses (fail > ambiguous > pass).
-fn worse(a: Status, b: Status) -> Status {
-    let rank = |s| match s {
-        Status::Fail => 3,
-        Status::Ambiguous => 2,
-        _ => 1,
-    };
-    if rank(b) > rank(a) {
-        b
-    } else {
-        a
-    }
-}
+use rule::l4_verdict;
+use crate::metric_keys as key;
 
 /// L4 verdict. `live_logits` are the reference's last-position logits for the same inputs, when
 /// the reference can run: the export is then also judged against them, and their cosine with
@@ -52,15 +34,15 @@ pub fn compare(
     match l4_verdict(onnx_last_logits, &golden.top_ids(), tol.near_tie_margin, tol.top10_jaccard_warn) {
         Err(e) => return TierOutcome::fail(format!("golden comparison: {e}")),
         Ok(v) => {
-            out_status = status(&v);
-            parts.push(format!("golden: {} ({})", status(&v), v.reason));
+            out_status = v.status;
+            parts.push(format!("golden: {} ({})", v.status, v.reason));
             parts.extend(v.warnings.iter().map(|w| format!("warning: {w}")));
             out = out
-                .metric("top1", v.top1)
-                .metric("golden_top1", v.golden_top1)
-                .metric("top1_gap", v.gap)
-                .metric("top10_jaccard", v.jaccard)
-                .metric("argmax_match", v.top1 == v.golden_top1);
+                .metric(key::TOP1, v.top1)
+                .metric(key::GOLDEN_TOP1, v.golden_top1)
+                .metric(key::TOP1_GAP, v.gap)
+                .metric(key::TOP10_JACCARD, v.jaccard)
+                .metric(key::ARGMAX_MATCH, v.top1 == v.golden_top1);
         }
     }
     if let Some(live_logits) = live_logits {
@@ -70,7 +52,7 @@ pub fn compare(
         };
         match cosine_similarity(onnx_last_logits, live_logits) {
             Ok(c) => {
-                out = out.metric("cosine", c);
+                out = out.metric(key::COSINE, c);
                 // NaN cosine (non-finite logits) warns too.
                 if c.is_nan() || c < tol.cosine_similarity_warn {
                     parts.push(format!(
@@ -84,9 +66,9 @@ pub fn compare(
         match l4_verdict(onnx_last_logits, &live.top_ids(), tol.near_tie_margin, tol.top10_jaccard_warn) {
             Err(e) => return TierOutcome::fail(format!("live reference comparison: {e}")),
             Ok(v) => {
-                out_status = worse(out_status, status(&v));
-                parts.push(format!("live reference: {} ({})", status(&v), v.reason));
-                out = out.metric("reference_top1", v.golden_top1).metric("reference_top10_jaccard", v.jaccard);
+                out_status = out_status.worse(v.status);
+                parts.push(format!("live reference: {} ({})", v.status, v.reason));
+                out = out.metric(key::REFERENCE_TOP1, v.golden_top1).metric(key::REFERENCE_TOP10_JACCARD, v.jaccard);
             }
         }
         if live.top1_id != golden.top1_id {

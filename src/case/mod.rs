@@ -1,0 +1,27 @@
+//! Case YAML: what to compare, with which inputs, at which tiers.
+//!
+//! mobius case files load unchanged; this project adds local artifact paths (`checkpoint`, `onnx`,
+//! `tokenizer`, `inputs.tensors`), explicit `inputs.input_ids`, `chat_template`, `levels`, `xfail`,
+//! `tolerance_overrides`, `bidirectional`, `config`, `published_parameters` and `synthetic`.
+//! Unknown keys, wrong types and bad values are errors that name the file, the key and what was
+//! expected, because a silently ignored typo (`tolerence_overrides:`) would change what a green
+//! run means.
+//!
+//! [`schema`] is the file as written, [`definition`] the validated [`Case`], [`level`] the tiers
+//! and dtypes, [`discovery`] the search for case files.
+
+pub mod definition;
+pub mod discovery;
+pub mod error;
+pub mod level;
+pub mod schema;
+
+pub use definition::{Case, Synthetic};
+pub use discovery::discover;
+pub use error::CaseError;
+pub use level::{parse_level_expr, Dtype, Level, LevelExprError};
+pub use schema::{GenerationSettings, Inputs, Xfail};
+/// Which attention layers see an image block bidirectionally. HF itself is inconsistent here,
+/// so the case says which behaviour the export is judged against (the reference's own enum:
+/// `all-layers`, `sliding-windowed`, `none`).
+pub use onnx_parity_reference::BidirectionalScope;

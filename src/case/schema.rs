@@ -1,0 +1,177 @@
+//! A case file's YAML as written: mobius's fields unchanged plus this project's additions, each
+//! key checked (`deny_unknown_fields`), each value validated while parsing so an error carries
+//! the key and the line. [`super::definition::Case`] is what they become.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::PathBuf;
+
+use serde::de::{self, Deserializer, MapAccess, Visitor};
+use serde::Deserialize;
+
+use super::level::{Dtype, Level, LevelExpr};
+use crate::expectation::Expectation;
+use crate::tolerance::{token_ratio, ToleranceOverrides};
+use onnx_parity_reference::BidirectionalScope;
+
+/// `inputs:`. mobius's `prompts`, `images`, `audio` plus our explicit ids and tensors.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Inputs {
+    #[serde(default)]
+    pub prompts: Vec<String>,
+    /// As written (mobius resolves these against its `testdata/`); not resolved here.
+    #[serde(default)]
+    pub images: Vec<String>,
+    /// As written (mobius speech cases); not resolved here.
+    #[serde(default)]
+    pub audio: Vec<String>,
+    /// Explicit token ids, bypassing the tokenizer.
+    #[serde(default)]
+    pub input_ids: Option<Vec<i64>>,
+    /// safetensors with `input_ids`, `pixel_values`, `image_position_ids`, `mm_token_type_ids`
+    /// (the HF processor layout); resolved against the YAML's folder.
+    #[serde(default)]
+    pub tensors: Option<PathBuf>,
+}
+
+/// `generation:` (mobius). Greedy decoding parameters for L5 and golden generation.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GenerationSettings {
+    #[serde(default)]
+    pub max_new_tokens: Option<usize>,
+    #[serde(default)]
+    pub do_sample: bool,
+    /// `eos_token_id: 1` or `eos_token_id: [1, 106]`, always held as a list.
+    #[serde(default, deserialize_with = "de_one_or_many")]
+    pub eos_token_id: Option<Vec<i64>>,
+}
+
+fn de_one_or_many<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Vec<i64>>, D::Error> {
+    struct V;
+    impl<'de> Visitor<'de> for V {
+        type Value = Option<Vec<i64>>;
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("a token id or a list of token ids")
+        }
+        fn visit_i64<E: de::Error>(self, v: i64) -> Result<Self::Value, E> {
+            Ok(Some(vec![v]))
+        }
+        fn visit_u64<E: de::Error>(self, v: u64) -> Result<Self::Value, E> {
+            i64::try_from(v).map(|v| Some(vec![v])).map_err(|_| E::custom(format!("token id {v} is too large")))
+        }
+        fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_none<E: de::Error>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_seq<A: de::SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+            let mut out = Vec::new();
+            while let Some(id) = seq.next_element::<i64>()? {
+                out.push(id);
+            }
+            Ok(Some(out))
+        }
+    }
+    d.deserialize_any(V)
+}
+
+
+/// `xfail:` a measured, known divergence. A string applies to every tier of the case; a map
+/// (`{L3: ..., L5: ...}`) to the tiers it names, each a reason string or a reason with the
+/// measured signature (see [`crate::expectation`]).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Xfail {
+    All(Expectation),
+    PerLevel(BTreeMap<Level, Expectation>),
+}
+
+impl<'de> Deserialize<'de> for Xfail {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Xfail;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a reason string, or a map from level (L1..L5) to a reason or {reason, <signature>}")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Xfail, E> {
+                Ok(Xfail::All(Expectation { reason: v.to_string(), signature: None }))
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Xfail, A::Error> {
+                let mut out = BTreeMap::new();
+                while let Some((level, expectation)) = map.next_entry::<Level, Expectation>()? {
+                    if out.insert(level, expectation).is_some() {
+                        return Err(de::Error::custom(format!("{level} is listed twice")));
+                    }
+                }
+                Ok(Xfail::PerLevel(out))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+
+/// The file as written; turned into a [`Case`] by [`Case::load`].
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawCase {
+    pub(crate) model_id: String,
+    pub(crate) model_type: String,
+    #[serde(default)]
+    pub(crate) revision: Option<String>,
+    #[serde(default)]
+    pub(crate) task_type: Option<String>,
+    pub(crate) dtype: Dtype,
+    #[serde(default)]
+    pub(crate) inputs: Option<Inputs>,
+    #[serde(default)]
+    pub(crate) level: Option<LevelExpr>,
+    #[serde(default)]
+    pub(crate) levels: Option<Vec<Level>>,
+    #[serde(default)]
+    pub(crate) generation: Option<GenerationSettings>,
+    #[serde(default)]
+    pub(crate) skip_reason: Option<String>,
+    #[serde(default)]
+    pub(crate) ci_skip_reason: Option<String>,
+    #[serde(default, deserialize_with = "token_ratio")]
+    pub(crate) min_token_match_ratio: Option<f64>,
+    #[serde(default)]
+    pub(crate) notes: Option<String>,
+    #[serde(default)]
+    pub(crate) checkpoint: Option<PathBuf>,
+    #[serde(default)]
+    pub(crate) onnx: Option<PathBuf>,
+    #[serde(default)]
+    pub(crate) tokenizer: Option<PathBuf>,
+    #[serde(default)]
+    pub(crate) chat_template: Option<bool>,
+    #[serde(default)]
+    pub(crate) xfail: Option<Xfail>,
+    #[serde(default)]
+    pub(crate) tolerance_overrides: Option<ToleranceOverrides>,
+    #[serde(default)]
+    pub(crate) bidirectional: Option<BidirectionalScope>,
+    #[serde(default)]
+    pub(crate) config: Option<PathBuf>,
+    #[serde(default)]
+    pub(crate) published_parameters: Option<u64>,
+    #[serde(default)]
+    pub(crate) synthetic: Option<RawSynthetic>,
+}
+
+/// `synthetic:` as written.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawSynthetic {
+    pub(crate) checkpoint: PathBuf,
+    pub(crate) onnx: PathBuf,
+    #[serde(default)]
+    pub(crate) inputs: Option<Inputs>,
+    #[serde(default)]
+    pub(crate) notes: Option<String>,
+}
+

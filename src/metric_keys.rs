@@ -1,0 +1,68 @@
+//! The names of the metrics a tier outcome carries. The tiers write them, expected-failure
+//! signatures (case YAML) and reports read them: one spelling each, here.
+
+use std::collections::BTreeMap;
+
+/// A tier's named numbers (and a few strings, such as [`FIRST_DIVERGENCE`]).
+pub type Metrics = BTreeMap<String, serde_json::Value>;
+
+// Shared by L3, L4 and L5 (and the reports' key columns).
+/// Largest `|actual − expected|` of the prefill logits (L3).
+pub const MAX_ABS_DIFF: &str = "max_abs_diff";
+pub const MEAN_ABS_DIFF: &str = "mean_abs_diff";
+pub const COSINE: &str = "cosine";
+/// Whether the last position's argmax agrees.
+pub const ARGMAX_MATCH: &str = "argmax_match";
+pub const TOP10_JACCARD: &str = "top10_jaccard";
+pub const TOKEN_MATCH_RATIO: &str = "token_match_ratio";
+/// How many contract violations (L1).
+pub const VIOLATIONS: &str = "violations";
+/// A golden's `input_ids` differed from the case's and were replayed (L4, L5).
+pub const INPUT_IDS_REPLAYED: &str = "input_ids_replayed";
+
+// L3.
+/// The first stage that differs ([`crate::outputs::Stage`]'s text).
+pub const FIRST_DIVERGENCE: &str = "first_divergence";
+pub const ATOL: &str = "atol";
+pub const RTOL: &str = "rtol";
+pub const DECODE_MAX_ABS_DIFF: &str = "decode_max_abs_diff";
+pub const DECODE_STEPS: &str = "decode_steps";
+pub const BIDIRECTIONAL_SCOPE: &str = "bidirectional_scope";
+pub const LAYERS_LOCALISED: &str = "layers_localised";
+/// Per decoder layer, in layer order.
+pub const LAYER_MAX_ABS_DIFF: &str = "layer_max_abs_diff";
+pub const FIRST_DIVERGENT_LAYER: &str = "first_divergent_layer";
+
+/// `<component>_max_abs_diff` (L3: `image_features_max_abs_diff`, …; also `logits_max_abs_diff`).
+pub fn stage_max_abs_diff(stage: &str) -> String {
+    format!("{stage}_max_abs_diff")
+}
+
+// L4.
+pub const TOP1: &str = "top1";
+pub const GOLDEN_TOP1: &str = "golden_top1";
+pub const TOP1_GAP: &str = "top1_gap";
+pub const REFERENCE_TOP1: &str = "reference_top1";
+pub const REFERENCE_TOP10_JACCARD: &str = "reference_top10_jaccard";
+
+// L5.
+pub const POSITIONAL_RATIO: &str = "positional_ratio";
+pub const GENERATED: &str = "generated";
+pub const REFERENCE_TOKEN_MATCH_RATIO: &str = "reference_token_match_ratio";
+
+// L1.
+pub const KV_PAIRS: &str = "kv_pairs";
+pub const INITIALIZERS: &str = "initializers";
+pub const OP_INVENTORY: &str = "op_inventory";
+
+// L2.
+pub const REFERENCE_PARAMETERS: &str = "reference_parameters";
+pub const REFERENCE_TENSORS: &str = "reference_tensors";
+pub const AUDIO_PARAMETERS: &str = "audio_parameters";
+pub const AUDIO_TENSORS: &str = "audio_tensors";
+pub const CHECKPOINT_PARAMETERS: &str = "checkpoint_parameters";
+pub const CHECKED: &str = "checked";
+pub const EXPORT_VIOLATIONS: &str = "export_violations";
+pub const REFERENCE_RESIDENT_BYTES: &str = "reference_resident_bytes";
+pub const REFERENCE_MEMORY_F32_CHECKPOINT_BYTES: &str = "reference_memory_f32_checkpoint_bytes";
+pub const REFERENCE_MEMORY_BF16_CHECKPOINT_BYTES: &str = "reference_memory_bf16_checkpoint_bytes";

@@ -1,0 +1,155 @@
+//! What an implementation of the model function returns for one prompt: the logits, the named
+//! components on the way to them, each decoder layer's output, and the generated tokens. Plain
+//! data shared by every back end and every tier; it depends on nothing but the dense tensor type.
+
+use std::collections::BTreeMap;
+
+use crate::names::named_enum;
+pub use onnx_parity_reference::{Dense, GeneratedTokens};
+
+named_enum! {
+    /// A named intermediate tensor both back ends produce, in pipeline order: where a divergence
+    /// starts is the first component that differs. The spelling is the tensor name (HF's and the
+    /// exports'), also used in reports and dumps.
+    #[derive(PartialOrd, Ord)]
+    pub enum Component("component") {
+        /// Vision output `[n_tokens, hidden]` (the soft tokens that replace the image placeholders).
+        ImageFeatures = "image_features",
+        /// The decoder's input embeddings `[1, S, hidden]`.
+        InputsEmbeds = "inputs_embeds",
+        /// gemma4 PLE: the per-layer inputs every decoder layer receives, `[1, S, layers·ple_dim]`.
+        PerLayerInputs = "per_layer_inputs",
+    }
+}
+
+/// Where in a run two implementations are compared, in pipeline order: a component (before the
+/// decoder), the prefill logits, or a cached decode step (`decode step 3`). Its text is the
+/// `first_divergence` metric.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stage {
+    Component(Component),
+    Logits,
+    /// Step `k` ≥ 1 of the KV-cache decode (step 0 is the prefill's last position).
+    DecodeStep(usize),
+}
+
+impl Stage {
+    /// Whether the stage lies before the decoder: a difference there reaches every layer.
+    pub fn is_before_decoder(self) -> bool {
+        matches!(self, Stage::Component(_))
+    }
+}
+
+impl std::fmt::Display for Stage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Stage::Component(c) => f.write_str(c.as_str()),
+            Stage::Logits => f.write_str("logits"),
+            Stage::DecodeStep(k) => write!(f, "decode step {k}"),
+        }
+    }
+}
+
+/// A prefill: logits and the components on the way to them.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Prefill {
+    /// `[1, S, vocab]` when all positions were asked for, else at least the last position
+    /// (`[1, 1, vocab]`).
+    pub logits: Dense<f32>,
+    pub components: BTreeMap<Component, Dense<f32>>,
+    /// Each decoder layer's output, when asked for.
+    pub layers: LayerOutputs,
+}
+
+/// Every decoder layer's prefill output `[1, S, hidden]` (the residual stream after the layer,
+/// before the final norm), which localises a divergence inside the decoder.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub enum LayerOutputs {
+    #[default]
+    NotRequested,
+    /// The back end could not expose them, and why (e.g. the graph's layer boundaries).
+    Unavailable(String),
+    /// In layer order.
+    Tensors(Vec<Dense<f32>>),
+}
+
+impl Prefill {
+    /// The last position's logits, or `None` when the logits have no vocabulary axis.
+    pub fn last_logits(&self) -> Option<&[f32]> {
+        let v = *self.logits.shape.last()?;
+        (v > 0 && self.logits.data.len() >= v).then(|| &self.logits.data[self.logits.data.len() - v..])
+    }
+}
+
+/// One prefill and the generation that continued from it.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Run {
+    pub prefill: Prefill,
+    pub generation: GeneratedTokens,
+}
+
+/// A NaN or infinity in a run. In the reference, the oracle, it is a broken checkpoint or a
+/// reference bug, never something an export may be compared against.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{backend} produced a non-finite value in {tensor}: {value} at flat index {index} (a NaN or Inf in the oracle is never compared against)")]
+pub struct NonFinite {
+    pub backend: &'static str,
+    pub tensor: String,
+    pub index: usize,
+    pub value: f32,
+}
+
+impl Run {
+    /// The first NaN/Inf in the prefill logits, the components, the layer outputs or the step
+    /// logits, as an error naming `backend` and the tensor.
+    pub fn require_finite(&self, backend: &'static str) -> Result<(), NonFinite> {
+        let check = |tensor: &str, data: &[f32]| match data.iter().position(|v| !v.is_finite()) {
+            Some(index) => Err(NonFinite { backend, tensor: tensor.to_string(), index, value: data[index] }),
+            None => Ok(()),
+        };
+        check("logits", &self.prefill.logits.data)?;
+        for (c, t) in &self.prefill.components {
+            check(c.as_str(), &t.data)?;
+        }
+        if let LayerOutputs::Tensors(layers) = &self.prefill.layers {
+            for (i, t) in layers.iter().enumerate() {
+                check(&format!("decoder layer {i} output"), &t.data)?;
+            }
+        }
+        for (k, step) in self.generation.step_logits.iter().enumerate() {
+            check(&format!("decode step {k} logits"), step)?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run_with(logits: Vec<f32>, component: Vec<f32>, step: Vec<f32>) -> Run {
+        let mut prefill = Prefill { logits: Dense::new(vec![1, 1, logits.len()], logits), ..Default::default() };
+        prefill.components.insert(Component::InputsEmbeds, Dense::new(vec![1, 1, component.len()], component));
+        Run { prefill, generation: GeneratedTokens { tokens: vec![0], step_logits: vec![step] } }
+    }
+
+    /// Guards: NaN or ±Inf anywhere in a run (logits, a component, a step) is an error naming it.
+    #[test]
+    fn non_finite_runs_are_errors() {
+        assert!(run_with(vec![0.0, 1.0], vec![2.0], vec![3.0]).require_finite("r").is_ok());
+        let named = |r: Run| r.require_finite("r").unwrap_err().to_string();
+        assert!(named(run_with(vec![0.0, f32::NAN], vec![2.0], vec![3.0])).contains("in logits: NaN at flat index 1"));
+        assert!(named(run_with(vec![0.0], vec![f32::INFINITY], vec![3.0])).contains("inputs_embeds"));
+        assert!(named(run_with(vec![0.0], vec![1.0], vec![f32::NEG_INFINITY])).contains("decode step 0 logits"));
+    }
+
+    /// Guards the `first_divergence` spellings expected-failure signatures are written in.
+    #[test]
+    fn stage_spellings() {
+        assert_eq!(Stage::Component(Component::ImageFeatures).to_string(), "image_features");
+        assert_eq!(Stage::Logits.to_string(), "logits");
+        assert_eq!(Stage::DecodeStep(3).to_string(), "decode step 3");
+        assert!(Stage::Component(Component::PerLayerInputs).is_before_decoder() && !Stage::DecodeStep(1).is_before_decoder());
+        assert_eq!(Component::from_name("per_layer_inputs"), Some(Component::PerLayerInputs));
+    }
+}

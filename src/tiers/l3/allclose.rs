@@ -1,0 +1,197 @@
+//! L3's rule: `|actual − expected| ≤ atol + rtol·|expected|` for every element, in f64, the
+//! reference on the right; NaN or Inf never passes.
+
+use crate::metrics::{check_threshold, cosine_similarity, unravel_index, MetricError};
+
+/// Result of [`allclose`]. Differences are over positions where both values are finite.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AllcloseReport {
+    /// Every position within tolerance and no NaN/Inf on either side.
+    pub pass: bool,
+    pub numel: usize,
+    pub max_abs_diff: f64,
+    pub mean_abs_diff: f64,
+    /// Largest `|a − e| / |e|` over finite positions with `e ≠ 0`; 0 when there are none.
+    pub max_rel_diff: f64,
+    pub cosine: f64,
+    /// Positions failing `|a − e| ≤ atol + rtol·|e|`, non-finite positions included.
+    pub n_violations: usize,
+    /// Positions where either side is NaN or ±Inf (each one is also a violation).
+    pub nonfinite_mismatch: usize,
+    /// The worst position: the first non-finite one if any, else the largest excess over the
+    /// allowed bound (the largest `|a − e|` when everything passes). Multi-index into `shape`.
+    pub worst_index: Vec<usize>,
+    pub worst_actual: f32,
+    pub worst_expected: f32,
+    pub atol: f64,
+    pub rtol: f64,
+}
+
+/// L3 gate: `|actual − expected| ≤ atol + rtol·|expected|` for every element, computed in f64.
+///
+/// The rule is asymmetric on purpose (numpy's `allclose(actual, expected)`): `expected` is the
+/// reference, so the relative allowance scales with the reference value, not the export's. Unlike
+/// numpy, any NaN or ±Inf on either side fails, even the same infinity on both: Gemma's logits are
+/// soft-capped, so a non-finite value is a bug in whichever side produced it, never agreement.
+/// Shape/length mismatches and empty input are errors (nothing was compared), not failures.
+pub fn allclose(actual: &[f32], expected: &[f32], shape: &[usize], atol: f64, rtol: f64) -> Result<AllcloseReport, MetricError> {
+    check_threshold("atol", atol, None)?;
+    check_threshold("rtol", rtol, None)?;
+    let numel: usize = shape.iter().product();
+    for (side, len) in [("actual", actual.len()), ("expected", expected.len())] {
+        if len != numel {
+            return Err(MetricError::ShapeMismatch { shape: shape.to_vec(), numel, side, len });
+        }
+    }
+    if numel == 0 {
+        return Err(MetricError::Empty { what: "the tensor" });
+    }
+    let mut n_violations = 0usize;
+    let mut nonfinite = 0usize;
+    let mut first_nonfinite: Option<usize> = None;
+    let (mut max_abs, mut sum_abs, mut n_finite, mut max_rel) = (0.0f64, 0.0f64, 0usize, 0.0f64);
+    let mut worst = (0usize, f64::NEG_INFINITY); // (index, excess over the bound)
+    for (i, (&a, &e)) in actual.iter().zip(expected).enumerate() {
+        if !a.is_finite() || !e.is_finite() {
+            nonfinite += 1;
+            n_violations += 1;
+            first_nonfinite.get_or_insert(i);
+            continue;
+        }
+        let (a, e) = (f64::from(a), f64::from(e));
+        let diff = (a - e).abs();
+        let bound = atol + rtol * e.abs();
+        if diff > bound {
+            n_violations += 1;
+        }
+        max_abs = max_abs.max(diff);
+        sum_abs += diff;
+        n_finite += 1;
+        if e != 0.0 {
+            max_rel = max_rel.max(diff / e.abs());
+        }
+        let excess = diff - bound;
+        if excess > worst.1 {
+            worst = (i, excess);
+        }
+    }
+    let worst_flat = first_nonfinite.unwrap_or(worst.0);
+    Ok(AllcloseReport {
+        pass: n_violations == 0,
+        numel,
+        max_abs_diff: max_abs,
+        mean_abs_diff: if n_finite == 0 { 0.0 } else { sum_abs / n_finite as f64 },
+        max_rel_diff: max_rel,
+        cosine: cosine_similarity(actual, expected)?,
+        n_violations,
+        nonfinite_mismatch: nonfinite,
+        worst_index: unravel_index(worst_flat, shape),
+        worst_actual: actual[worst_flat],
+        worst_expected: expected[worst_flat],
+        atol,
+        rtol,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Guards: values exactly on the bound pass, values just beyond it fail (≤, not <).
+    #[test]
+    fn allclose_bound_is_inclusive() {
+        let r = allclose(&[1.5], &[1.0], &[1], 0.5, 0.0).unwrap();
+        assert!(r.pass, "|1.5 − 1.0| = 0.5 ≤ 0.5 must pass");
+        let r = allclose(&[1.5001], &[1.0], &[1], 0.5, 0.0).unwrap();
+        assert!(!r.pass);
+        assert_eq!(r.n_violations, 1);
+    }
+
+    /// Guards: rtol scales with the reference (right-hand) value only, so swapping sides changes
+    /// the verdict: |10 − 5| = 5 ≤ 0.5·10 passes with e = 10, fails with e = 5 (bound 2.5).
+    #[test]
+    fn allclose_rtol_is_asymmetric() {
+        assert!(allclose(&[5.0], &[10.0], &[1], 0.0, 0.5).unwrap().pass);
+        assert!(!allclose(&[10.0], &[5.0], &[1], 0.0, 0.5).unwrap().pass);
+    }
+
+    /// Guards: atol and rtol add up (bound = atol + rtol·|e|), neither alone suffices here.
+    #[test]
+    fn allclose_atol_plus_rtol() {
+        // |e| = 100, diff = 1.5: atol 1 alone fails, rtol 0.01 alone (1.0) fails, sum (2.0) passes.
+        assert!(!allclose(&[101.5], &[100.0], &[1], 1.0, 0.0).unwrap().pass);
+        assert!(!allclose(&[101.5], &[100.0], &[1], 0.0, 0.01).unwrap().pass);
+        assert!(allclose(&[101.5], &[100.0], &[1], 1.0, 0.01).unwrap().pass);
+    }
+
+    /// Guards: the difference is taken in f64 so f32 cancellation cannot hide a difference, and
+    /// metrics / worst index are reported in the tensor's shape.
+    #[test]
+    fn allclose_metrics_and_worst_index() {
+        let e = [0.0f32, 1.0, 2.0, 3.0, 4.0, 5.0];
+        let a = [0.0f32, 1.0, 2.5, 3.0, 4.0, 5.1];
+        let r = allclose(&a, &e, &[2, 3], 0.1, 0.0).unwrap();
+        assert!(!r.pass);
+        assert_eq!(r.n_violations, 1, "only 2.5 vs 2.0 is beyond atol 0.1");
+        assert_eq!(r.worst_index, vec![0, 2]);
+        assert_eq!((r.worst_actual, r.worst_expected), (2.5, 2.0));
+        assert!((r.max_abs_diff - 0.5).abs() < 1e-12);
+        let mean = (0.5 + (5.1f32 as f64 - 5.0)) / 6.0;
+        assert!((r.mean_abs_diff - mean).abs() < 1e-12);
+        assert!((r.max_rel_diff - 0.25).abs() < 1e-12);
+        assert!(r.cosine > 0.99 && r.cosine < 1.0);
+        // f32 1e8 + 8 vs 1e8: f64 sees the 8.
+        let r = allclose(&[100_000_008.0], &[100_000_000.0], &[1], 1.0, 0.0).unwrap();
+        assert!(!r.pass);
+        assert_eq!(r.max_abs_diff, 8.0);
+    }
+
+    /// Guards: NaN never passes, on either side, even against NaN.
+    #[test]
+    fn allclose_nan_fails() {
+        for (a, e) in [(f32::NAN, 1.0), (1.0, f32::NAN), (f32::NAN, f32::NAN)] {
+            let r = allclose(&[0.0, a], &[0.0, e], &[2], 1e9, 1e9).unwrap();
+            assert!(!r.pass, "{a} vs {e}");
+            assert_eq!(r.nonfinite_mismatch, 1);
+            assert_eq!(r.worst_index, vec![1]);
+        }
+    }
+
+    /// Guards: ±Inf fails, even the same infinity on both sides (numpy would call that close).
+    #[test]
+    fn allclose_inf_fails() {
+        for (a, e) in [(f32::INFINITY, f32::INFINITY), (f32::NEG_INFINITY, 0.0), (0.0, f32::INFINITY)] {
+            let r = allclose(&[a], &[e], &[1], 1e9, 1e9).unwrap();
+            assert!(!r.pass, "{a} vs {e}");
+            assert_eq!(r.nonfinite_mismatch, 1);
+        }
+    }
+
+    /// Guards: a shape that does not match the data, unequal lengths and empty tensors are
+    /// errors, never a (vacuous) pass.
+    #[test]
+    fn allclose_rejects_bad_shapes() {
+        assert!(matches!(allclose(&[1.0, 2.0], &[1.0, 2.0], &[3], 0.0, 0.0), Err(MetricError::ShapeMismatch { .. })));
+        assert!(matches!(allclose(&[1.0, 2.0], &[1.0], &[2], 0.0, 0.0), Err(MetricError::ShapeMismatch { side: "expected", .. })));
+        assert!(matches!(allclose(&[], &[], &[0, 4], 0.0, 0.0), Err(MetricError::Empty { .. })));
+        assert!(matches!(allclose(&[1.0], &[1.0], &[1], -1.0, 0.0), Err(MetricError::BadThreshold { .. })));
+        assert!(matches!(allclose(&[1.0], &[1.0], &[1], 0.0, f64::NAN), Err(MetricError::BadThreshold { .. })));
+    }
+
+    // ----- killers of mutants that survived `cargo mutants` (docs/mutation-testing.md) -----
+
+    /// the largest sum or ratio of the two: with rtol the bound differs per position.
+    #[test]
+    fn allclose_worst_is_largest_excess() {
+        // bounds [1.0, 0.01], diffs [0.5, 0.4]: excess [-0.5, 0.39] (sum would pick 0).
+        let r = allclose(&[100.5, 1.4], &[100.0, 1.0], &[2], 0.0, 0.01).unwrap();
+        assert_eq!(r.worst_index, vec![1]);
+        // bounds [5, 0.05], diffs [10, 0.5]: excess [5, 0.45] (ratio would pick 1).
+        let r = allclose(&[110.0, 1.5], &[100.0, 1.0], &[2], 0.0, 0.05).unwrap();
+        assert_eq!(r.worst_index, vec![0]);
+        assert_eq!((r.worst_actual, r.worst_expected), (110.0, 100.0));
+        // Equal excess: the first position is the worst (strict >).
+        let r = allclose(&[1.5, 2.5, 0.0], &[1.0, 2.0, 0.0], &[3], 0.0, 0.0).unwrap();
+        assert_eq!(r.worst_index, vec![0]);
+    }
+}

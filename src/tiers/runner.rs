@@ -1,0 +1,176 @@
+//! Runs one tier of one case: gathers what the tier's comparison needs (the evaluation's runs,
+//! the golden, the thresholds, the artifacts) and calls it, once per candidate implementation.
+
+use super::options::RunOptions;
+use super::outcome::TierOutcome;
+use super::skip::tier_case;
+use super::{l1, l2, l3, l4, l5};
+use crate::artifacts::Artifacts;
+use crate::case::{Case, Level};
+use crate::evaluation::{CandidateRun, CaseEvaluation, CaseEvaluations, ReferenceRun, SharedError};
+use crate::golden::{golden_paths, GenerationGolden, Golden};
+use crate::metric_keys as key;
+use crate::tolerance::{L4Tolerance, Thresholds, Tolerances};
+
+/// Runs one tier of one case (after [`super::static_skip`] said it may run). `evals` holds the
+/// case's runs (real and synthetic), shared by its tiers.
+pub fn run_level(case: &Case, level: Level, opts: &RunOptions, evals: &CaseEvaluations) -> TierOutcome {
+    let expected = case.xfail_for(level);
+    let eval = evals.for_level(level, case);
+    let case = tier_case(case, level);
+    let case = case.as_ref();
+    let artifacts = Artifacts::of(case);
+    let outcome = match level {
+        Level::L1 => match (&artifacts.checkpoint, &artifacts.export) {
+            (Some(ckpt), Some(onnx)) => l1::check(&ckpt.join("config.json"), onnx, case.dtype.onnx_elem_type()),
+            _ => TierOutcome::skipped("L1 needs the checkpoint's config.json and the export"),
+        },
+        Level::L2 => run_l2(case, &artifacts),
+        Level::L3 => run_l3(case, eval),
+        Level::L4 => run_l4(case, opts, evals, &artifacts),
+        Level::L5 => run_l5(case, opts, evals, &artifacts),
+    };
+    outcome.with_expected_failure(expected)
+}
+
+fn run_l2(case: &Case, artifacts: &Artifacts) -> TierOutcome {
+    let Some(config) = &artifacts.config else {
+        return TierOutcome::skipped("no real config (add `config:` or the checkpoint)");
+    };
+    l2::check(l2::L2Inputs {
+        config,
+        checkpoint: artifacts.checkpoint_with_weights(),
+        export: artifacts.export.as_deref(),
+        published_parameters: case.published_parameters,
+        float_dtype: case.dtype.onnx_elem_type(),
+    })
+}
+
+fn thresholds(case: &Case) -> Result<Thresholds, TierOutcome> {
+    case.thresholds(&Tolerances::defaults()).map_err(|e| TierOutcome::fail(format!("tolerances: {e}")))
+}
+
+/// Each candidate's outcome of one tier, as one outcome ([`TierOutcome::of_candidates`]); a
+/// candidate that could not run fails with its error.
+fn per_candidate<'a>(
+    candidates: Vec<Result<&'a CandidateRun, SharedError>>,
+    mut judge: impl FnMut(&'a CandidateRun) -> TierOutcome,
+) -> TierOutcome {
+    let outcomes = candidates
+        .into_iter()
+        .map(|c| match c {
+            Ok(run) => (run.label, judge(run)),
+            Err(e) => ("", TierOutcome::fail(e.to_string())),
+        })
+        .collect();
+    TierOutcome::of_candidates(outcomes)
+}
+
+fn run_l3(case: &Case, eval: &CaseEvaluation) -> TierOutcome {
+    let tol = match thresholds(case).and_then(|t| t.require_l3().map_err(|e| TierOutcome::fail(e.to_string()))) {
+        Ok(t) => t,
+        Err(o) => return o,
+    };
+    let reference = match eval.reference(case) {
+        Ok(r) => r,
+        Err(e) => return TierOutcome::fail(e.to_string()),
+    };
+    per_candidate(eval.candidates(case), |c| l3::compare(&reference.run, &c.forced, reference.scope, &tol))
+}
+
+/// The evaluation L4/L5 run on: the real one on the golden's `input_ids` (`golden_ids`, from the
+/// L4 golden file; the case's own inputs when there is none), and the warning that says when
+/// those differ from the case's own ids.
+fn replayed<'a>(case: &Case, evals: &'a CaseEvaluations, golden_ids: Option<&[i64]>) -> Result<(&'a CaseEvaluation, Option<String>), TierOutcome> {
+    let Some(ids) = golden_ids else { return Ok((&evals.real, None)) };
+    let (eval, drift) = evals.replayed(case, ids).map_err(|e| TierOutcome::fail(e.to_string()))?;
+    Ok((eval, drift.map(|d| format!("{d}; this tier ran on the golden's input_ids (with the case's images), as mobius's L4 does"))))
+}
+
+/// A tier outcome with the replay warning attached (and counted as a metric, so an `xfail`
+/// signature or a report can see it).
+fn with_replay(outcome: TierOutcome, warning: Option<String>) -> TierOutcome {
+    match warning {
+        None => outcome,
+        Some(w) => outcome.metric(key::INPUT_IDS_REPLAYED, true).warn(w),
+    }
+}
+
+fn run_l4(case: &Case, opts: &RunOptions, evals: &CaseEvaluations, artifacts: &Artifacts) -> TierOutcome {
+    let tol = match thresholds(case) {
+        Ok(t) => t.l4,
+        Err(o) => return o,
+    };
+    let (path, _) = golden_paths(&opts.goldens_root, &case.category, &case.name);
+    let golden = match Golden::load(&path) {
+        Ok(Some(g)) => g,
+        Ok(None) => return TierOutcome::skipped(format!("golden {} is missing", path.display())),
+        Err(e) => return TierOutcome::fail(e.to_string()),
+    };
+    let (eval, warning) = match replayed(case, evals, Some(&golden.input_ids)) {
+        Ok(r) => r,
+        Err(o) => return o,
+    };
+    with_replay(l4_on(case, eval, &golden, &tol, artifacts), warning)
+}
+
+fn l4_on(case: &Case, eval: &CaseEvaluation, golden: &Golden, tol: &L4Tolerance, artifacts: &Artifacts) -> TierOutcome {
+    let inputs = match eval.inputs(case) {
+        Ok(i) => i,
+        Err(e) => return TierOutcome::fail(e.to_string()),
+    };
+    let live = match live_reference(case, eval, artifacts) {
+        Ok(r) => r,
+        Err(o) => return o,
+    };
+    let live_logits = match live {
+        None => None,
+        Some(r) => match r.run.prefill.last_logits() {
+            Some(l) => Some(l),
+            None => return TierOutcome::fail(format!("reference logits have shape {:?}", r.run.prefill.logits.shape)),
+        },
+    };
+    per_candidate(eval.candidates(case), |c| match c.forced.prefill.last_logits() {
+        Some(last) => l4::compare(last, &inputs.input_ids, golden, live_logits, tol),
+        None => TierOutcome::fail(format!("{} logits have shape {:?}", c.label, c.forced.prefill.logits.shape)),
+    })
+}
+
+fn run_l5(case: &Case, opts: &RunOptions, evals: &CaseEvaluations, artifacts: &Artifacts) -> TierOutcome {
+    let tol = match thresholds(case) {
+        Ok(t) => t.l5,
+        Err(o) => return o,
+    };
+    let (ids_path, path) = golden_paths(&opts.goldens_root, &case.category, &case.name);
+    let golden = match GenerationGolden::load(&path) {
+        Ok(Some(g)) => g,
+        Ok(None) => return TierOutcome::skipped(format!("golden {} is missing", path.display())),
+        Err(e) => return TierOutcome::fail(e.to_string()),
+    };
+    // The ids to replay live in the L4 golden (the generation file has none).
+    let golden_ids = match Golden::load(&ids_path) {
+        Ok(g) => g.map(|g| g.input_ids),
+        Err(e) => return TierOutcome::fail(e.to_string()),
+    };
+    let (eval, warning) = match replayed(case, evals, golden_ids.as_deref()) {
+        Ok(r) => r,
+        Err(o) => return o,
+    };
+    let live = match live_reference(case, eval, artifacts) {
+        Ok(r) => r.map(|r| r.run.generation.tokens.as_slice()),
+        Err(o) => return o,
+    };
+    let outcome = per_candidate(eval.candidates(case), |c| {
+        l5::compare(&c.free.tokens, &golden.generated_tokens, live, tol.min_token_match_ratio)
+    });
+    with_replay(outcome, warning)
+}
+
+/// The live reference for L4/L5: `None` when the case has no checkpoint (golden-only), a failed
+/// tier when it has one and the reference fails — never a silent fallback to the golden alone.
+fn live_reference<'a>(case: &Case, eval: &'a CaseEvaluation, artifacts: &Artifacts) -> Result<Option<&'a ReferenceRun>, TierOutcome> {
+    if artifacts.checkpoint.is_none() {
+        return Ok(None);
+    }
+    eval.reference(case).map(Some).map_err(|e| TierOutcome::fail(format!("the live reference failed: {e}")))
+}

@@ -1,0 +1,111 @@
+//! Skips that can be known without loading a model (`skip_reason`, `ci_skip_reason`, a level the
+//! case does not request, a missing checkpoint, export or golden), decided when the trial list is
+//! built: nextest counts a run-time skip as a pass, which would hide it. Every reason says how to
+//! provide what is missing.
+
+use std::borrow::Cow;
+
+use super::options::RunOptions;
+use crate::artifacts::{export_hint, has_weights, Artifacts};
+use crate::case::{Case, Level};
+use crate::golden::golden_paths;
+
+/// The reason a trial will not run, if it can be known before running it.
+pub fn static_skip(case: &Case, level: Level, opts: &RunOptions) -> Option<String> {
+    if !case.levels.contains(&level) {
+        let listed = case.levels.iter().map(|l| l.to_string()).collect::<Vec<_>>().join(", ");
+        return Some(format!("the case does not request {level} (levels: {listed})"));
+    }
+    if let Some(r) = &case.skip_reason {
+        return Some(format!("skip_reason: {r}"));
+    }
+    if opts.ci {
+        if let Some(r) = &case.ci_skip_reason {
+            return Some(format!("ci_skip_reason (CI is set): {r}"));
+        }
+    }
+    if !case.inputs.audio.is_empty() {
+        return Some("audio inputs are out of scope: the reference implements text and vision only".into());
+    }
+    if onnx_parity_reference::ModelType::parse(&case.model_type).is_err() {
+        return Some(format!(
+            "model_type {:?} is not implemented (the reference covers gemma4, gemma4_text, gemma4_unified, gemma4_unified_text)",
+            case.model_type
+        ));
+    }
+    let case = tier_case(case, level);
+    let case = case.as_ref();
+    let artifacts = Artifacts::of(case);
+    match level {
+        Level::L1 | Level::L3 => artifact_skip(case, &artifacts, level == Level::L3),
+        Level::L2 => artifacts.config.is_none().then(|| {
+            format!(
+                "no real config: add `config: <config.json>` to {}, or provide the checkpoint (`checkpoint:`, or {}@{} in the HF cache)",
+                case.path.display(),
+                case.model_id,
+                case.revision.as_deref().unwrap_or("main")
+            )
+        }),
+        Level::L4 | Level::L5 => {
+            if artifacts.export.is_none() {
+                return Some(format!(
+                    "no export of {}: add `onnx: <export folder>` to {} or put it at {} (`python -m mobius build --config <checkpoint> <folder> --dtype {}`)",
+                    case.model_id,
+                    case.path.display(),
+                    export_hint(case),
+                    case.dtype.as_str()
+                ));
+            }
+            let (json, generation) = golden_paths(&opts.goldens_root, &case.category, &case.name);
+            let needed = if level == Level::L4 { json } else { generation };
+            (!needed.is_file()).then(|| {
+                format!(
+                    "golden {} is missing: run `onnx-parity golden {}` on a machine with the checkpoint, or point \
+                     ONNX_PARITY_GOLDENS / --goldens at a folder that has it (mobius's testdata/golden uses the same format)",
+                    needed.display(),
+                    case.path.display()
+                )
+            })
+        }
+    }
+}
+
+/// L1 and L3 need the checkpoint's config and the export (the case's own, a stand-in's, or found
+/// in the HF cache and `ONNX_PARITY_EXPORTS`); L3 also the checkpoint's weights.
+fn artifact_skip(case: &Case, artifacts: &Artifacts, needs_weights: bool) -> Option<String> {
+    let hint = || match &case.synthetic {
+        Some(_) => String::new(),
+        None => " (or a `synthetic:` stand-in)".to_string(),
+    };
+    match &artifacts.checkpoint {
+        None => {
+            return Some(format!(
+                "no local checkpoint: add `checkpoint: <HF folder with config.json>`{} to {}",
+                hint(),
+                case.path.display()
+            ))
+        }
+        Some(dir) if !dir.join("config.json").is_file() => {
+            return Some(format!("checkpoint {} has no config.json: download or regenerate it", dir.display()))
+        }
+        Some(dir) if needs_weights && !has_weights(dir) => {
+            return Some(format!("checkpoint {} has no safetensors weights: download or regenerate them", dir.display()))
+        }
+        _ => {}
+    }
+    match (&artifacts.export, &case.onnx) {
+        (None, _) => Some(format!("no ONNX export: add `onnx: <export folder>`{} to {}", hint(), case.path.display())),
+        (Some(dir), Some(_)) if !dir.is_dir() => {
+            Some(format!("ONNX export {} does not exist: export it (scripts/make-fixtures.sh for fixtures)", dir.display()))
+        }
+        _ => None,
+    }
+}
+
+/// The case a tier runs on: L1 and L3 of a case with `synthetic:` run on its stand-in.
+pub fn tier_case(case: &Case, level: Level) -> Cow<'_, Case> {
+    match level {
+        Level::L1 | Level::L3 => case.for_synthetic_tiers(),
+        _ => Cow::Borrowed(case),
+    }
+}
