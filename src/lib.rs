@@ -6,12 +6,13 @@
 
 pub mod artifacts;
 pub mod atomic;
+pub mod compare;
 pub mod backend;
 pub mod case;
 pub mod metric_keys;
 pub mod metrics;
-pub mod dump;
-pub mod dump_compare;
+
+
 pub mod evaluation;
 pub mod files;
 pub mod expectation;
@@ -20,6 +21,7 @@ pub mod gpu;
 pub mod hexfloat;
 pub mod hub;
 pub mod inputs;
+pub mod logits;
 pub mod memory;
 pub mod names;
 pub mod outputs;

@@ -11,7 +11,7 @@ use onnx_parity::backend::Backend;
 use onnx_parity::artifacts::Artifacts;
 use onnx_parity::case::{discover, Level};
 use onnx_parity::plan::{plan, TrialKind};
-use onnx_parity::dump;
+use onnx_parity::logits;
 use onnx_parity::gpu;
 use onnx_parity::onnx::pipeline::{DecoderGraph, OnnxPipeline};
 use onnx_parity::onnx::session::SessionOptions;
@@ -390,7 +390,7 @@ fn logits(
         }
         (None, None) => anyhow::bail!("give --checkpoint or --onnx"),
     };
-    let dump = dump::run(backend.as_mut(), &model_inputs, greedy, &eos, layers)?;
+    let dump = logits::run(backend.as_mut(), &model_inputs, greedy, &eos, layers)?;
     dump.save(&out)?;
     let components: Vec<&str> = dump.run.prefill.components.keys().map(|c| c.as_str()).collect();
     eprintln!(
@@ -405,7 +405,7 @@ fn logits(
 }
 
 fn compare(a: PathBuf, b: PathBuf, max_abs: f64) -> anyhow::Result<ExitCode> {
-    let diffs = onnx_parity::dump_compare::compare_files(&a, &b)?;
+    let diffs = onnx_parity::compare::compare_files(&a, &b)?;
     let mut ok = true;
     for d in &diffs {
         let verdict = if d.within(max_abs) { "ok" } else { "DIFFERS" };

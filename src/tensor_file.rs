@@ -3,6 +3,21 @@
 //! the names sorted by the safetensors writer).
 
 use safetensors::tensor::{Dtype, TensorView};
+use safetensors::SafeTensorError;
+
+/// Why the tensors could not be serialised.
+#[derive(Debug, thiserror::Error)]
+pub enum TensorFileError {
+    /// A tensor whose shape does not fit its data.
+    #[error("{name}: {source}")]
+    Tensor {
+        name: String,
+        #[source]
+        source: SafeTensorError,
+    },
+    #[error(transparent)]
+    Serialize(SafeTensorError),
+}
 
 /// Tensors to serialise, in the order added.
 #[derive(Debug, Default)]
@@ -26,12 +41,14 @@ impl TensorFile {
     }
 
     /// The safetensors bytes; an error names the tensor whose shape does not fit its data.
-    pub fn to_bytes(&self) -> Result<Vec<u8>, String> {
+    pub fn to_bytes(&self) -> Result<Vec<u8>, TensorFileError> {
         let views = self
             .tensors
             .iter()
-            .map(|(name, dt, shape, bytes)| TensorView::new(*dt, shape.clone(), bytes).map(|v| (name.clone(), v)).map_err(|e| format!("{name}: {e}")))
+            .map(|(name, dt, shape, bytes)| {
+                TensorView::new(*dt, shape.clone(), bytes).map(|v| (name.clone(), v)).map_err(|source| TensorFileError::Tensor { name: name.clone(), source })
+            })
             .collect::<Result<Vec<_>, _>>()?;
-        safetensors::serialize(views, None).map_err(|e| e.to_string())
+        safetensors::serialize(views, None).map_err(TensorFileError::Serialize)
     }
 }

@@ -27,6 +27,9 @@ pub enum ToleranceError {
     /// Syntax, unknown key (level, dtype or threshold name), wrong type or bad value.
     #[error("{}: {message}", path.display())]
     Parse { path: PathBuf, message: String },
+    /// A row of the file without one of its keys.
+    #[error("{}: `{level}.{dtype}`: missing `{key}`", path.display())]
+    Incomplete { path: PathBuf, level: &'static str, dtype: Dtype, key: &'static str },
     #[error("no {level} tolerance for dtype {dtype}: add `{level}: {dtype}:` to the tolerance file or give all of tolerance_overrides.{level} in the case ({missing} missing)")]
     MissingRow { level: Level, dtype: Dtype, missing: &'static str },
 }
@@ -148,14 +151,22 @@ struct RawTolerances {
     l5: BTreeMap<Dtype, L5Values>,
 }
 
+/// A key a tolerance file's row lacks.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Missing {
+    level: &'static str,
+    dtype: Dtype,
+    key: &'static str,
+}
+
 /// A row's value, which a tolerance file must give.
-fn required(level: &str, dtype: Dtype, key: &str, v: Option<f64>) -> Result<f64, String> {
-    v.ok_or_else(|| format!("`{level}.{dtype}`: missing `{key}`"))
+fn required(level: &'static str, dtype: Dtype, key: &'static str, v: Option<f64>) -> Result<f64, Missing> {
+    v.ok_or(Missing { level, dtype, key })
 }
 
 impl RawTolerances {
     /// Every row complete, or the first missing key.
-    fn complete(self) -> Result<Tolerances, String> {
+    fn complete(self) -> Result<Tolerances, Missing> {
         let mut t = Tolerances { l3: BTreeMap::new(), l4: BTreeMap::new(), l5: BTreeMap::new() };
         for (d, r) in self.l3 {
             t.l3.insert(d, L3Tolerance { atol: required("L3", d, "atol", r.atol)?, rtol: required("L3", d, "rtol", r.rtol)? });
@@ -192,9 +203,9 @@ impl Tolerances {
 
     /// Parses tolerance YAML; `origin` only names the source in errors.
     pub fn from_yaml_str(text: &str, origin: &Path) -> Result<Tolerances, ToleranceError> {
-        let parse = |message: String| ToleranceError::Parse { path: origin.to_path_buf(), message };
-        let raw: RawTolerances = serde_yaml::from_str(text).map_err(|e| parse(e.to_string()))?;
-        raw.complete().map_err(parse)
+        let raw: RawTolerances =
+            serde_yaml::from_str(text).map_err(|e| ToleranceError::Parse { path: origin.to_path_buf(), message: e.to_string() })?;
+        raw.complete().map_err(|m| ToleranceError::Incomplete { path: origin.to_path_buf(), level: m.level, dtype: m.dtype, key: m.key })
     }
 }
 

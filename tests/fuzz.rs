@@ -899,7 +899,7 @@ fn jpeg_ok_or_reason(bytes: &[u8]) -> Result<(), TestCaseError> {
             prop_assert_eq!(img.rgb.len(), img.width * img.height * 3);
             prop_assert!(img.width * img.height <= onnx_parity::inputs::jpeg::PIL_MAX_PIXELS);
         }
-        Err(e) => prop_assert!(!e.trim().is_empty()),
+        Err(e) => prop_assert!(!e.to_string().trim().is_empty()),
     }
     Ok(())
 }

@@ -10,7 +10,7 @@
 
 use std::path::Path;
 
-use super::InputsError;
+use super::error::InputsError;
 
 /// Resampling filter (`resample` in the image processor config, PIL numbering).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -109,6 +109,21 @@ pub fn load_rgb(path: &Path) -> Result<RgbImage, InputsError> {
     Ok(RgbImage { height: h, width: w, data: rgb.into_raw() })
 }
 
+/// Why an image's size does not fit the processor's patch grid (the caller names the file).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum GeometryError {
+    #[error("resizing {width}×{height} (W×H) would give a 0×0 image (sides must be multiples of pooling_kernel_size·patch_size = {side_mult})")]
+    ResizesToNothing { width: usize, height: usize, side_mult: usize },
+    #[error("resizing {width}×{height} (W×H) to {target_width}×{target_height} exceeds {max_patches} patches of {patch_size} px")]
+    ResizeExceeds { width: usize, height: usize, target_width: usize, target_height: usize, max_patches: usize, patch_size: usize },
+    #[error("{w}×{h} (W×H) RGB image has {got} bytes, expected {expected}")]
+    Bytes { w: usize, h: usize, got: usize, expected: usize },
+    #[error("{w}×{h} (W×H) is not a whole number of {side} px patches")]
+    NotWholePatches { w: usize, h: usize, side: usize },
+    #[error("{w}×{h} (W×H) gives {count} patches of {side} px, more than the {rows} the processor pads to")]
+    TooManyPatches { w: usize, h: usize, count: usize, side: usize, rows: usize },
+}
+
 /// `get_aspect_ratio_preserving_size`: the largest (height, width) with at most `max_patches`
 /// patches whose sides are multiples of `k · patch_size`, with HF's fallbacks for extreme aspect
 /// ratios. f64 arithmetic in Python's order so the floors land identically.
@@ -118,7 +133,7 @@ pub fn aspect_ratio_preserving_size(
     patch_size: usize,
     max_patches: usize,
     pooling_kernel_size: usize,
-) -> Result<(usize, usize), String> {
+) -> Result<(usize, usize), GeometryError> {
     let total_px = (height * width) as f64;
     let target_px = max_patches * patch_size * patch_size;
     let factor = (target_px as f64 / total_px).sqrt();
@@ -128,9 +143,7 @@ pub fn aspect_ratio_preserving_size(
     let mut target_height = (ideal_height / side_mult as f64).floor() as usize * side_mult;
     let mut target_width = (ideal_width / side_mult as f64).floor() as usize * side_mult;
     if target_height == 0 && target_width == 0 {
-        return Err(format!(
-            "resizing {width}×{height} (W×H) would give a 0×0 image (sides must be multiples of pooling_kernel_size·patch_size = {side_mult})"
-        ));
+        return Err(GeometryError::ResizesToNothing { width, height, side_mult });
     }
     let max_side_length = (max_patches / (pooling_kernel_size * pooling_kernel_size)) * side_mult;
     if target_height == 0 {
@@ -141,9 +154,7 @@ pub fn aspect_ratio_preserving_size(
         target_height = ((height as f64 / width as f64).floor() as usize * side_mult).min(max_side_length);
     }
     if target_height * target_width > target_px {
-        return Err(format!(
-            "resizing {width}×{height} (W×H) to {target_width}×{target_height} exceeds {max_patches} patches of {patch_size} px"
-        ));
+        return Err(GeometryError::ResizeExceeds { width, height, target_width, target_height, max_patches, patch_size });
     }
     Ok((target_height, target_width))
 }
@@ -321,18 +332,18 @@ pub struct Patches {
 /// Errors (the caller adds the file name) when the image is not a whole number of patches or
 /// has more patches than `rows`: HF would fail in `reshape` or silently return an unpadded,
 /// over-long sequence the model cannot take.
-pub fn patchify(img: &RgbImage, side: usize, rows: usize, table: &[[f32; 256]; 3]) -> Result<Patches, String> {
+pub fn patchify(img: &RgbImage, side: usize, rows: usize, table: &[[f32; 256]; 3]) -> Result<Patches, GeometryError> {
     let (h, w) = (img.height, img.width);
     if img.data.len() != h * w * 3 {
-        return Err(format!("{w}×{h} (W×H) RGB image has {} bytes, expected {}", img.data.len(), h * w * 3));
+        return Err(GeometryError::Bytes { w, h, got: img.data.len(), expected: h * w * 3 });
     }
     if side == 0 || h % side != 0 || w % side != 0 {
-        return Err(format!("{w}×{h} (W×H) is not a whole number of {side} px patches"));
+        return Err(GeometryError::NotWholePatches { w, h, side });
     }
     let (gh, gw) = (h / side, w / side);
     let count = gh * gw;
     if count > rows {
-        return Err(format!("{w}×{h} (W×H) gives {count} patches of {side} px, more than the {rows} the processor pads to"));
+        return Err(GeometryError::TooManyPatches { w, h, count, side, rows });
     }
     let dim = side * side * 3;
     let mut pixel_values = vec![0.0f32; rows * dim];
@@ -408,10 +419,10 @@ mod tests {
     #[test]
     fn patchify_rejects_partial_patches_and_overflow() {
         let t = value_table(None, None);
-        assert!(patchify(&numbered(3, 4), 2, 8, &t).unwrap_err().contains("not a whole number of 2 px patches"));
-        assert!(patchify(&numbered(4, 4), 2, 3, &t).unwrap_err().contains("gives 4 patches of 2 px, more than the 3"));
+        assert!(patchify(&numbered(3, 4), 2, 8, &t).unwrap_err().to_string().contains("not a whole number of 2 px patches"));
+        assert!(patchify(&numbered(4, 4), 2, 3, &t).unwrap_err().to_string().contains("gives 4 patches of 2 px, more than the 3"));
         let short = RgbImage { height: 2, width: 2, data: vec![0; 11] };
-        assert!(patchify(&short, 2, 1, &t).unwrap_err().contains("11 bytes, expected 12"));
+        assert!(patchify(&short, 2, 1, &t).unwrap_err().to_string().contains("11 bytes, expected 12"));
     }
 
     /// Guards: the rescale is torch's f32 product `uint8 * f32(rescale_factor)`, not the f64

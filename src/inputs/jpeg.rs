@@ -39,36 +39,45 @@ pub struct DecodedJpeg {
 /// Errors name what is wrong: a corrupt stream (libjpeg's own message), a truncated file (PIL
 /// refuses those: "image file is truncated"; libjpeg alone would pad them with grey), or a CMYK /
 /// YCCK file (PIL converts those with its own inverted-Adobe formula, not reproduced here).
-pub fn decode_like_pil(bytes: &[u8]) -> Result<DecodedJpeg, String> {
+pub fn decode_like_pil(bytes: &[u8]) -> Result<DecodedJpeg, JpegError> {
     // libjpeg reports fatal errors through `error_exit`, which must not return: ours unwinds with
     // the message (resume_unwind skips the panic hook, so nothing is printed) and it is caught here.
     match catch_unwind(AssertUnwindSafe(|| decode(bytes))) {
         Ok(result) => result,
-        Err(payload) => Err(payload
-            .downcast_ref::<String>()
-            .cloned()
-            .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
-            .unwrap_or_else(|| "libjpeg failed without a message".into())),
+        Err(payload) => Err(JpegError::Libjpeg(
+            payload
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_else(|| "libjpeg failed without a message".into()),
+        )),
     }
 }
 
-fn decode(bytes: &[u8]) -> Result<DecodedJpeg, String> {
-    let mut dec = DecompressBuilder::new().with_err(error_manager()).from_mem(bytes).map_err(|e| e.to_string())?;
+/// Why a JPEG cannot be decoded as PIL would.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum JpegError {
+    /// libjpeg's (or the binding's) own message: a corrupt or truncated stream.
+    #[error("{0}")]
+    Libjpeg(String),
+    #[error("{0} JPEGs are not supported: PIL converts CMYK/YCCK to RGB with its own formula, which this decoder does not reproduce; convert the image to RGB")]
+    ColorSpace(String),
+    #[error("{width}×{height} = {pixels} pixels exceeds PIL's decompression-bomb limit of {PIL_MAX_PIXELS} (PIL refuses to open it)")]
+    TooLarge { width: usize, height: usize, pixels: usize },
+    #[error("decoded {got} bytes for a {width}×{height} RGB image ({expected} expected)")]
+    Size { got: usize, width: usize, height: usize, expected: usize },
+}
+
+fn decode(bytes: &[u8]) -> Result<DecodedJpeg, JpegError> {
+    let lib = |e: std::io::Error| JpegError::Libjpeg(e.to_string());
+    let mut dec = DecompressBuilder::new().with_err(error_manager()).from_mem(bytes).map_err(lib)?;
     match dec.color_space() {
         ColorSpace::JCS_YCbCr | ColorSpace::JCS_RGB | ColorSpace::JCS_GRAYSCALE => {}
-        other => {
-            return Err(format!(
-                "{other:?} JPEGs are not supported: PIL converts CMYK/YCCK to RGB with its own formula, which this decoder does not reproduce; convert the image to RGB"
-            ))
-        }
+        other => return Err(JpegError::ColorSpace(format!("{other:?}"))),
     }
     let pixels = dec.width().saturating_mul(dec.height());
     if pixels > PIL_MAX_PIXELS {
-        return Err(format!(
-            "{}×{} = {pixels} pixels exceeds PIL's decompression-bomb limit of {PIL_MAX_PIXELS} (PIL refuses to open it)",
-            dec.width(),
-            dec.height()
-        ));
+        return Err(JpegError::TooLarge { width: dec.width(), height: dec.height(), pixels });
     }
     // PIL's settings, which are libjpeg's defaults: set explicitly so a binding's different
     // defaults cannot change the pixels.
@@ -76,11 +85,11 @@ fn decode(bytes: &[u8]) -> Result<DecodedJpeg, String> {
     dec.do_fancy_upsampling(true);
     dec.do_block_smoothing(true);
     let (width, height) = (dec.width(), dec.height());
-    let mut started = dec.rgb().map_err(|e| e.to_string())?;
-    let rgb: Vec<u8> = started.read_scanlines().map_err(|e| e.to_string())?;
-    started.finish().map_err(|e| e.to_string())?;
+    let mut started = dec.rgb().map_err(lib)?;
+    let rgb: Vec<u8> = started.read_scanlines().map_err(lib)?;
+    started.finish().map_err(lib)?;
     if rgb.len() != width * height * 3 {
-        return Err(format!("decoded {} bytes for a {width}×{height} RGB image ({} expected)", rgb.len(), width * height * 3));
+        return Err(JpegError::Size { got: rgb.len(), width, height, expected: width * height * 3 });
     }
     Ok(DecodedJpeg { width, height, rgb })
 }
@@ -162,16 +171,16 @@ mod tests {
     #[test]
     fn truncated_jpeg_is_an_error() {
         let bytes = std::fs::read(fixtures().join("q90-420.jpg")).unwrap();
-        let e = decode_like_pil(&bytes[..bytes.len() * 2 / 3]).unwrap_err();
+        let e = decode_like_pil(&bytes[..bytes.len() * 2 / 3]).unwrap_err().to_string();
         assert!(e.contains("truncated"), "{e}");
     }
 
     /// Guards: garbage is an error carrying libjpeg's message, never a panic.
     #[test]
     fn garbage_is_an_error() {
-        let e = decode_like_pil(b"\xff\xd8\xff\xe0 not a jpeg at all").unwrap_err();
+        let e = decode_like_pil(b"\xff\xd8\xff\xe0 not a jpeg at all").unwrap_err().to_string();
         assert!(e.contains("JPEG"), "{e}");
-        let e = decode_like_pil(b"").unwrap_err();
+        let e = decode_like_pil(b"").unwrap_err().to_string();
         assert!(!e.is_empty());
     }
 }

@@ -18,7 +18,8 @@ use std::path::PathBuf;
 
 use super::processor::chat::Content;
 use super::processor::Processor;
-use super::{InputsError, ModelInputs};
+use super::error::InputsError;
+use onnx_parity_reference::ModelInputs;
 use crate::case::Case;
 
 /// The task whose prompts are plain completions by default (mobius's causal-lm cases).

@@ -24,13 +24,51 @@ use super::proto::{GraphProto, ModelProto, TensorTypeProto, TypeProto, ValueInfo
 /// Why the layer outputs of an export are not available.
 #[derive(Debug, thiserror::Error)]
 pub enum LayersError {
-    #[error("reading {path}: {source}")]
+    #[error("reading {}: {source}", path.display())]
     Io { path: PathBuf, source: std::io::Error },
-    #[error("{path} is not a valid ONNX ModelProto: {message}")]
-    Decode { path: PathBuf, message: String },
+    #[error("{} is not a valid ONNX ModelProto: {source}", path.display())]
+    Decode { path: PathBuf, source: prost::DecodeError },
+    #[error("{} is not a valid ONNX ModelProto: {source}", path.display())]
+    Wire { path: PathBuf, source: WireError },
     /// The graph's structure does not show where layers begin and end.
-    #[error("{path}: decoder layer boundaries not identifiable: {reason}")]
-    Unidentifiable { path: PathBuf, reason: String },
+    #[error("{}: decoder layer boundaries not identifiable: {reason}", path.display())]
+    Unidentifiable { path: PathBuf, reason: BoundaryError },
+}
+
+/// Why a graph's layer boundaries cannot be identified (see the module doc for the rule).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BoundaryError {
+    #[error("the model has no graph")]
+    NoGraph,
+    #[error("no node is named after a decoder layer (`…/layers.<i>/…`)")]
+    NoLayerNames,
+    #[error("no node of {what} (the end of layer {layer})")]
+    NoEnd { what: String, layer: usize },
+    #[error("{node} has no input")]
+    NoInput { node: String },
+    #[error("`{tensor}` (into {what}) is not produced by a node")]
+    NotProduced { tensor: String, what: String },
+    #[error("`{tensor}` (into {what}) is produced by `{made_by}`, not by a node of layers.{layer}")]
+    OutsideLayer { tensor: String, what: String, made_by: String, layer: usize },
+}
+
+/// A `ModelProto` this module cannot edit at the wire level.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum WireError {
+    #[error("truncated field key")]
+    TruncatedKey,
+    #[error("truncated varint")]
+    TruncatedVarint,
+    #[error("truncated length")]
+    TruncatedLength,
+    #[error("a field runs past the end of the file")]
+    PastEnd,
+    #[error("the model has more than one graph field")]
+    TwoGraphs,
+    #[error("unsupported wire type {wire_type} at byte {at}")]
+    WireType { wire_type: u64, at: usize },
+    #[error("the model has no graph")]
+    NoGraph,
 }
 
 /// One decoder layer's output tensor in the graph.
@@ -73,14 +111,14 @@ fn is_final_norm(name: &str) -> bool {
 }
 
 /// Finds every decoder layer's output tensor (see the module doc for the rule).
-pub fn boundaries(graph: &GraphProto) -> Result<Vec<LayerBoundary>, String> {
+pub fn boundaries(graph: &GraphProto) -> Result<Vec<LayerBoundary>, BoundaryError> {
     let n_layers = graph
         .node
         .iter()
         .filter_map(|n| layer_index(&n.name))
         .max()
         .map(|m| m + 1)
-        .ok_or("no node is named after a decoder layer (`…/layers.<i>/…`)")?;
+        .ok_or(BoundaryError::NoLayerNames)?;
     // Producer of each value, by name.
     let producer: std::collections::HashMap<&str, &str> =
         graph.node.iter().flat_map(|n| n.output.iter().map(move |o| (o.as_str(), n.name.as_str()))).collect();
@@ -93,11 +131,13 @@ pub fn boundaries(graph: &GraphProto) -> Result<Vec<LayerBoundary>, String> {
         } else {
             (graph.node.iter().find(|n| is_final_norm(&n.name)), "the final model/norm".to_string())
         };
-        let consumer = consumer.ok_or_else(|| format!("no node of {what} (the end of layer {layer})"))?;
-        let tensor = consumer.input.first().filter(|t| !t.is_empty()).ok_or_else(|| format!("{} has no input", consumer.name))?;
-        let made_by = producer.get(tensor.as_str()).ok_or_else(|| format!("`{tensor}` (into {what}) is not produced by a node"))?;
+        let consumer = consumer.ok_or_else(|| BoundaryError::NoEnd { what: what.clone(), layer })?;
+        let tensor =
+            consumer.input.first().filter(|t| !t.is_empty()).ok_or_else(|| BoundaryError::NoInput { node: consumer.name.clone() })?;
+        let made_by =
+            producer.get(tensor.as_str()).ok_or_else(|| BoundaryError::NotProduced { tensor: tensor.clone(), what: what.clone() })?;
         if layer_index(made_by) != Some(layer) {
-            return Err(format!("`{tensor}` (into {what}) is produced by `{made_by}`, not by a node of layers.{layer}"));
+            return Err(BoundaryError::OutsideLayer { tensor: tensor.clone(), what, made_by: made_by.to_string(), layer });
         }
         out.push(LayerBoundary { layer, tensor: tensor.clone() });
     }
@@ -143,38 +183,38 @@ fn put_varint(out: &mut Vec<u8>, mut v: u64) {
 
 /// `model` with `outputs` (name, ONNX element type) appended to its graph's outputs, every other
 /// byte kept.
-pub fn with_extra_outputs(model: &[u8], outputs: &[(String, i32)]) -> Result<Vec<u8>, String> {
+pub fn with_extra_outputs(model: &[u8], outputs: &[(String, i32)]) -> Result<Vec<u8>, WireError> {
     const GRAPH: u64 = 7;
     const GRAPH_OUTPUT: u64 = 12;
     let mut pos = 0;
     let mut graph_field: Option<(usize, usize, usize)> = None; // (field start, payload start, payload end)
     while pos < model.len() {
         let start = pos;
-        let key = varint(model, &mut pos).ok_or("truncated field key")?;
+        let key = varint(model, &mut pos).ok_or(WireError::TruncatedKey)?;
         match key & 7 {
             0 => {
-                varint(model, &mut pos).ok_or("truncated varint")?;
+                varint(model, &mut pos).ok_or(WireError::TruncatedVarint)?;
             }
             1 => pos += 8,
             5 => pos += 4,
             2 => {
-                let len = varint(model, &mut pos).ok_or("truncated length")? as usize;
+                let len = varint(model, &mut pos).ok_or(WireError::TruncatedLength)? as usize;
                 let payload = pos;
-                pos = pos.checked_add(len).filter(|&e| e <= model.len()).ok_or("a field runs past the end of the file")?;
+                pos = pos.checked_add(len).filter(|&e| e <= model.len()).ok_or(WireError::PastEnd)?;
                 if key >> 3 == GRAPH {
                     if graph_field.is_some() {
-                        return Err("the model has more than one graph field".into());
+                        return Err(WireError::TwoGraphs);
                     }
                     graph_field = Some((start, payload, pos));
                 }
             }
-            w => return Err(format!("unsupported wire type {w} at byte {start}")),
+            w => return Err(WireError::WireType { wire_type: w, at: start }),
         }
         if pos > model.len() {
-            return Err("a field runs past the end of the file".into());
+            return Err(WireError::PastEnd);
         }
     }
-    let (start, payload, end) = graph_field.ok_or("the model has no graph")?;
+    let (start, payload, end) = graph_field.ok_or(WireError::NoGraph)?;
     let mut graph = model[payload..end].to_vec();
     for (name, elem_type) in outputs {
         let info = ValueInfoProto {
@@ -211,16 +251,16 @@ pub struct InstrumentedDecoder {
 /// The instrumented copy of the decoder graph at `model_path`.
 pub fn instrument(model_path: &Path) -> Result<InstrumentedDecoder, LayersError> {
     let bytes = std::fs::read(model_path).map_err(|source| LayersError::Io { path: model_path.into(), source })?;
-    let decoded = ModelProto::decode(bytes.as_slice()).map_err(|e| LayersError::Decode { path: model_path.into(), message: e.to_string() })?;
-    let unidentifiable = |reason: String| LayersError::Unidentifiable { path: model_path.into(), reason };
-    let graph = decoded.graph.as_ref().ok_or_else(|| unidentifiable("the model has no graph".into()))?;
+    let decoded = ModelProto::decode(bytes.as_slice()).map_err(|source| LayersError::Decode { path: model_path.into(), source })?;
+    let unidentifiable = |reason: BoundaryError| LayersError::Unidentifiable { path: model_path.into(), reason };
+    let graph = decoded.graph.as_ref().ok_or_else(|| unidentifiable(BoundaryError::NoGraph))?;
     let layers = boundaries(graph).map_err(unidentifiable)?;
     let outputs: Vec<(String, i32)> = layers
         .iter()
         .filter(|b| !graph.output.iter().any(|o| o.name == b.tensor))
         .map(|b| (b.tensor.clone(), residual_elem_type(graph, &b.tensor)))
         .collect();
-    let edited = with_extra_outputs(&bytes, &outputs).map_err(|e| LayersError::Decode { path: model_path.into(), message: e })?;
+    let edited = with_extra_outputs(&bytes, &outputs).map_err(|source| LayersError::Wire { path: model_path.into(), source })?;
     let external_data_dir = model_path.parent().map(Path::to_path_buf).unwrap_or_else(|| PathBuf::from("."));
     Ok(InstrumentedDecoder { bytes: edited, external_data_dir, layers })
 }
@@ -267,15 +307,15 @@ mod tests {
     fn unidentifiable_boundaries_are_reported() {
         let mut g = two_layers();
         g.node[3].input[0] = "embeds".into();
-        assert!(boundaries(&g).unwrap_err().contains("not produced by a node"));
+        assert!(boundaries(&g).unwrap_err().to_string().contains("not produced by a node"));
         let mut g = two_layers();
         g.node[3].input[0] = "n1".into();
-        assert!(boundaries(&g).unwrap_err().contains("not by a node of layers.0"));
+        assert!(boundaries(&g).unwrap_err().to_string().contains("not by a node of layers.0"));
         let mut g = two_layers();
         g.node.pop();
-        assert!(boundaries(&g).unwrap_err().contains("final model/norm"));
+        assert!(boundaries(&g).unwrap_err().to_string().contains("final model/norm"));
         let g = GraphProto { node: vec![node("MatMul_1", &["a"], &["b"])], ..Default::default() };
-        assert!(boundaries(&g).unwrap_err().contains("no node is named after a decoder layer"));
+        assert!(boundaries(&g).unwrap_err().to_string().contains("no node is named after a decoder layer"));
     }
 
     /// Guards the name parsing: only whole `layers.<i>/` segments count.
@@ -317,6 +357,6 @@ mod tests {
         assert_eq!(g.output[2].r#type.as_ref().unwrap().tensor_type.as_ref().unwrap().elem_type, 10);
         assert_eq!((m.ir_version, m.producer_name.as_str(), g.name.as_str(), g.node.len()), (10, "p", "g", 6));
         assert!(with_extra_outputs(&bytes[..bytes.len() - 2], &[]).is_err());
-        assert!(with_extra_outputs(&ModelProto::default().encode_to_vec(), &[]).unwrap_err().contains("no graph"));
+        assert!(with_extra_outputs(&ModelProto::default().encode_to_vec(), &[]).unwrap_err().to_string().contains("no graph"));
     }
 }

@@ -18,7 +18,7 @@ use half::f16;
 use ort::session::{Session, SessionInputValue};
 use ort::value::{DynValue, Tensor, TensorElementType, ValueType};
 
-use super::layers::{self, LayerBoundary};
+use super::layers::{self, LayerBoundary, LayersError};
 use super::package::{Layout, OnnxPackage, PackageError, DECODER, EMBEDDING, TEXT_MODEL, VISION_ENCODER};
 use super::runtime::RuntimeError;
 use super::session::{self, ModelSource, SessionError, SessionOptions};
@@ -99,7 +99,18 @@ pub struct OnnxPipeline {
     routed: BTreeSet<String>,
     opts: SessionOptions,
     /// The decoder's layer outputs (extra graph outputs), or why there are none.
-    layers: Result<Vec<LayerBoundary>, String>,
+    layers: Result<Vec<LayerBoundary>, NoLayerOutputs>,
+}
+
+/// Why a pipeline's decoder exposes no layer outputs.
+#[derive(Debug, thiserror::Error)]
+pub enum NoLayerOutputs {
+    #[error("the decoder was opened without its layer outputs")]
+    NotRequested,
+    #[error(transparent)]
+    Unidentifiable(#[from] LayersError),
+    #[error("the decoder with its layer outputs exposed does not load: {0}")]
+    DoesNotLoad(#[source] SessionError),
 }
 
 /// Vision inputs and the features the encoder computed from them.
@@ -187,8 +198,8 @@ impl OnnxPipeline {
     }
 
     /// Why this pipeline returns no layer outputs (`None` when its decoder exposes them).
-    pub fn layer_outputs_unavailable(&self) -> Option<&str> {
-        self.layers.as_ref().err().map(String::as_str)
+    pub fn layer_outputs_unavailable(&self) -> Option<&NoLayerOutputs> {
+        self.layers.as_ref().err()
     }
 
     /// `true` for an f16 export (inputs and outputs converted at the boundary).
@@ -282,7 +293,7 @@ impl OnnxPipeline {
         let layers = match (layer_outputs, out.layers) {
             (false, _) => LayerOutputs::NotRequested,
             (true, Some(layers)) => LayerOutputs::Tensors(layers),
-            (true, None) => LayerOutputs::Unavailable(self.layer_outputs_unavailable().unwrap_or("not exposed").to_string()),
+            (true, None) => LayerOutputs::Unavailable(self.layer_outputs_unavailable().map_or_else(|| "not exposed".to_string(), |e| e.to_string())),
         };
         Ok((Prefill { logits: out.logits, components, layers }, out.present))
     }
@@ -444,23 +455,23 @@ struct DecoderStep {
 }
 
 /// The decoder session for `graph`, and its layer outputs (or why there are none).
-fn open_decoder(path: &Path, opts: &SessionOptions, graph: DecoderGraph) -> Result<(Session, Result<Vec<LayerBoundary>, String>), PipelineError> {
+fn open_decoder(path: &Path, opts: &SessionOptions, graph: DecoderGraph) -> Result<(Session, Result<Vec<LayerBoundary>, NoLayerOutputs>), PipelineError> {
     if graph == DecoderGraph::Original {
-        return Ok((session::open(ModelSource::File(path), opts)?, Err("the decoder was opened without its layer outputs".into())));
+        return Ok((session::open(ModelSource::File(path), opts)?, Err(NoLayerOutputs::NotRequested)));
     }
     let t = std::time::Instant::now();
     let copy = match layers::instrument(path) {
         Ok(copy) => copy,
         Err(e) => {
             tracing::info!("{e}: the decoder runs as exported, without layer outputs");
-            return Ok((session::open(ModelSource::File(path), opts)?, Err(e.to_string())));
+            return Ok((session::open(ModelSource::File(path), opts)?, Err(e.into())));
         }
     };
     let source = ModelSource::Memory { path, bytes: &copy.bytes, external_data_dir: &copy.external_data_dir };
     let session = match session::open(source, opts) {
         Ok(s) => s,
         Err(e) => {
-            let reason = format!("the decoder with its layer outputs exposed does not load: {e}");
+            let reason = NoLayerOutputs::DoesNotLoad(e);
             tracing::warn!("{reason}; it runs as exported");
             drop(copy);
             return Ok((session::open(ModelSource::File(path), opts)?, Err(reason)));

@@ -13,7 +13,7 @@ use std::fs;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 use fs2::FileExt;
 
@@ -28,17 +28,48 @@ pub enum RuntimeError {
          (the library is fetched from the `{wheel}=={version}` wheel), or point ORT_DYLIB_PATH at \
          an existing libonnxruntime.so.{version}. Cause: {cause}"
     )]
-    Unavailable { version: &'static str, wheel: &'static str, tried: String, cause: String },
-    #[error("ORT_DYLIB_PATH={0} does not name a file")]
+    Unavailable { version: &'static str, wheel: &'static str, tried: String, cause: FetchError },
+    #[error("ORT_DYLIB_PATH={} does not name a file", .0.display())]
     BadOverride(PathBuf),
-    #[error("ONNX_PARITY_ORT_WHEEL={0} does not name a file")]
+    #[error("ONNX_PARITY_ORT_WHEEL={} does not name a file", .0.display())]
     BadWheel(PathBuf),
-    #[error("loading ONNX Runtime from {path}: {message}")]
-    Load { path: PathBuf, message: String },
+    #[error("loading ONNX Runtime from {}: {source}", path.display())]
+    Load {
+        path: PathBuf,
+        #[source]
+        source: ort::LoadDynamicError,
+    },
     #[error("creating the ONNX Runtime environment: {0}")]
-    Environment(String),
-    #[error("{0}")]
-    Io(String),
+    Environment(#[source] ort::Error),
+    /// The process's one attempt to create the environment failed (returned to every caller).
+    #[error(transparent)]
+    Once(Arc<RuntimeError>),
+}
+
+/// Why fetching the library failed.
+#[derive(Debug, thiserror::Error)]
+pub enum FetchError {
+    #[error("{action} {}: {source}", path.display())]
+    Io {
+        action: &'static str,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("running python3 -m pip: {0}")]
+    Pip(#[source] std::io::Error),
+    #[error("pip download {spec} failed ({status}): {stderr}")]
+    PipFailed { spec: String, status: std::process::ExitStatus, stderr: String },
+    #[error("pip download {spec} produced no .whl in {}", dir.display())]
+    NoWheel { spec: String, dir: PathBuf },
+    #[error("reading {}: {source}", wheel.display())]
+    Zip {
+        wheel: PathBuf,
+        #[source]
+        source: zip::result::ZipError,
+    },
+    #[error("the wheel did not contain onnxruntime/capi/{0}")]
+    NoLibrary(String),
 }
 
 /// The execution provider of this build and the wheel that carries its library.
@@ -107,11 +138,12 @@ fn locate(override_path: Option<PathBuf>, dir: PathBuf, source: &WheelSource) ->
         WheelSource::File(p) => return Err(RuntimeError::BadWheel(p.clone())),
     };
     let tried = format!("ORT_DYLIB_PATH (unset); cache {}; {fetch}", lib.display());
-    let unavailable = |cause: String| RuntimeError::Unavailable { version: ORT_VERSION, wheel: wheel_name(), tried: tried.clone(), cause };
-    fs::create_dir_all(&dir).map_err(|e| unavailable(format!("creating {}: {e}", dir.display())))?;
+    let unavailable = |cause: FetchError| RuntimeError::Unavailable { version: ORT_VERSION, wheel: wheel_name(), tried: tried.clone(), cause };
+    let io = |action: &'static str, path: &Path, source| unavailable(FetchError::Io { action, path: path.into(), source });
+    fs::create_dir_all(&dir).map_err(|e| io("creating", &dir, e))?;
     let lock_path = dir.join(".lock");
-    let lock = fs::File::create(&lock_path).map_err(|e| unavailable(format!("creating {}: {e}", lock_path.display())))?;
-    lock.lock_exclusive().map_err(|e| unavailable(format!("locking {}: {e}", lock_path.display())))?;
+    let lock = fs::File::create(&lock_path).map_err(|e| io("creating", &lock_path, e))?;
+    lock.lock_exclusive().map_err(|e| io("locking", &lock_path, e))?;
     // Another process may have finished the fetch while we waited for the lock.
     if !lib.is_file() {
         remove_leftovers(&dir);
@@ -122,7 +154,7 @@ fn locate(override_path: Option<PathBuf>, dir: PathBuf, source: &WheelSource) ->
     if lib.is_file() {
         Ok(lib)
     } else {
-        Err(unavailable(format!("the wheel did not contain onnxruntime/capi/{}", library_file_name())))
+        Err(unavailable(FetchError::NoLibrary(library_file_name())))
     }
 }
 
@@ -141,10 +173,10 @@ fn remove_leftovers(dir: &Path) {
 }
 
 /// Gets the wheel (pip, or the file given) and extracts its `capi` shared libraries into `dir`.
-fn fetch_into(dir: &Path, source: &WheelSource) -> Result<(), String> {
+fn fetch_into(dir: &Path, source: &WheelSource) -> Result<(), FetchError> {
     let (wheel, origin) = match source {
         WheelSource::Pip => download(dir)?,
-        WheelSource::File(p) => (fs::File::open(p).map_err(|e| format!("opening {}: {e}", p.display()))?, p.clone()),
+        WheelSource::File(p) => (fs::File::open(p).map_err(|source| FetchError::Io { action: "opening", path: p.clone(), source })?, p.clone()),
     };
     let n = extract_capi_libraries(wheel, &origin, dir)?;
     tracing::info!("extracted {n} ONNX Runtime libraries into {}", dir.display());
@@ -155,10 +187,10 @@ fn fetch_into(dir: &Path, source: &WheelSource) -> Result<(), String> {
 /// already removed (the open file stays readable). Removing it before the extraction means a
 /// process killed after the runtime library is in place leaves no scratch behind: the next
 /// [`locate`] finds the library and never takes the lock that would clean it.
-fn download(dir: &Path) -> Result<(fs::File, PathBuf), String> {
+fn download(dir: &Path) -> Result<(fs::File, PathBuf), FetchError> {
     let scratch = dir.join(format!(".download-{}", std::process::id()));
     let _ = fs::remove_dir_all(&scratch);
-    fs::create_dir_all(&scratch).map_err(|e| format!("creating {}: {e}", scratch.display()))?;
+    fs::create_dir_all(&scratch).map_err(|source| FetchError::Io { action: "creating", path: scratch.clone(), source })?;
     let spec = format!("{}=={ORT_VERSION}", wheel_name());
     tracing::info!("fetching ONNX Runtime: python3 -m pip download --no-deps {spec} (once per machine)");
     eprintln!("onnx-parity: fetching ONNX Runtime ({spec}) into {} ...", dir.display());
@@ -168,16 +200,16 @@ fn download(dir: &Path) -> Result<(fs::File, PathBuf), String> {
             .arg(&scratch)
             .arg(&spec)
             .output()
-            .map_err(|e| format!("running python3 -m pip: {e}"))?;
+            .map_err(FetchError::Pip)?;
         if !out.status.success() {
-            return Err(format!("pip download {spec} failed ({}): {}", out.status, String::from_utf8_lossy(&out.stderr).trim()));
+            return Err(FetchError::PipFailed { spec: spec.clone(), status: out.status, stderr: String::from_utf8_lossy(&out.stderr).trim().to_string() });
         }
         let wheel = fs::read_dir(&scratch)
-            .map_err(|e| e.to_string())?
+            .map_err(|source| FetchError::Io { action: "listing", path: scratch.clone(), source })?
             .filter_map(|e| e.ok().map(|e| e.path()))
             .find(|p| p.extension().is_some_and(|x| x == "whl"))
-            .ok_or_else(|| format!("pip download {spec} produced no .whl in {}", scratch.display()))?;
-        let file = fs::File::open(&wheel).map_err(|e| format!("opening {}: {e}", wheel.display()))?;
+            .ok_or_else(|| FetchError::NoWheel { spec: spec.clone(), dir: scratch.clone() })?;
+        let file = fs::File::open(&wheel).map_err(|source| FetchError::Io { action: "opening", path: wheel.clone(), source })?;
         Ok((file, wheel))
     })();
     let _ = fs::remove_dir_all(&scratch);
@@ -188,11 +220,12 @@ fn download(dir: &Path) -> Result<(fs::File, PathBuf), String> {
 /// provider libraries, which must sit beside it) into `dir`, each via a temp file + rename. The
 /// runtime library goes last: its presence is what [`locate`] takes for a finished extraction, so
 /// a fetch killed part-way is redone rather than leaving a runtime without its providers.
-fn extract_capi_libraries(file: fs::File, wheel: &Path, dir: &Path) -> Result<usize, String> {
-    let mut zip = zip::ZipArchive::new(file).map_err(|e| format!("reading {}: {e}", wheel.display()))?;
+fn extract_capi_libraries(file: fs::File, wheel: &Path, dir: &Path) -> Result<usize, FetchError> {
+    let zip_err = |source| FetchError::Zip { wheel: wheel.into(), source };
+    let mut zip = zip::ZipArchive::new(file).map_err(zip_err)?;
     let mut members: Vec<(usize, String)> = Vec::new();
     for i in 0..zip.len() {
-        let member = zip.by_index(i).map_err(|e| format!("reading {}: {e}", wheel.display()))?;
+        let member = zip.by_index(i).map_err(zip_err)?;
         let Some(base) = member.name().strip_prefix("onnxruntime/capi/") else { continue };
         if base.contains('/') || !base.starts_with("lib") || !base.contains(".so") {
             continue;
@@ -202,31 +235,32 @@ fn extract_capi_libraries(file: fs::File, wheel: &Path, dir: &Path) -> Result<us
     members.sort_by_key(|(_, base)| *base == library_file_name());
     let mut n = 0;
     for (i, base) in members {
-        let mut member = zip.by_index(i).map_err(|e| format!("reading {}: {e}", wheel.display()))?;
-        let name = member.name().to_string();
+        let mut member = zip.by_index(i).map_err(zip_err)?;
+        let name = PathBuf::from(member.name());
         let target = dir.join(base);
         let mut bytes = Vec::with_capacity(member.size() as usize);
-        member.read_to_end(&mut bytes).map_err(|e| format!("extracting {name}: {e}"))?;
-        crate::atomic::write_atomic(&target, &bytes).map_err(|e| format!("writing {}: {e}", target.display()))?;
+        member.read_to_end(&mut bytes).map_err(|source| FetchError::Io { action: "extracting", path: name, source })?;
+        crate::atomic::write_atomic(&target, &bytes).map_err(|source| FetchError::Io { action: "writing", path: target.clone(), source })?;
         n += 1;
     }
     Ok(n)
 }
 
-static ENVIRONMENT: OnceLock<Result<ort::environment::Environment, String>> = OnceLock::new();
+static ENVIRONMENT: OnceLock<Result<ort::environment::Environment, Arc<RuntimeError>>> = OnceLock::new();
 
 /// The process-wide ORT environment (ONNX Runtime allows one per process), created on first use.
 pub fn environment() -> Result<&'static ort::environment::Environment, RuntimeError> {
     let env = ENVIRONMENT.get_or_init(|| {
         // Before any CUDA context exists (cuBLAS/cuDNN read it once): NVIDIA_TF32_OVERRIDE=0
-        // unless the user set it (crate::gpu; main and the test harness applied it already).
+        // unless the user set it (crate::tf32; main and the test harness applied it already).
         crate::tf32::tf32_env();
-        let lib = locate_library().map_err(|e| e.to_string())?;
+        let lib = locate_library()?;
         tracing::debug!("loading ONNX Runtime from {}", lib.display());
-        let builder = ort::init_from(&lib).map_err(|e| format!("loading ONNX Runtime from {}: {e}", lib.display()))?;
-        builder.with_name("onnx-parity").with_telemetry(false).build().map_err(|e| format!("creating the ONNX Runtime environment: {e}"))
-    });
-    env.as_ref().map_err(|e| RuntimeError::Environment(e.clone()))
+        let builder = ort::init_from(&lib).map_err(|source| RuntimeError::Load { path: lib.clone(), source })?;
+        builder.with_name("onnx-parity").with_telemetry(false).build().map_err(RuntimeError::Environment)
+    }
+    .map_err(Arc::new));
+    env.as_ref().map_err(|e| RuntimeError::Once(Arc::clone(e)))
 }
 
 #[cfg(test)]

@@ -25,7 +25,7 @@ use minijinja::value::{Kwargs, ValueKind};
 use minijinja::{Environment, Error, ErrorKind, Value};
 use serde_json::Value as Json;
 
-use crate::inputs::InputsError;
+use crate::inputs::error::InputsError;
 
 /// A checkpoint's chat template and where it was read from.
 #[derive(Debug, Clone, PartialEq)]

@@ -8,9 +8,14 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
-use super::super::image::Resample;
-use super::super::InputsError;
-use super::read_json;
+use crate::inputs::error::InputsError;
+use crate::inputs::image::Resample;
+
+/// A JSON file of the checkpoint (config, processor, tokenizer config), its errors naming it.
+pub(crate) fn read_json(path: &Path) -> Result<Value, InputsError> {
+    let text = std::fs::read_to_string(path).map_err(|source| InputsError::Read { path: path.into(), source })?;
+    serde_json::from_str(&text).map_err(|e| InputsError::Config { path: path.into(), message: format!("not valid JSON: {e}") })
+}
 
 /// `_SUPPORTED_SOFT_TOKENS` of both image processors; HF rejects other values.
 pub const SUPPORTED_SOFT_TOKENS: [usize; 5] = [70, 140, 280, 560, 1120];

@@ -22,19 +22,14 @@ use std::path::{Path, PathBuf};
 
 use serde_json::Value;
 
-use super::super::image::{aspect_ratio_preserving_size, patchify, resize_aa_u8, value_table, RgbImage};
-use super::super::InputsError;
 use super::config::{ImageProcessorConfig, ImageProcessorSource};
-
-/// Which HF image processor (and processor) a checkpoint uses.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Family {
-    /// `Gemma4Processor` / `Gemma4ImageProcessor` (model_type `gemma4`): unmerged patches.
-    Gemma4,
-    /// `Gemma4UnifiedProcessor` / `Gemma4UnifiedImageProcessor` (model_type `gemma4_unified`):
-    /// merged patches.
-    Unified,
-}
+use crate::inputs::error::InputsError;
+use crate::inputs::image::{aspect_ratio_preserving_size, patchify, resize_aa_u8, value_table, RgbImage};
+/// The model family, which decides the HF image processor (and processor) a checkpoint uses:
+/// `Gemma4Processor` / `Gemma4ImageProcessor` (model_type `gemma4`, unmerged patches) or
+/// `Gemma4UnifiedProcessor` / `Gemma4UnifiedImageProcessor` (model_type `gemma4_unified`, merged
+/// patches). The reference's own enum: one `Family` in the project.
+pub use onnx_parity_reference::Family;
 
 /// What one configuration field says about the family, for error messages.
 struct Vote {
@@ -44,131 +39,143 @@ struct Vote {
     value: String,
 }
 
-impl Family {
-    const ALL: [Family; 2] = [Family::Gemma4, Family::Unified];
+/// Both families, in the order messages name them.
+const FAMILIES: [Family; 2] = [Family::Gemma4, Family::Unified];
 
-    pub fn processor_class(self) -> &'static str {
+/// What a family means for image processing.
+pub trait ImageFamily: Copy {
+    fn processor_class(self) -> &'static str;
+    fn image_processor_type(self) -> &'static str;
+    fn model_type(self) -> &'static str;
+    /// Side in pixels of the square block one `pixel_values` row holds.
+    fn patch_side(self, c: &ImageProcessorConfig) -> usize;
+    /// Rows per image after padding: `max_patches` (Gemma4) or `max_soft_tokens` (Unified).
+    fn rows(self, c: &ImageProcessorConfig) -> usize;
+    /// Length of one `pixel_values` row: `3 · side²`.
+    fn patch_dim(self, c: &ImageProcessorConfig) -> usize;
+    /// Soft tokens for an image of `rows` real rows: HF's `num_soft_tokens_per_image`
+    /// (`patches.shape[0] // k²` for Gemma4, the merged patch count for Unified).
+    fn soft_tokens(self, c: &ImageProcessorConfig, rows: usize) -> usize;
+}
+
+impl ImageFamily for Family {
+    fn processor_class(self) -> &'static str {
         match self {
             Family::Gemma4 => "Gemma4Processor",
             Family::Unified => "Gemma4UnifiedProcessor",
         }
     }
 
-    pub fn image_processor_type(self) -> &'static str {
+    fn image_processor_type(self) -> &'static str {
         match self {
             Family::Gemma4 => "Gemma4ImageProcessor",
             Family::Unified => "Gemma4UnifiedImageProcessor",
         }
     }
 
-    pub fn model_type(self) -> &'static str {
+    fn model_type(self) -> &'static str {
         match self {
             Family::Gemma4 => "gemma4",
             Family::Unified => "gemma4_unified",
         }
     }
 
-    /// Side in pixels of the square block one `pixel_values` row holds.
-    pub fn patch_side(self, c: &ImageProcessorConfig) -> usize {
+    fn patch_side(self, c: &ImageProcessorConfig) -> usize {
         match self {
             Family::Gemma4 => c.patch_size,
             Family::Unified => c.token_side(),
         }
     }
 
-    /// Rows per image after padding: `max_patches` (Gemma4) or `max_soft_tokens` (Unified).
-    pub fn rows(self, c: &ImageProcessorConfig) -> usize {
+    fn rows(self, c: &ImageProcessorConfig) -> usize {
         match self {
             Family::Gemma4 => c.max_patches(),
             Family::Unified => c.max_soft_tokens,
         }
     }
 
-    /// Length of one `pixel_values` row: `3 · side²`.
-    pub fn patch_dim(self, c: &ImageProcessorConfig) -> usize {
+    fn patch_dim(self, c: &ImageProcessorConfig) -> usize {
         let side = self.patch_side(c);
         side * side * 3
     }
 
-    /// Soft tokens for an image of `rows` real rows: HF's `num_soft_tokens_per_image`
-    /// (`patches.shape[0] // k²` for Gemma4, the merged patch count for Unified).
-    pub fn soft_tokens(self, c: &ImageProcessorConfig, rows: usize) -> usize {
+    fn soft_tokens(self, c: &ImageProcessorConfig, rows: usize) -> usize {
         match self {
             Family::Gemma4 => rows / (c.pooling_kernel_size * c.pooling_kernel_size),
             Family::Unified => rows,
         }
     }
+}
 
-    /// Decides the family the way HF would load the checkpoint: `AutoImageProcessor` builds the
-    /// class named by `image_processor_type`, `AutoProcessor` the one named by `processor_class`,
-    /// and without them both fall back to `config.json`'s `model_type`. Every one of these that
-    /// is present must name a Gemma 4 class of the same family: a mix (say a `gemma4` model with
-    /// a Unified image processor) would give `pixel_values` rows the vision tower cannot take,
-    /// and an unknown class is an error naming the file and field. A `model_type` that is
-    /// neither `gemma4` nor `gemma4_unified` is only an error when nothing else decides.
-    pub fn resolve(source: &ImageProcessorSource, config: &Value, config_path: &Path) -> Result<Family, InputsError> {
-        let mut votes = Vec::new();
-        let type_field = if source.nested { "image_processor.image_processor_type" } else { "image_processor_type" };
-        if let Some(v) = source.json.get("image_processor_type").filter(|v| !v.is_null()) {
-            votes.push(Self::vote(v, &source.path, type_field, Family::image_processor_type)?);
-        }
-        let class_source = match &source.processor_config {
-            Some((json, path)) => Some((json, path.as_path())),
-            None if !source.nested => Some((&source.json, source.path.as_path())),
-            None => None,
-        };
-        if let Some((json, path)) = class_source {
-            if let Some(v) = json.get("processor_class").filter(|v| !v.is_null()) {
-                votes.push(Self::vote(v, path, "processor_class", Family::processor_class)?);
-            }
-        }
-        let model_type = config.get("model_type").and_then(Value::as_str);
-        if let Some(mt) = model_type {
-            if let Some(family) = Self::ALL.into_iter().find(|f| f.model_type() == mt) {
-                votes.push(Vote { family, path: config_path.into(), field: "model_type".into(), value: mt.into() });
-            }
-        }
-        let Some(first) = votes.first() else {
-            let found = model_type.map_or("no `model_type`".to_string(), |mt| format!("`model_type` {mt:?}"));
-            return Err(InputsError::Config {
-                path: source.path.clone(),
-                message: format!(
-                    "cannot tell which Gemma 4 image processor this is: no `{type_field}` nor `processor_class` here, and {} has {found}; expected `processor_class` \"Gemma4Processor\" or \"Gemma4UnifiedProcessor\" (or `model_type` \"gemma4\" / \"gemma4_unified\")",
-                    config_path.display()
-                ),
-            });
-        };
-        if let Some(other) = votes.iter().find(|v| v.family != first.family) {
-            return Err(InputsError::Config {
-                path: other.path.clone(),
-                message: format!(
-                    "`{}` is {:?} (the {:?} family) but {} has `{}` {:?} (the {:?} family); their pixel_values layouts differ, so one of them is wrong",
-                    other.field,
-                    other.value,
-                    other.family,
-                    first.path.display(),
-                    first.field,
-                    first.value,
-                    first.family
-                ),
-            });
-        }
-        Ok(first.family)
+/// Decides the family the way HF would load the checkpoint: `AutoImageProcessor` builds the
+/// class named by `image_processor_type`, `AutoProcessor` the one named by `processor_class`,
+/// and without them both fall back to `config.json`'s `model_type`. Every one of these that
+/// is present must name a Gemma 4 class of the same family: a mix (say a `gemma4` model with
+/// a Unified image processor) would give `pixel_values` rows the vision tower cannot take,
+/// and an unknown class is an error naming the file and field. A `model_type` that is
+/// neither `gemma4` nor `gemma4_unified` is only an error when nothing else decides.
+pub fn resolve_family(source: &ImageProcessorSource, config: &Value, config_path: &Path) -> Result<Family, InputsError> {
+    let mut votes = Vec::new();
+    let type_field = if source.nested { "image_processor.image_processor_type" } else { "image_processor_type" };
+    if let Some(v) = source.json.get("image_processor_type").filter(|v| !v.is_null()) {
+        votes.push(vote(v, &source.path, type_field, ImageFamily::image_processor_type)?);
     }
+    let class_source = match &source.processor_config {
+        Some((json, path)) => Some((json, path.as_path())),
+        None if !source.nested => Some((&source.json, source.path.as_path())),
+        None => None,
+    };
+    if let Some((json, path)) = class_source {
+        if let Some(v) = json.get("processor_class").filter(|v| !v.is_null()) {
+            votes.push(vote(v, path, "processor_class", ImageFamily::processor_class)?);
+        }
+    }
+    let model_type = config.get("model_type").and_then(Value::as_str);
+    if let Some(mt) = model_type {
+        if let Some(family) = FAMILIES.into_iter().find(|f| f.model_type() == mt) {
+            votes.push(Vote { family, path: config_path.into(), field: "model_type".into(), value: mt.into() });
+        }
+    }
+    let Some(first) = votes.first() else {
+        let found = model_type.map_or("no `model_type`".to_string(), |mt| format!("`model_type` {mt:?}"));
+        return Err(InputsError::Config {
+            path: source.path.clone(),
+            message: format!(
+                "cannot tell which Gemma 4 image processor this is: no `{type_field}` nor `processor_class` here, and {} has {found}; expected `processor_class` \"Gemma4Processor\" or \"Gemma4UnifiedProcessor\" (or `model_type` \"gemma4\" / \"gemma4_unified\")",
+                config_path.display()
+            ),
+        });
+    };
+    if let Some(other) = votes.iter().find(|v| v.family != first.family) {
+        return Err(InputsError::Config {
+            path: other.path.clone(),
+            message: format!(
+                "`{}` is {:?} (the {:?} family) but {} has `{}` {:?} (the {:?} family); their pixel_values layouts differ, so one of them is wrong",
+                other.field,
+                other.value,
+                other.family,
+                first.path.display(),
+                first.field,
+                first.value,
+                first.family
+            ),
+        });
+    }
+    Ok(first.family)
+}
 
-    /// Maps one class-name field to its family; anything else is an error naming the field.
-    fn vote(v: &Value, path: &Path, field: &str, name: fn(Family) -> &'static str) -> Result<Vote, InputsError> {
-        let err = |message: String| InputsError::Config { path: path.into(), message };
-        let s = v.as_str().ok_or_else(|| err(format!("`{field}`: expected a class name (a string), found {v}")))?;
-        let family = Self::ALL.into_iter().find(|&f| name(f) == s).ok_or_else(|| {
-            err(format!(
-                "`{field}` is {s:?}; only {:?} and {:?} (HF's Gemma 4 classes, torchvision backend) are supported",
-                name(Family::Gemma4),
-                name(Family::Unified)
-            ))
-        })?;
-        Ok(Vote { family, path: path.into(), field: field.into(), value: s.into() })
-    }
+/// Maps one class-name field to its family; anything else is an error naming the field.
+fn vote(v: &Value, path: &Path, field: &str, name: fn(Family) -> &'static str) -> Result<Vote, InputsError> {
+    let err = |message: String| InputsError::Config { path: path.into(), message };
+    let s = v.as_str().ok_or_else(|| err(format!("`{field}`: expected a class name (a string), found {v}")))?;
+    let family = FAMILIES.into_iter().find(|&f| name(f) == s).ok_or_else(|| {
+        err(format!(
+            "`{field}` is {s:?}; only {:?} and {:?} (HF's Gemma 4 classes, torchvision backend) are supported",
+            name(Family::Gemma4),
+            name(Family::Unified)
+        ))
+    })?;
+    Ok(Vote { family, path: path.into(), field: field.into(), value: s.into() })
 }
 
 /// One image's processor output before stacking.
@@ -212,7 +219,8 @@ impl ImageProcessor {
         let resized;
         let img = if c.do_resize {
             let (th, tw) =
-                aspect_ratio_preserving_size(img.height, img.width, c.patch_size, c.max_patches(), c.pooling_kernel_size).map_err(err)?;
+                aspect_ratio_preserving_size(img.height, img.width, c.patch_size, c.max_patches(), c.pooling_kernel_size)
+                    .map_err(|e| err(e.to_string()))?;
             if (th, tw) == (img.height, img.width) {
                 img
             } else {
@@ -234,7 +242,7 @@ impl ImageProcessor {
             return Err(err(format!("gives {tokens} soft tokens, more than max_soft_tokens = {}", c.max_soft_tokens)));
         }
         let table = value_table(c.do_rescale.then_some(c.rescale_factor), c.do_normalize.then_some((c.image_mean, c.image_std)));
-        let patches = patchify(img, self.family.patch_side(c), self.rows(), &table).map_err(err)?;
+        let patches = patchify(img, self.family.patch_side(c), self.rows(), &table).map_err(|e| err(e.to_string()))?;
         Ok(ProcessedImage {
             num_soft_tokens: self.family.soft_tokens(c, patches.count),
             pixel_values: patches.pixel_values,
@@ -352,7 +360,7 @@ mod tests {
     }
 
     fn resolve(ip: Value, processor: Option<Value>, config: Value) -> Result<Family, String> {
-        Family::resolve(&source(ip, processor), &config, Path::new("ckpt/config.json")).map_err(|e| e.to_string())
+        resolve_family(&source(ip, processor), &config, Path::new("ckpt/config.json")).map_err(|e| e.to_string())
     }
 
     /// Guards: the family comes from `image_processor_type`, `processor_class` or (as a fallback)

@@ -65,11 +65,12 @@ use std::path::{Path, PathBuf};
 use serde_json::Value;
 use tokenizers::Tokenizer;
 
+use super::error::InputsError;
 use super::image::load_rgb;
-use super::{Dense, InputsError, ModelInputs};
+use onnx_parity_reference::{Dense, ModelInputs};
 use chat::{ChatTemplate, Content};
-use config::{ImageProcessorConfig, ImageProcessorSource};
-use family::{Family, ImageProcessor};
+use config::{read_json, ImageProcessorConfig, ImageProcessorSource};
+use family::{resolve_family, ImageProcessor};
 use tokens::{prepare_tokenizer, special_tokens, SpecialTokens, VIDEO_TOKEN};
 
 /// The Gemma 4 processor of one checkpoint: tokenizer, image processor (family and settings)
@@ -121,13 +122,13 @@ impl Processor {
         let chat_template = ChatTemplate::find(&template_dirs, &tok_config, &tok_config_path)?;
         let token_strings = tokens::named_tokens(&tok_config);
 
-        prepare_tokenizer(&mut tok, &tok_config).map_err(tok_err)?;
+        prepare_tokenizer(&mut tok, &tok_config).map_err(|e| tok_err(e.to_string()))?;
         let tokens = special_tokens(&tok, &tok_config, &config, &tokenizer_path, &config_path)?;
 
         let image = match ImageProcessorSource::find(dir)? {
             Some(source) => {
                 let settings = ImageProcessorConfig::from_json(&source.json, &source.path)?;
-                Some(ImageProcessor { family: Family::resolve(&source, &config, &config_path)?, config: settings })
+                Some(ImageProcessor { family: resolve_family(&source, &config, &config_path)?, config: settings })
             }
             None => None,
         };
@@ -283,14 +284,10 @@ impl Processor {
     }
 }
 
-fn read_json(path: &Path) -> Result<Value, InputsError> {
-    let text = std::fs::read_to_string(path).map_err(|source| InputsError::Read { path: path.into(), source })?;
-    serde_json::from_str(&text).map_err(|e| InputsError::Config { path: path.into(), message: format!("not valid JSON: {e}") })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use family::Family;
 
     fn fixture() -> PathBuf {
         Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/unified-vision")
@@ -306,7 +303,7 @@ mod tests {
         let images: Vec<PathBuf> = desc["images"].as_array().unwrap().iter().map(|p| dir.join(p.as_str().unwrap())).collect();
         let p = Processor::from_checkpoint(&dir.join("checkpoint")).unwrap();
         let got = p.process(prompt, &images).unwrap();
-        let want = crate::inputs::load_safetensors(&dir.join("processor.safetensors")).unwrap();
+        let want = crate::inputs::file::load_safetensors(&dir.join("processor.safetensors")).unwrap();
         assert_eq!(got.input_ids, want.input_ids);
         assert_eq!(got.mm_token_type_ids, want.mm_token_type_ids);
         assert_eq!(got.image_position_ids, want.image_position_ids);

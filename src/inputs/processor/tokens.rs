@@ -8,7 +8,7 @@ use std::path::Path;
 use serde_json::Value;
 use tokenizers::{AddedToken, Tokenizer};
 
-use super::super::InputsError;
+use crate::inputs::error::InputsError;
 
 /// The processor adds this token itself (`tokenizer.add_special_tokens` in its `__init__`).
 pub const VIDEO_TOKEN: &str = "<|video|>";
@@ -57,6 +57,15 @@ pub(super) fn named_tokens(config: &Value) -> BTreeMap<String, String> {
 }
 
 /// What `TokenizersBackend.from_pretrained` and the processor's `__init__` do to the raw
+/// Why the tokenizer could not be set up as HF's processor sets it up.
+#[derive(Debug, thiserror::Error)]
+pub enum PrepareError {
+    #[error("adding special token: {0}")]
+    AddSpecial(#[source] tokenizers::Error),
+    #[error("disabling truncation: {0}")]
+    Truncation(#[source] tokenizers::Error),
+}
+
 /// `tokenizer.json` before encoding:
 /// - special tokens named in `tokenizer_config.json` (and the processor's `<|video|>`) that are
 ///   not yet added tokens are added as special tokens, so they are never split;
@@ -67,7 +76,7 @@ pub(super) fn named_tokens(config: &Value) -> BTreeMap<String, String> {
 /// `add_bos_token`/`add_eos_token` from `tokenizer_config.json` whenever a `tokenizer.json`
 /// exists, and a tokenizer.json without post-processor gets `$A` only — no BOS (both measured
 /// with transformers 5.14.1).
-pub fn prepare_tokenizer(tok: &mut Tokenizer, config: &Value) -> Result<(), String> {
+pub fn prepare_tokenizer(tok: &mut Tokenizer, config: &Value) -> Result<(), PrepareError> {
     let named = named_tokens(config);
     const CORE: [&str; 7] = ["bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token"];
     let mut wanted: Vec<String> = CORE.iter().filter_map(|k| named.get(*k).cloned()).collect();
@@ -79,10 +88,10 @@ pub fn prepare_tokenizer(tok: &mut Tokenizer, config: &Value) -> Result<(), Stri
     for s in wanted {
         let added = tok.get_added_tokens_decoder().values().any(|t| t.content == s);
         if !added && !s.is_empty() {
-            tok.add_special_tokens([AddedToken::from(s, true)]).map_err(|e| format!("adding special token: {e}"))?;
+            tok.add_special_tokens([AddedToken::from(s, true)]).map_err(PrepareError::AddSpecial)?;
         }
     }
-    tok.with_truncation(None).map_err(|e| format!("disabling truncation: {e}"))?;
+    tok.with_truncation(None).map_err(PrepareError::Truncation)?;
     tok.with_padding(None);
     Ok(())
 }

@@ -2,7 +2,7 @@
 //! (they localise, never gate), and the per-layer profile reports draw.
 
 use super::allclose::AllcloseReport;
-use super::{describe, stage};
+use super::stage::{describe, stage};
 use crate::metric_keys as key;
 use crate::metric_keys::Metrics;
 use crate::outputs::LayerOutputs;

@@ -6,50 +6,19 @@
 
 pub mod allclose;
 mod layers;
+mod stage;
 
 use super::outcome::{Status, TierOutcome};
-use crate::inputs::Dense;
 use crate::metric_keys as key;
 use crate::metric_keys::Metrics;
-use crate::metrics::{argmax, MetricError};
+use crate::metrics::argmax;
 use crate::outputs::{Run, Stage};
 use crate::tolerance::L3Tolerance;
 use allclose::{allclose, AllcloseReport};
 pub use layers::layer_sparkline;
 use layers::layer_localisation;
+use stage::{describe, stage, StageError};
 use onnx_parity_reference::BidirectionalScope;
-
-/// Why one stage could not be compared: itself a divergence.
-#[derive(Debug, thiserror::Error)]
-pub(super) enum StageError {
-    #[error("{stage}: shape {actual:?} from ONNX vs {expected:?} from the reference")]
-    Shape { stage: String, actual: Vec<usize>, expected: Vec<usize> },
-    #[error("{stage}: {source}")]
-    Metric { stage: String, source: MetricError },
-}
-
-/// Compares one stage (`name` for messages).
-pub(super) fn stage(name: &str, actual: &Dense<f32>, expected: &Dense<f32>, tol: &L3Tolerance) -> Result<AllcloseReport, StageError> {
-    if actual.shape != expected.shape {
-        return Err(StageError::Shape { stage: name.into(), actual: actual.shape.clone(), expected: expected.shape.clone() });
-    }
-    allclose(&actual.data, &expected.data, &actual.shape, tol.atol, tol.rtol).map_err(|source| StageError::Metric { stage: name.into(), source })
-}
-
-pub(super) fn describe(name: &str, r: &AllcloseReport) -> String {
-    format!(
-        "{name}: max_abs_diff {:.3e} at {:?} (onnx {} vs ref {}), {} of {} outside atol {:.0e} + rtol {:.0e}·|ref|{}",
-        r.max_abs_diff,
-        r.worst_index,
-        r.worst_actual,
-        r.worst_expected,
-        r.n_violations,
-        r.numel,
-        r.atol,
-        r.rtol,
-        if r.nonfinite_mismatch > 0 { format!(", {} non-finite", r.nonfinite_mismatch) } else { String::new() }
-    )
-}
 
 /// L3 verdict: `actual` (an implementation's prefill and teacher-forced decode) against
 /// `expected` (the reference's, computed in `scope`).
@@ -156,6 +125,7 @@ pub fn compare(expected: &Run, actual: &Run, scope: BidirectionalScope, tol: &L3
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::inputs::Dense;
     use crate::outputs::{Component, GeneratedTokens, LayerOutputs, Prefill};
 
     /// The reference's run and the mask scope it ran in.

@@ -20,8 +20,18 @@ pub enum DumpError {
         #[source]
         source: BackendError,
     },
-    #[error("writing {path}: {message}")]
-    Write { path: PathBuf, message: String },
+    #[error("writing {}: {source}", path.display())]
+    Serialize {
+        path: PathBuf,
+        #[source]
+        source: crate::tensor_file::TensorFileError,
+    },
+    #[error("writing {}: {source}", path.display())]
+    Write {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
 }
 
 /// What a dump holds: the run, and whether greedy tokens were asked for.
@@ -42,7 +52,6 @@ pub fn run(backend: &mut dyn Backend, inputs: &ModelInputs, greedy: usize, eos: 
 impl Dump {
     /// Writes the tensors as safetensors (temp file + rename).
     pub fn save(&self, path: &Path) -> Result<(), DumpError> {
-        let werr = |m: String| DumpError::Write { path: path.into(), message: m };
         let l = &self.run.prefill.logits;
         let mut file = TensorFile::new().f32("logits", l.shape.clone(), &l.data);
         for (c, d) in &self.run.prefill.components {
@@ -57,7 +66,7 @@ impl Dump {
             let t = &self.run.generation.tokens;
             file = file.i64("greedy_tokens", vec![1, t.len()], t);
         }
-        let bytes = file.to_bytes().map_err(werr)?;
-        crate::atomic::write_atomic(path, &bytes).map_err(|e| werr(e.to_string()))
+        let bytes = file.to_bytes().map_err(|source| DumpError::Serialize { path: path.into(), source })?;
+        crate::atomic::write_atomic(path, &bytes).map_err(|source| DumpError::Write { path: path.into(), source })
     }
 }
