@@ -7,8 +7,8 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use onnx_parity::onnx::pipeline::OnnxPipeline;
-use onnx_parity::onnx::session::SessionOptions;
 use onnx_parity::onnx::runtime;
+use onnx_parity::onnx::session::SessionOptions;
 use ort::session::{Session, SessionInputValue};
 use ort::value::{DynValue, Tensor};
 

@@ -14,18 +14,26 @@ fn median(mut v: Vec<f64>) -> f64 {
 
 fn time(repeats: usize, mut f: impl FnMut()) -> f64 {
     f();
-    median((0..repeats).map(|_| {
-        let t = Instant::now();
-        f();
-        t.elapsed().as_secs_f64()
-    }).collect())
+    median(
+        (0..repeats)
+            .map(|_| {
+                let t = Instant::now();
+                f();
+                t.elapsed().as_secs_f64()
+            })
+            .collect(),
+    )
 }
 
 fn main() {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     let path = std::env::args().skip(1).find(|a| !a.starts_with('-')).map(PathBuf::from).unwrap_or_else(|| {
         let cat = root.join("../shared/anchors/mobius/testdata/pipeline-cat-chonk.jpeg");
-        if cat.is_file() { cat } else { root.join("fixtures/jpeg/q85-420-progressive.jpg") }
+        if cat.is_file() {
+            cat
+        } else {
+            root.join("fixtures/jpeg/q85-420-progressive.jpg")
+        }
     });
     let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     let ours = onnx_parity::inputs::jpeg::decode_like_pil(&bytes).expect("decode");
@@ -34,7 +42,8 @@ fn main() {
         std::hint::black_box(onnx_parity::inputs::jpeg::decode_like_pil(&bytes).expect("decode"));
     });
     let t_zune = time(repeats, || {
-        let opts = zune_jpeg::zune_core::options::DecoderOptions::default().jpeg_set_out_colorspace(zune_jpeg::zune_core::colorspace::ColorSpace::RGB);
+        let opts = zune_jpeg::zune_core::options::DecoderOptions::default()
+            .jpeg_set_out_colorspace(zune_jpeg::zune_core::colorspace::ColorSpace::RGB);
         let mut d = zune_jpeg::JpegDecoder::new_with_options(zune_jpeg::zune_core::bytestream::ZCursor::new(&bytes), opts);
         std::hint::black_box(d.decode().expect("zune"));
     });

@@ -265,7 +265,10 @@ mod tests {
         assert_eq!(parse("\"why\"").unwrap(), Expectation { reason: "why".into(), signature: None });
         let e = parse("{reason: r, first_divergence: image_features, metric: max_abs_diff, value: 8.0e-3, within: 3}").unwrap();
         let s = e.signature.unwrap();
-        assert_eq!((s.first_divergence.as_deref(), s.metric.as_deref(), s.value, s.within), (Some("image_features"), Some("max_abs_diff"), Some(8.0e-3), Some(3.0)));
+        assert_eq!(
+            (s.first_divergence.as_deref(), s.metric.as_deref(), s.value, s.within),
+            (Some("image_features"), Some("max_abs_diff"), Some(8.0e-3), Some(3.0))
+        );
         assert!(parse("{reason: r}").unwrap().signature.is_none());
         assert!(parse("{reason: r, metric: m}").is_err());
         assert!(parse("{reason: r, value: 1}").is_err());
@@ -310,10 +313,15 @@ mod tests {
     /// first divergence (logits 10× worse, image features unchanged) does not match.
     #[test]
     fn every_listed_metric_is_held() {
-        let e = parse("{reason: r, first_divergence: image_features, metrics: {image_features_max_abs_diff: 1.6e-3, max_abs_diff: 8.0e-3}}").unwrap();
+        let e =
+            parse("{reason: r, first_divergence: image_features, metrics: {image_features_max_abs_diff: 1.6e-3, max_abs_diff: 8.0e-3}}")
+                .unwrap();
         let s = e.signature.unwrap();
         let out = |img: f64, max: f64| {
-            TierOutcome::fail("m").metric("first_divergence", "image_features").metric("image_features_max_abs_diff", img).metric("max_abs_diff", max)
+            TierOutcome::fail("m")
+                .metric("first_divergence", "image_features")
+                .metric("image_features_max_abs_diff", img)
+                .metric("max_abs_diff", max)
         };
         assert_eq!(mismatch(&s, &out(1.6e-3, 8.0e-3)), None);
         let later = mismatch(&s, &out(1.6e-3, 8.0e-2)).unwrap();
@@ -323,7 +331,8 @@ mod tests {
         assert!(parse("{reason: r, metrics: {m: .inf}}").is_err());
         assert!(parse("{reason: r, metrics: {m: 1}, within: 1}").is_ok());
         // A metric with its own band: the layer index exact among ×/÷ 2 float differences.
-        let s = parse("{reason: r, metrics: {first_divergent_layer: {value: 3, within: 1}, max_abs_diff: 0.8}}").unwrap().signature.unwrap();
+        let s =
+            parse("{reason: r, metrics: {first_divergent_layer: {value: 3, within: 1}, max_abs_diff: 0.8}}").unwrap().signature.unwrap();
         let out = |layer: u64, max: f64| TierOutcome::fail("m").metric("first_divergent_layer", layer).metric("max_abs_diff", max);
         assert_eq!(mismatch(&s, &out(3, 1.2)), None);
         assert!(mismatch(&s, &out(4, 0.8)).unwrap().contains("first_divergent_layer 4e0 outside 3e0 ..= 3e0"));

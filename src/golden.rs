@@ -15,8 +15,8 @@ use serde::de::{self, Deserializer, MapAccess, Visitor};
 use serde::Deserialize;
 use thiserror::Error;
 
-use crate::metrics::top_k;
 use crate::hexfloat;
+use crate::metrics::top_k;
 
 #[derive(Debug, Error)]
 pub enum GoldenError {
@@ -42,7 +42,6 @@ pub struct GoldenTopIds<'a> {
     pub top2: i64,
     pub top10: &'a [i64],
 }
-
 
 /// `logits_summary`: `[max, min, mean, population std]` of the last-position logits.
 #[derive(Debug, Clone, Copy, PartialEq)]

@@ -264,7 +264,6 @@ pub fn probe_gpu_run() -> Result<Vec<ProbeResult>, GpuError> {
 mod tests {
     use super::*;
 
-
     /// Guards the probe's decision: the exact f32 product passes; a simulated TF32 product
     /// (inputs' mantissas rounded to 10 bits, then multiplied) is flagged, far above the bound.
     #[test]

@@ -6,16 +6,15 @@
 
 pub mod artifacts;
 pub mod atomic;
-pub mod compare;
 pub mod backend;
 pub mod case;
+pub mod compare;
 pub mod metric_keys;
 pub mod metrics;
 
-
 pub mod evaluation;
-pub mod files;
 pub mod expectation;
+pub mod files;
 pub mod golden;
 pub mod gpu;
 pub mod hexfloat;
@@ -24,8 +23,8 @@ pub mod inputs;
 pub mod logits;
 pub mod memory;
 pub mod names;
-pub mod outputs;
 pub mod onnx;
+pub mod outputs;
 pub mod plan;
 pub mod python_json;
 pub mod regenerate;

@@ -7,8 +7,8 @@
 use std::path::{Path, PathBuf};
 
 use crate::backend::{Backend, BackendError, GenerationRequest};
-use crate::outputs::{LayerOutputs, Run};
 use crate::inputs::ModelInputs;
+use crate::outputs::{LayerOutputs, Run};
 use crate::tensor_file::TensorFile;
 
 /// Why a dump failed.

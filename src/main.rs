@@ -6,15 +6,15 @@ use std::time::Instant;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
+use onnx_parity::artifacts::Artifacts;
 use onnx_parity::backend::reference::ReferenceBackend;
 use onnx_parity::backend::Backend;
-use onnx_parity::artifacts::Artifacts;
 use onnx_parity::case::{discover, Level};
-use onnx_parity::plan::{plan, TrialKind};
-use onnx_parity::logits;
 use onnx_parity::gpu;
+use onnx_parity::logits;
 use onnx_parity::onnx::pipeline::{DecoderGraph, OnnxPipeline};
 use onnx_parity::onnx::session::SessionOptions;
+use onnx_parity::plan::{plan, TrialKind};
 use onnx_parity::regenerate::{regenerate, GoldenChange};
 use onnx_parity::report::{CaseReport, LevelReport, RunMetadata, RunReport};
 use onnx_parity::tiers::{self, outcome::TierOutcome, RunOptions};
@@ -386,7 +386,9 @@ fn logits(
                 anyhow::bail!("--bidirectional applies to the reference (--checkpoint) only: an export has its mask built in");
             }
             let graph = if layers { DecoderGraph::WithLayerOutputs } else { DecoderGraph::Original };
-            Box::new(OnnxPipeline::open_with(d, &SessionOptions::from_env(), graph).with_context(|| format!("ONNX export {}", d.display()))?)
+            Box::new(
+                OnnxPipeline::open_with(d, &SessionOptions::from_env(), graph).with_context(|| format!("ONNX export {}", d.display()))?,
+            )
         }
         (None, None) => anyhow::bail!("give --checkpoint or --onnx"),
     };

@@ -4,8 +4,8 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::tiers::outcome::{Status, TierOutcome};
 use crate::metric_keys as key;
+use crate::tiers::outcome::{Status, TierOutcome};
 
 /// Why a report could not be written.
 #[derive(Debug, thiserror::Error)]
@@ -91,21 +91,11 @@ impl TrialRecord {
 
     /// Every record under `dirs` (files ending in `.json`, folders searched recursively).
     pub fn read_all(dirs: &[PathBuf]) -> Result<Vec<TrialRecord>, ReportError> {
-        fn walk(dir: &Path, out: &mut Vec<PathBuf>) -> Result<(), ReportError> {
-            let io = |source| ReportError::Io { path: dir.into(), source };
-            for entry in std::fs::read_dir(dir).map_err(io)? {
-                let p = entry.map_err(io)?.path();
-                if p.is_dir() {
-                    walk(&p, out)?;
-                } else if p.extension().is_some_and(|e| e == "json") {
-                    out.push(p);
-                }
-            }
-            Ok(())
-        }
         let mut files = Vec::new();
         for d in dirs {
-            walk(d, &mut files)?;
+            for found in crate::files::walk(d, &|p| p.extension().is_some_and(|e| e == "json")) {
+                files.push(found.map_err(|e| ReportError::Io { path: e.path, source: e.source })?);
+            }
         }
         files.sort();
         files
@@ -126,7 +116,8 @@ pub struct RunReport {
 }
 
 /// Metrics shown in the Markdown table and console summary, in this order, when present.
-const KEY_METRICS: [&str; 6] = [key::MAX_ABS_DIFF, key::COSINE, key::ARGMAX_MATCH, key::TOP10_JACCARD, key::TOKEN_MATCH_RATIO, key::VIOLATIONS];
+const KEY_METRICS: [&str; 6] =
+    [key::MAX_ABS_DIFF, key::COSINE, key::ARGMAX_MATCH, key::TOP10_JACCARD, key::TOKEN_MATCH_RATIO, key::VIOLATIONS];
 
 impl RunReport {
     /// The report of trial records (grouped by case, levels in record order; metadata from the

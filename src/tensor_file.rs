@@ -46,7 +46,9 @@ impl TensorFile {
             .tensors
             .iter()
             .map(|(name, dt, shape, bytes)| {
-                TensorView::new(*dt, shape.clone(), bytes).map(|v| (name.clone(), v)).map_err(|source| TensorFileError::Tensor { name: name.clone(), source })
+                TensorView::new(*dt, shape.clone(), bytes)
+                    .map(|v| (name.clone(), v))
+                    .map_err(|source| TensorFileError::Tensor { name: name.clone(), source })
             })
             .collect::<Result<Vec<_>, _>>()?;
         safetensors::serialize(views, None).map_err(TensorFileError::Serialize)

@@ -280,7 +280,6 @@ pub fn resolve(tol: &Tolerances, dtype: Dtype, overrides: &ToleranceOverrides) -
     Ok(Thresholds { dtype, l3, l4, l5, overridden })
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -42,7 +42,13 @@ macro_rules! conformance {
     ($name:literal) => {
         Anchor {
             name: concat!("conformance::", $name),
-            needs: &[concat!("mobius/cases/", $name, ".yaml"), CONFORMANCE_NEEDS[0], CONFORMANCE_NEEDS[1], CONFORMANCE_NEEDS[2], CONFORMANCE_NEEDS[3]],
+            needs: &[
+                concat!("mobius/cases/", $name, ".yaml"),
+                CONFORMANCE_NEEDS[0],
+                CONFORMANCE_NEEDS[1],
+                CONFORMANCE_NEEDS[2],
+                CONFORMANCE_NEEDS[3],
+            ],
             check: conformance,
         }
     };
@@ -257,7 +263,8 @@ fn stand_in(model_id: &str) -> Result<(&'static str, &'static str, &'static str)
 /// The text goldens that hold the prompt's ids without BOS (mobius's inconsistency, documented
 /// in the tokenizer README): the processor gives `<bos>` + those ids, and L4/L5 replay the
 /// golden's ids (`inputs::replay`).
-const GOLDENS_WITHOUT_BOS: [&str; 4] = ["causal-lm/gemma-4-e2b", "causal-lm/gemma-4-e4b", "causal-lm/gemma-4-26b-a4b", "causal-lm/gemma-4-31b"];
+const GOLDENS_WITHOUT_BOS: [&str; 4] =
+    ["causal-lm/gemma-4-e2b", "causal-lm/gemma-4-e4b", "causal-lm/gemma-4-26b-a4b", "causal-lm/gemma-4-31b"];
 
 /// Guards (mobius conformance): for a mobius case run unchanged, on a checkpoint-like folder of
 /// the real config and the stand-in tokenizer, (1) the processor's `input_ids` are the golden's

@@ -434,7 +434,8 @@ fn chat_checkpoint(dir: &Path, template: bool) -> PathBuf {
 
 /// A prompt case for `inputs` on `checkpoint` (prompt and image of fixtures/chat-template/hf.json).
 fn chat_case(dir: &Path, name: &str, checkpoint: &Path, task: &str, images: bool, extra: &str) -> PathBuf {
-    let hf: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(fixture("chat-template/hf.json")).expect("hf.json")).expect("json");
+    let hf: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(fixture("chat-template/hf.json")).expect("hf.json")).expect("json");
     let images = if images { format!("  images: [{:?}]\n", fixture("unified-vision/images/a.png")) } else { String::new() };
     let yaml = format!(
         "model_id: m\nmodel_type: gemma4_unified\nrevision: r\ntask_type: {task}\ndtype: float32\nlevel: L3\ncheckpoint: {}\n{extra}inputs:\n  prompts: [{}]\n{images}",
@@ -455,7 +456,8 @@ fn inputs_of(case: &Path, out_dir: &Path) -> (String, Vec<i64>) {
 }
 
 fn hf_ids(key: &str) -> Vec<i64> {
-    let hf: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(fixture("chat-template/hf.json")).expect("hf.json")).expect("json");
+    let hf: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(fixture("chat-template/hf.json")).expect("hf.json")).expect("json");
     serde_json::from_value(hf[key]["input_ids"].clone()).expect("input_ids")
 }
 
@@ -553,7 +555,12 @@ fn inputs_replay_of_a_drifted_golden() {
     std::fs::write(goldens.join("vision-language/unified-vision-prompt.json"), golden_text).expect("write");
     let out = dir.path().join("r.safetensors");
     let args = |replay: bool| {
-        let mut a = vec!["inputs".to_string(), "cases/vision-language/unified-vision-prompt.yaml".into(), "--out".into(), out.display().to_string()];
+        let mut a = vec![
+            "inputs".to_string(),
+            "cases/vision-language/unified-vision-prompt.yaml".into(),
+            "--out".into(),
+            out.display().to_string(),
+        ];
         a.extend(["--goldens".to_string(), goldens.display().to_string()]);
         if replay {
             a.push("--replay".into());
@@ -582,8 +589,11 @@ fn l4_l5_replay_the_goldens_input_ids_with_a_warning() {
     let at = golden.input_ids.len() - 2;
     golden.input_ids[at] = if golden.input_ids[at] == 5 { 6 } else { 5 };
     std::fs::write(goldens.join("vision-language/unified-vision-prompt.json"), golden.to_json_string()).expect("write");
-    std::fs::copy(committed.join("unified-vision-prompt_generation.json"), goldens.join("vision-language/unified-vision-prompt_generation.json"))
-        .expect("copy");
+    std::fs::copy(
+        committed.join("unified-vision-prompt_generation.json"),
+        goldens.join("vision-language/unified-vision-prompt_generation.json"),
+    )
+    .expect("copy");
     let report = dir.path().join("r.json");
     let o = cli(&[
         "run",

@@ -84,7 +84,10 @@ fn run(parser: &str, path: &Path) -> Result<(), String> {
             use onnx_parity::inputs::processor::chat::{ChatTemplate, Content};
             let text = std::fs::read_to_string(path).map_err(|e| e.to_string())?;
             let tokens = [("bos_token".to_string(), "<bos>".to_string())].into_iter().collect();
-            ChatTemplate::from_text(text, path).render_user_turn(&[Content::Image, Content::Text("Describe.".into())], &tokens).map(drop).map_err(|e| e.to_string())
+            ChatTemplate::from_text(text, path)
+                .render_user_turn(&[Content::Image, Content::Text("Describe.".into())], &tokens)
+                .map(drop)
+                .map_err(|e| e.to_string())
         }
         "pipeline" => {
             let dir = path.parent().expect("package folder");

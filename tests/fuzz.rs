@@ -34,9 +34,9 @@ use onnx_parity::onnx::contract::ExportContract;
 use onnx_parity::onnx::graph::GraphSummary;
 use onnx_parity_reference::ModelConfig;
 use proptest::prelude::*;
-use support::files;
 use proptest::sample::Index;
 use serde_json::{json, Value};
+use support::files;
 
 // ---------------------------------------------------------------------------------------------
 // Configuration and seeds
@@ -51,7 +51,6 @@ fn config(cases: u32) -> ProptestConfig {
 fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
-
 
 fn read(p: &Path) -> String {
     std::fs::read_to_string(p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))

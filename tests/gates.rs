@@ -69,7 +69,13 @@ fn synthetic_tiers_take_every_artifact_from_the_stand_in() {
 #[test]
 fn status_words() {
     use onnx_parity::tiers::outcome::Status;
-    let all = [(Status::Pass, "pass"), (Status::Fail, "fail"), (Status::Ambiguous, "ambiguous"), (Status::Skipped, "skipped"), (Status::Xfail, "xfail")];
+    let all = [
+        (Status::Pass, "pass"),
+        (Status::Fail, "fail"),
+        (Status::Ambiguous, "ambiguous"),
+        (Status::Skipped, "skipped"),
+        (Status::Xfail, "xfail"),
+    ];
     for (s, word) in all {
         assert_eq!(s.as_str(), word);
         assert_eq!(s.to_string(), word);
@@ -371,7 +377,8 @@ fn l1_violations_name_the_tensor_and_what_the_contract_expects() {
     let config = repo("fixtures/unified-vision/checkpoint/config.json");
     let edited = edited_export(&onnx, |role, m| {
         let g = m.graph.as_mut().unwrap();
-        let find = |list: &[ValueInfoProto], name: &str| list.iter().position(|v| v.name == name).unwrap_or_else(|| panic!("{role}: {name}"));
+        let find =
+            |list: &[ValueInfoProto], name: &str| list.iter().position(|v| v.name == name).unwrap_or_else(|| panic!("{role}: {name}"));
         match role {
             "decoder" => {
                 // unified asks for bidirectional vision attention: the decoder needs input_ids.
@@ -447,7 +454,11 @@ fn l2_parameter_count_equals_the_published_one() {
     assert!(out.message.contains("equal to the published count"), "{}", out.message);
     let resident = metric_u64(&out, "reference_resident_bytes");
     assert_eq!(resident, reference * 4, "no PLE table: every tensor resident in f32");
-    assert!(out.message.contains(&format!("reference memory: {:.2} GiB resident (f32)", resident as f64 / (1u64 << 30) as f64)), "{}", out.message);
+    assert!(
+        out.message.contains(&format!("reference memory: {:.2} GiB resident (f32)", resident as f64 / (1u64 << 30) as f64)),
+        "{}",
+        out.message
+    );
     assert!(out.message.contains("reference memory: 44.54 GiB resident (f32)"), "{}", out.message);
     let off = l2::check(l2::L2Inputs { published_parameters: Some(published + 1), ..l2_inputs(&config) });
     assert_eq!(off.status, Status::Fail, "{}", off.message);
@@ -468,7 +479,9 @@ fn l2_ple_table_is_not_resident() {
     let config = real_config("gemma-4-E2B-it");
     let json: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&config).unwrap()).unwrap();
     let t = &json["text_config"];
-    let rows = t["vocab_size_per_layer_input"].as_u64().unwrap() * t["num_hidden_layers"].as_u64().unwrap() * t["hidden_size_per_layer_input"].as_u64().unwrap();
+    let rows = t["vocab_size_per_layer_input"].as_u64().unwrap()
+        * t["num_hidden_layers"].as_u64().unwrap()
+        * t["hidden_size_per_layer_input"].as_u64().unwrap();
     assert_eq!(rows, 262_144 * 35 * 256);
     let out = l2::check(l2_inputs(&config));
     let reference = metric_u64(&out, "reference_parameters");
@@ -545,7 +558,11 @@ fn l2_checkpoint_headers_hold_exactly_what_the_config_implies() {
     with_shared.push((shared.into(), vec![256, 1536]));
     let out = run(with_shared);
     assert_eq!(out.status, Status::Pass, "{}", out.message);
-    assert!(out.message.contains("752 audio tensors present (not run); 1 K/V tensors of KV-shared layers that HF ignores"), "{}", out.message);
+    assert!(
+        out.message.contains("752 audio tensors present (not run); 1 K/V tensors of KV-shared layers that HF ignores"),
+        "{}",
+        out.message
+    );
 
     let mut extra = all.clone();
     extra.push(("model.language_model.layers.3.self_attn.rotary.weight".into(), vec![4]));
@@ -563,7 +580,11 @@ fn l2_checkpoint_headers_hold_exactly_what_the_config_implies() {
     reshaped.iter_mut().find(|(n, _)| *n == name).unwrap().1 = wrong.clone();
     let out = run(reshaped);
     assert_eq!(out.status, Status::Fail, "{}", out.message);
-    assert!(out.message.contains(&format!("checkpoint: audio tensor `{name}` has shape {wrong:?}, the config implies {shape:?}")), "{}", out.message);
+    assert!(
+        out.message.contains(&format!("checkpoint: audio tensor `{name}` has shape {wrong:?}, the config implies {shape:?}")),
+        "{}",
+        out.message
+    );
     assert!(out.message.contains("751 audio tensors present"), "{}", out.message);
 
     let missing: Vec<_> = all.iter().filter(|(n, _)| *n != name).cloned().collect();
@@ -619,11 +640,20 @@ fn l1_l3_skip_reasons_name_the_missing_artifact() {
     let both = format!("checkpoint: {}\nonnx: {}\n", ckpt.display(), onnx.display());
 
     let none = reason(format!("onnx: {}\n", onnx.display()), L1).unwrap();
-    assert_eq!(none, format!("no local checkpoint: add `checkpoint: <HF folder with config.json>` (or a `synthetic:` stand-in) to {}", tmp.path().join("cat/x.yaml").display()));
+    assert_eq!(
+        none,
+        format!(
+            "no local checkpoint: add `checkpoint: <HF folder with config.json>` (or a `synthetic:` stand-in) to {}",
+            tmp.path().join("cat/x.yaml").display()
+        )
+    );
     assert_eq!(reason(both.clone(), L1).unwrap(), format!("checkpoint {} has no config.json: download or regenerate it", ckpt.display()));
     std::fs::write(ckpt.join("config.json"), "{}").unwrap();
     assert_eq!(reason(both.clone(), L1), None, "L1 reads no weights");
-    assert_eq!(reason(both.clone(), L3).unwrap(), format!("checkpoint {} has no safetensors weights: download or regenerate them", ckpt.display()));
+    assert_eq!(
+        reason(both.clone(), L3).unwrap(),
+        format!("checkpoint {} has no safetensors weights: download or regenerate them", ckpt.display())
+    );
     std::fs::write(ckpt.join("model.safetensors"), "").unwrap();
     assert_eq!(reason(both.clone(), L3), None);
     assert_eq!(reason(both, L1), None);
@@ -645,7 +675,10 @@ fn audio_inputs_are_skipped_as_out_of_scope() {
     let tmp = tempfile::tempdir().unwrap();
     assert_eq!(static_skip(&skip_case(tmp.path(), &fields), L1, &no_goldens()), None);
     let audio = skip_case(tmp.path(), &format!("{fields}inputs:\n  audio: [\"speech.wav\"]\n"));
-    assert_eq!(static_skip(&audio, L1, &no_goldens()).as_deref(), Some("audio inputs are out of scope: the reference implements text and vision only"));
+    assert_eq!(
+        static_skip(&audio, L1, &no_goldens()).as_deref(),
+        Some("audio inputs are out of scope: the reference implements text and vision only")
+    );
 }
 
 /// Kills: `level == Level::L4` inverted and the `!needed.is_file()` test inverted in
@@ -753,7 +786,8 @@ fn l4_l5_replay_the_golden_input_ids_and_warn() {
     assert_eq!(golden["input_ids"][5], 304);
     golden["input_ids"][5] = 305.into();
     std::fs::write(dir.join("unified-text-kvshare.json"), serde_json::to_string_pretty(&golden).unwrap()).unwrap();
-    std::fs::copy(repo("goldens/causal-lm/unified-text-kvshare_generation.json"), dir.join("unified-text-kvshare_generation.json")).unwrap();
+    std::fs::copy(repo("goldens/causal-lm/unified-text-kvshare_generation.json"), dir.join("unified-text-kvshare_generation.json"))
+        .unwrap();
     let opts = RunOptions { goldens_root: tmp.path().into(), ci: false };
     let evals = CaseEvaluations::default();
     let drift = "the case's input_ids differ from the golden's at position 5 (case 304, golden 305; 24 vs 24 ids)";
@@ -762,7 +796,11 @@ fn l4_l5_replay_the_golden_input_ids_and_warn() {
         assert!(!out.message.contains("made for other input_ids"), "{level}: {}", out.message);
         assert_eq!(out.warnings.len(), 1, "{level}: {:?}", out.warnings);
         assert!(out.warnings[0].starts_with(drift), "{level}: {}", out.warnings[0]);
-        assert!(out.warnings[0].ends_with("this tier ran on the golden's input_ids (with the case's images), as mobius's L4 does"), "{}", out.warnings[0]);
+        assert!(
+            out.warnings[0].ends_with("this tier ran on the golden's input_ids (with the case's images), as mobius's L4 does"),
+            "{}",
+            out.warnings[0]
+        );
         assert_eq!(out.metrics.get("input_ids_replayed"), Some(&serde_json::Value::Bool(true)), "{level}");
     }
 }

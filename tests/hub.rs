@@ -656,6 +656,67 @@ fn fetch_takes_the_chat_template_and_inputs_use_it_from_the_cache() {
     let want: Vec<i64> = serde_json::from_value(hf["image_and_text"]["input_ids"].clone()).expect("ids");
     let bytes = std::fs::read(&dump).expect("dump");
     let st = safetensors::SafeTensors::deserialize(&bytes).expect("safetensors");
-    let got: Vec<i64> = st.tensor("input_ids").expect("input_ids").data().chunks_exact(8).map(|c| i64::from_le_bytes(c.try_into().unwrap())).collect();
+    let got: Vec<i64> =
+        st.tensor("input_ids").expect("input_ids").data().chunks_exact(8).map(|c| i64::from_le_bytes(c.try_into().unwrap())).collect();
     assert_eq!(got, want);
+}
+
+/// Guards issue 17's bug: a case naming only `model_id`/`revision`, whose snapshot is in the HF
+/// cache (filled through the mock hub by `onnx-parity fetch --weights`) and whose export is under
+/// `ONNX_PARITY_EXPORTS`, runs L1 and L3 from there offline — every tier resolves artifacts the
+/// same way (L1 and L3 used to skip with "no local checkpoint").
+#[test]
+fn model_id_only_case_runs_l1_and_l3_from_the_cache() {
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/unified-text-kvshare");
+    let mut files = BTreeMap::new();
+    for (f, lfs) in [("config.json", false), ("model.safetensors", true)] {
+        let body = std::fs::read(fixture.join("checkpoint").join(f)).expect("fixture file");
+        files.insert(f.to_string(), MockFile { body, lfs });
+    }
+    let hub = MockHub::start(&[("org/unified-text", MockRepo { files, token: None })]);
+    let dir = tempfile::tempdir().expect("tmp");
+    let cache = dir.path().join("hub");
+    let export = dir.path().join("exports/org/unified-text/float32");
+    std::fs::create_dir_all(&export).expect("mkdir");
+    for entry in std::fs::read_dir(fixture.join("onnx")).expect("export") {
+        let entry = entry.expect("entry");
+        std::fs::copy(entry.path(), export.join(entry.file_name())).expect("copy");
+    }
+    let case = dir.path().join("causal-lm/unified-text.yaml");
+    std::fs::create_dir_all(case.parent().expect("parent")).expect("mkdir");
+    std::fs::write(
+        &case,
+        format!(
+            "model_id: org/unified-text\nrevision: main\nmodel_type: gemma4_unified_text\ndtype: float32\nlevels: [L1, L3]\n\
+             inputs:\n  tensors: {:?}\n",
+            fixture.join("inputs.safetensors")
+        ),
+    )
+    .expect("case");
+    let cli = |args: &[&str], offline: bool| {
+        let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_onnx-parity"));
+        c.args(args)
+            .env("HF_HUB_CACHE", &cache)
+            .env("HF_ENDPOINT", &hub.endpoint)
+            .env("ONNX_PARITY_EXPORTS", dir.path().join("exports"))
+            .env_remove("HF_TOKEN")
+            .env("ONNX_PARITY_LOG", "warn");
+        if offline {
+            c.env("HF_HUB_OFFLINE", "1");
+        }
+        let o = c.output().expect("run onnx-parity");
+        (o.status.success(), format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr)))
+    };
+    let (ok, out) = cli(&["fetch", "--weights", &case.display().to_string()], false);
+    assert!(ok && out.contains("weights (1 files)"), "{out}");
+    let report = dir.path().join("report.json");
+    let (ok, out) = cli(&["run", &case.display().to_string(), "--levels", "L1,L3", "--report", &report.display().to_string()], true);
+    assert!(ok, "{out}");
+    let r: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&report).expect("report")).expect("json");
+    let status =
+        |level: &str| r["cases"][0]["levels"].as_array().expect("levels").iter().find(|l| l["level"] == level).map(|l| l["status"].clone());
+    assert_eq!(status("L1"), Some("pass".into()), "{out}");
+    assert_eq!(status("L3"), Some("pass".into()), "{out}");
+    // The checkpoint the reference ran on is the cache's snapshot, named in the message.
+    assert!(out.contains("PASS") && !out.contains("no local checkpoint"), "{out}");
 }

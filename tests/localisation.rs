@@ -115,9 +115,9 @@ fn unidentifiable_layers_are_said() {
 /// the original graph fails (a known ORT error), the instrumented one fails too.
 #[test]
 fn instrumented_decoder_is_bit_identical() {
-    use onnx_parity::outputs::LayerOutputs;
     use onnx_parity::onnx::pipeline::{DecoderGraph, OnnxPipeline};
     use onnx_parity::onnx::session::SessionOptions;
+    use onnx_parity::outputs::LayerOutputs;
 
     let mut pairs = std::collections::BTreeSet::new();
     for (path, case) in onnx_parity::case::discover(&[root().join("cases")]) {

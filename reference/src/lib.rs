@@ -33,8 +33,8 @@ pub mod text;
 pub mod vision;
 pub mod weights;
 
-pub use device::DeviceSpec;
 pub use config::{Family, LayerType, ModelConfig, ModelType, TextConfig, VisionConfig};
+pub use device::DeviceSpec;
 pub use error::{Error, Result};
 pub use io::{Dense, GeneratedTokens, ModelInputs};
 pub use mask::BidirectionalScope;

@@ -306,7 +306,13 @@ impl Gemma4 {
 
     /// Greedy decoding with a KV cache: up to `max_new_tokens` new tokens, stopping after the
     /// first token in `eos_ids` (which is returned). Ties pick the lowest id (`torch.argmax`).
-    pub fn greedy(&self, inputs: &ModelInputs, max_new_tokens: usize, eos_ids: &[i64], scope: BidirectionalScope) -> Result<GeneratedTokens> {
+    pub fn greedy(
+        &self,
+        inputs: &ModelInputs,
+        max_new_tokens: usize,
+        eos_ids: &[i64],
+        scope: BidirectionalScope,
+    ) -> Result<GeneratedTokens> {
         let opts = GenerateOptions { scope, max_new_tokens, eos: eos_ids, forced: None, all_position_logits: false, layer_outputs: false };
         Ok(self.generate(inputs, &opts)?.generation)
     }

@@ -1,9 +1,9 @@
 //! The exported graphs in ONNX Runtime as a [`Backend`].
 
 use super::{Backend, BackendError, GenerationRequest};
-use crate::outputs::Run;
 use crate::inputs::ModelInputs;
 use crate::onnx::pipeline::OnnxPipeline;
+use crate::outputs::Run;
 
 impl Backend for OnnxPipeline {
     fn describe(&self) -> String {

@@ -7,8 +7,8 @@ use candle_core::Tensor;
 use onnx_parity_reference::{BidirectionalScope, Gemma4, GenerateOptions};
 
 use super::{Backend, BackendError, GenerationRequest};
-use crate::outputs::{Component, LayerOutputs, Prefill, Run};
 use crate::inputs::{Dense, ModelInputs};
+use crate::outputs::{Component, LayerOutputs, Prefill, Run};
 
 /// A loaded reference model.
 #[derive(Debug)]

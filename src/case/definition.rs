@@ -185,7 +185,6 @@ impl Case {
     }
 }
 
-
 /// Removes `.` and `name/..` pairs lexically, so messages show `fixtures/x` rather than
 /// `cases/cat/../../fixtures/x` (no filesystem access: the path may not exist yet).
 fn normalize(p: &Path) -> PathBuf {
@@ -206,7 +205,6 @@ fn normalize(p: &Path) -> PathBuf {
         out.iter().collect()
     }
 }
-
 
 #[cfg(test)]
 mod tests {

@@ -17,4 +17,3 @@ pub enum CaseError {
     #[error("{}: `{field}`: {message}", path.display())]
     Invalid { path: PathBuf, field: &'static str, message: String },
 }
-

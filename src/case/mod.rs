@@ -20,8 +20,8 @@ pub use definition::{Case, Synthetic};
 pub use discovery::discover;
 pub use error::CaseError;
 pub use level::{parse_level_expr, Dtype, Level, LevelExprError};
-pub use schema::{GenerationSettings, Inputs, Xfail};
 /// Which attention layers see an image block bidirectionally. HF itself is inconsistent here,
 /// so the case says which behaviour the export is judged against (the reference's own enum:
 /// `all-layers`, `sliding-windowed`, `none`).
 pub use onnx_parity_reference::BidirectionalScope;
+pub use schema::{GenerationSettings, Inputs, Xfail};

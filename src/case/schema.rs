@@ -78,7 +78,6 @@ fn de_one_or_many<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Vec<i64>>, D
     d.deserialize_any(V)
 }
 
-
 /// `xfail:` a measured, known divergence. A string applies to every tier of the case; a map
 /// (`{L3: ..., L5: ...}`) to the tiers it names, each a reason string or a reason with the
 /// measured signature (see [`crate::expectation`]).
@@ -112,7 +111,6 @@ impl<'de> Deserialize<'de> for Xfail {
         d.deserialize_any(V)
     }
 }
-
 
 /// The file as written; turned into a [`Case`] by [`Case::load`].
 #[derive(Debug, Deserialize)]
@@ -174,4 +172,3 @@ pub(crate) struct RawSynthetic {
     #[serde(default)]
     pub(crate) notes: Option<String>,
 }
-

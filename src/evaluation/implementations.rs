@@ -34,8 +34,12 @@ impl std::fmt::Debug for Implementation {
 
 /// The candle reference on the case's checkpoint, in the case's `bidirectional:` scope (else
 /// what HF's own forward does for the model type).
-pub const REFERENCE: Implementation =
-    Implementation { label: "reference", artifact: checkpoint, missing: "the case has no `checkpoint:` for the reference", open: open_reference };
+pub const REFERENCE: Implementation = Implementation {
+    label: "reference",
+    artifact: checkpoint,
+    missing: "the case has no `checkpoint:` for the reference",
+    open: open_reference,
+};
 
 fn checkpoint(a: &Artifacts) -> Option<&Path> {
     a.checkpoint.as_deref()

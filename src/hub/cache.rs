@@ -114,4 +114,3 @@ pub(super) fn unique_hex() -> String {
     h.write_u128(SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default().as_nanos());
     format!("{:08x}", h.finish() as u32)
 }
-

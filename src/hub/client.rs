@@ -167,7 +167,8 @@ impl Hub {
         if !blob.exists() {
             remove_stale_incomplete(&blobs, &meta.etag);
             let tmp = blobs.join(format!("{}.{}.incomplete", meta.etag, unique_hex()));
-            let result = self.http.download(ctx, &meta, &tmp).and_then(|()| fs::rename(&tmp, &blob).map_err(ctx.io("renaming into", &blob)));
+            let result =
+                self.http.download(ctx, &meta, &tmp).and_then(|()| fs::rename(&tmp, &blob).map_err(ctx.io("renaming into", &blob)));
             if result.is_err() {
                 let _ = fs::remove_file(&tmp);
             }

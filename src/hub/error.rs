@@ -114,4 +114,3 @@ impl Ctx<'_> {
         move |source| HubError::Io { at, action, path, source }
     }
 }
-

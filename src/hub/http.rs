@@ -326,7 +326,6 @@ fn join_url(base: &str, location: &str) -> String {
     format!("{scheme}://{authority}{}{location}", if dir.is_empty() { "/" } else { dir })
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -76,7 +76,6 @@ pub(super) fn validate_filename(repo: &str, revision: &str, file: &str) -> Resul
     Ok(())
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -152,7 +152,6 @@ fn expand_vars(p: &str, var: &impl Fn(&str) -> Option<String>) -> String {
     out
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -25,4 +25,3 @@ pub enum InputsError {
     #[error("{0}")]
     Invalid(String),
 }
-

@@ -112,7 +112,9 @@ pub fn load_rgb(path: &Path) -> Result<RgbImage, InputsError> {
 /// Why an image's size does not fit the processor's patch grid (the caller names the file).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum GeometryError {
-    #[error("resizing {width}×{height} (W×H) would give a 0×0 image (sides must be multiples of pooling_kernel_size·patch_size = {side_mult})")]
+    #[error(
+        "resizing {width}×{height} (W×H) would give a 0×0 image (sides must be multiples of pooling_kernel_size·patch_size = {side_mult})"
+    )]
     ResizesToNothing { width: usize, height: usize, side_mult: usize },
     #[error("resizing {width}×{height} (W×H) to {target_width}×{target_height} exceeds {max_patches} patches of {patch_size} px")]
     ResizeExceeds { width: usize, height: usize, target_width: usize, target_height: usize, max_patches: usize, patch_size: usize },

@@ -16,11 +16,11 @@
 use std::fmt;
 use std::path::PathBuf;
 
+use super::error::InputsError;
 use super::processor::chat::Content;
 use super::processor::Processor;
-use super::error::InputsError;
-use onnx_parity_reference::ModelInputs;
 use crate::case::Case;
+use onnx_parity_reference::ModelInputs;
 
 /// The task whose prompts are plain completions by default (mobius's causal-lm cases).
 const COMPLETION_TASK: &str = "text-generation";

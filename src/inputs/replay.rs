@@ -51,8 +51,15 @@ impl fmt::Display for IdsDrift {
 
 /// The first difference of two id sequences, `None` when they are equal.
 pub fn first_difference(ours: &[i64], golden: &[i64]) -> Option<IdsDrift> {
-    let position = ours.iter().zip(golden).position(|(a, b)| a != b).or((ours.len() != golden.len()).then(|| ours.len().min(golden.len())))?;
-    Some(IdsDrift { position, ours: ours.get(position).copied(), golden: golden.get(position).copied(), ours_len: ours.len(), golden_len: golden.len() })
+    let position =
+        ours.iter().zip(golden).position(|(a, b)| a != b).or((ours.len() != golden.len()).then(|| ours.len().min(golden.len())))?;
+    Some(IdsDrift {
+        position,
+        ours: ours.get(position).copied(),
+        golden: golden.get(position).copied(),
+        ours_len: ours.len(),
+        golden_len: golden.len(),
+    })
 }
 
 /// `inputs` with the golden's ids in place of its own: `mm_token_type_ids` re-derived for the new
@@ -109,7 +116,11 @@ mod tests {
     /// images is an error, not a silently misaligned input.
     #[test]
     fn replayed_token_types_and_image_count() {
-        let ours = ModelInputs { input_ids: vec![2, 9, 7, 7, 8, 5], mm_token_type_ids: Some(vec![0, 0, 1, 1, 0, 0]), ..ModelInputs::from_ids(vec![]) };
+        let ours = ModelInputs {
+            input_ids: vec![2, 9, 7, 7, 8, 5],
+            mm_token_type_ids: Some(vec![0, 0, 1, 1, 0, 0]),
+            ..ModelInputs::from_ids(vec![])
+        };
         let (r, drift) = with_golden_ids(&ours, &[2, 100, 9, 7, 7, 8, 5, 6]).unwrap();
         assert_eq!(drift.unwrap().position, 1);
         assert_eq!(r.input_ids, vec![2, 100, 9, 7, 7, 8, 5, 6]);

@@ -112,13 +112,7 @@ fn is_final_norm(name: &str) -> bool {
 
 /// Finds every decoder layer's output tensor (see the module doc for the rule).
 pub fn boundaries(graph: &GraphProto) -> Result<Vec<LayerBoundary>, BoundaryError> {
-    let n_layers = graph
-        .node
-        .iter()
-        .filter_map(|n| layer_index(&n.name))
-        .max()
-        .map(|m| m + 1)
-        .ok_or(BoundaryError::NoLayerNames)?;
+    let n_layers = graph.node.iter().filter_map(|n| layer_index(&n.name)).max().map(|m| m + 1).ok_or(BoundaryError::NoLayerNames)?;
     // Producer of each value, by name.
     let producer: std::collections::HashMap<&str, &str> =
         graph.node.iter().flat_map(|n| n.output.iter().map(move |o| (o.as_str(), n.name.as_str()))).collect();
@@ -340,7 +334,11 @@ mod tests {
         let original = ModelProto {
             ir_version: 10,
             producer_name: "p".into(),
-            graph: Some(GraphProto { name: "g".into(), output: vec![ValueInfoProto { name: "logits".into(), r#type: None }], ..two_layers() }),
+            graph: Some(GraphProto {
+                name: "g".into(),
+                output: vec![ValueInfoProto { name: "logits".into(), r#type: None }],
+                ..two_layers()
+            }),
             ..Default::default()
         };
         let mut bytes = original.encode_to_vec();

@@ -23,9 +23,9 @@ use super::package::{Layout, OnnxPackage, PackageError, DECODER, EMBEDDING, TEXT
 use super::runtime::RuntimeError;
 use super::session::{self, ModelSource, SessionError, SessionOptions};
 use super::shapes::{self, Axis, ShapeError, Source};
-use crate::outputs::{Component, GeneratedTokens, LayerOutputs, Prefill};
 use crate::inputs::{Dense, ModelInputs};
 use crate::metrics::greedy_token;
+use crate::outputs::{Component, GeneratedTokens, LayerOutputs, Prefill};
 
 /// Why the pipeline failed.
 #[derive(Debug, thiserror::Error)]
@@ -293,7 +293,9 @@ impl OnnxPipeline {
         let layers = match (layer_outputs, out.layers) {
             (false, _) => LayerOutputs::NotRequested,
             (true, Some(layers)) => LayerOutputs::Tensors(layers),
-            (true, None) => LayerOutputs::Unavailable(self.layer_outputs_unavailable().map_or_else(|| "not exposed".to_string(), |e| e.to_string())),
+            (true, None) => {
+                LayerOutputs::Unavailable(self.layer_outputs_unavailable().map_or_else(|| "not exposed".to_string(), |e| e.to_string()))
+            }
         };
         Ok((Prefill { logits: out.logits, components, layers }, out.present))
     }
@@ -351,7 +353,12 @@ impl OnnxPipeline {
             return Err(PipelineError::Contract { role: EMBEDDING, message: "no output `inputs_embeds`".into() });
         };
         let s = ids.len();
-        check_value(EMBEDDING, "inputs_embeds", &[Axis::Is("batch", 1), Axis::Is("sequence", s), Axis::Is("hidden", hidden as usize)], embeds)?;
+        check_value(
+            EMBEDDING,
+            "inputs_embeds",
+            &[Axis::Is("batch", 1), Axis::Is("sequence", s), Axis::Is("hidden", hidden as usize)],
+            embeds,
+        )?;
         if let Some(ple) = embedded.get("per_layer_inputs") {
             let axes = [Axis::Is("batch", 1), Axis::Is("sequence", s), Axis::Positive("layers × per-layer width")];
             check_value(EMBEDDING, "per_layer_inputs", &axes, ple)?;
@@ -424,7 +431,9 @@ impl OnnxPipeline {
             (Ok(boundaries), true) => {
                 let mut layers = Vec::with_capacity(boundaries.len());
                 for b in boundaries {
-                    let v = out.remove(b.tensor.as_str()).ok_or_else(|| contract(format!("the instrumented decoder has no output `{}`", b.tensor)))?;
+                    let v = out
+                        .remove(b.tensor.as_str())
+                        .ok_or_else(|| contract(format!("the instrumented decoder has no output `{}`", b.tensor)))?;
                     layers.push(to_dense_f32(&v, role, &b.tensor)?);
                 }
                 Some(layers)
@@ -437,7 +446,12 @@ impl OnnxPipeline {
             for (name, [heads, head_dim]) in [(&slot.present_key, slot.key_dims), (&slot.present_value, slot.value_dims)] {
                 let value = out.remove(name.as_str()).ok_or_else(|| contract(format!("no output `{name}`")))?;
                 // The next step feeds it back as past_key_values: the declared [1, heads, *, head_dim].
-                let axes = [Axis::Is("batch", 1), Axis::Is("kv_heads", heads as usize), Axis::Any("sequence"), Axis::Is("head_dim", head_dim as usize)];
+                let axes = [
+                    Axis::Is("batch", 1),
+                    Axis::Is("kv_heads", heads as usize),
+                    Axis::Any("sequence"),
+                    Axis::Is("head_dim", head_dim as usize),
+                ];
                 check_value(role, name, &axes, &value)?;
                 present.push(value);
             }
@@ -455,7 +469,11 @@ struct DecoderStep {
 }
 
 /// The decoder session for `graph`, and its layer outputs (or why there are none).
-fn open_decoder(path: &Path, opts: &SessionOptions, graph: DecoderGraph) -> Result<(Session, Result<Vec<LayerBoundary>, NoLayerOutputs>), PipelineError> {
+fn open_decoder(
+    path: &Path,
+    opts: &SessionOptions,
+    graph: DecoderGraph,
+) -> Result<(Session, Result<Vec<LayerBoundary>, NoLayerOutputs>), PipelineError> {
     if graph == DecoderGraph::Original {
         return Ok((session::open(ModelSource::File(path), opts)?, Err(NoLayerOutputs::NotRequested)));
     }

@@ -138,7 +138,8 @@ fn locate(override_path: Option<PathBuf>, dir: PathBuf, source: &WheelSource) ->
         WheelSource::File(p) => return Err(RuntimeError::BadWheel(p.clone())),
     };
     let tried = format!("ORT_DYLIB_PATH (unset); cache {}; {fetch}", lib.display());
-    let unavailable = |cause: FetchError| RuntimeError::Unavailable { version: ORT_VERSION, wheel: wheel_name(), tried: tried.clone(), cause };
+    let unavailable =
+        |cause: FetchError| RuntimeError::Unavailable { version: ORT_VERSION, wheel: wheel_name(), tried: tried.clone(), cause };
     let io = |action: &'static str, path: &Path, source| unavailable(FetchError::Io { action, path: path.into(), source });
     fs::create_dir_all(&dir).map_err(|e| io("creating", &dir, e))?;
     let lock_path = dir.join(".lock");
@@ -176,7 +177,9 @@ fn remove_leftovers(dir: &Path) {
 fn fetch_into(dir: &Path, source: &WheelSource) -> Result<(), FetchError> {
     let (wheel, origin) = match source {
         WheelSource::Pip => download(dir)?,
-        WheelSource::File(p) => (fs::File::open(p).map_err(|source| FetchError::Io { action: "opening", path: p.clone(), source })?, p.clone()),
+        WheelSource::File(p) => {
+            (fs::File::open(p).map_err(|source| FetchError::Io { action: "opening", path: p.clone(), source })?, p.clone())
+        }
     };
     let n = extract_capi_libraries(wheel, &origin, dir)?;
     tracing::info!("extracted {n} ONNX Runtime libraries into {}", dir.display());
@@ -202,7 +205,11 @@ fn download(dir: &Path) -> Result<(fs::File, PathBuf), FetchError> {
             .output()
             .map_err(FetchError::Pip)?;
         if !out.status.success() {
-            return Err(FetchError::PipFailed { spec: spec.clone(), status: out.status, stderr: String::from_utf8_lossy(&out.stderr).trim().to_string() });
+            return Err(FetchError::PipFailed {
+                spec: spec.clone(),
+                status: out.status,
+                stderr: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+            });
         }
         let wheel = fs::read_dir(&scratch)
             .map_err(|source| FetchError::Io { action: "listing", path: scratch.clone(), source })?
@@ -240,7 +247,11 @@ fn extract_capi_libraries(file: fs::File, wheel: &Path, dir: &Path) -> Result<us
         let target = dir.join(base);
         let mut bytes = Vec::with_capacity(member.size() as usize);
         member.read_to_end(&mut bytes).map_err(|source| FetchError::Io { action: "extracting", path: name, source })?;
-        crate::atomic::write_atomic(&target, &bytes).map_err(|source| FetchError::Io { action: "writing", path: target.clone(), source })?;
+        crate::atomic::write_atomic(&target, &bytes).map_err(|source| FetchError::Io {
+            action: "writing",
+            path: target.clone(),
+            source,
+        })?;
         n += 1;
     }
     Ok(n)
@@ -251,15 +262,17 @@ static ENVIRONMENT: OnceLock<Result<ort::environment::Environment, Arc<RuntimeEr
 /// The process-wide ORT environment (ONNX Runtime allows one per process), created on first use.
 pub fn environment() -> Result<&'static ort::environment::Environment, RuntimeError> {
     let env = ENVIRONMENT.get_or_init(|| {
-        // Before any CUDA context exists (cuBLAS/cuDNN read it once): NVIDIA_TF32_OVERRIDE=0
-        // unless the user set it (crate::tf32; main and the test harness applied it already).
-        crate::tf32::tf32_env();
-        let lib = locate_library()?;
-        tracing::debug!("loading ONNX Runtime from {}", lib.display());
-        let builder = ort::init_from(&lib).map_err(|source| RuntimeError::Load { path: lib.clone(), source })?;
-        builder.with_name("onnx-parity").with_telemetry(false).build().map_err(RuntimeError::Environment)
-    }
-    .map_err(Arc::new));
+        {
+            // Before any CUDA context exists (cuBLAS/cuDNN read it once): NVIDIA_TF32_OVERRIDE=0
+            // unless the user set it (crate::tf32; main and the test harness applied it already).
+            crate::tf32::tf32_env();
+            let lib = locate_library()?;
+            tracing::debug!("loading ONNX Runtime from {}", lib.display());
+            let builder = ort::init_from(&lib).map_err(|source| RuntimeError::Load { path: lib.clone(), source })?;
+            builder.with_name("onnx-parity").with_telemetry(false).build().map_err(RuntimeError::Environment)
+        }
+        .map_err(Arc::new)
+    });
     env.as_ref().map_err(|e| RuntimeError::Once(Arc::clone(e)))
 }
 

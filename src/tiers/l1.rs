@@ -4,10 +4,10 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use super::outcome::{Status, TierOutcome};
+use crate::metric_keys as key;
 use crate::onnx::contract::{ElemType, ExpectedDim, ExportContract};
 use crate::onnx::graph::{Dim, GraphSummary, TensorSpec};
 use crate::onnx::package::OnnxPackage;
-use crate::metric_keys as key;
 
 /// Checks the export at `onnx_dir` against the contract of `config_json`. `float_dtype` is the
 /// ONNX element type the export's activations must have (`float32` for an f32 export).

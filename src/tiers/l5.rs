@@ -3,8 +3,8 @@
 //! the reference can run, against the reference's own greedy tokens.
 
 use super::outcome::{Status, TierOutcome};
-use crate::metrics::{check_threshold, MetricError};
 use crate::metric_keys as key;
+use crate::metrics::{check_threshold, MetricError};
 
 /// L5 verdict for the export's greedy tokens.
 pub fn compare(onnx_tokens: &[i64], golden_tokens: &[i64], live_tokens: Option<&[i64]>, min_ratio: f64) -> TierOutcome {
@@ -26,7 +26,10 @@ pub fn compare(onnx_tokens: &[i64], golden_tokens: &[i64], live_tokens: Option<&
                     .unwrap_or_default()
             ));
             parts.extend(v.warnings.iter().map(|w| format!("warning: {w}")));
-            out = out.metric(key::TOKEN_MATCH_RATIO, v.ratio).metric(key::POSITIONAL_RATIO, v.positional_ratio).metric(key::GENERATED, v.actual_len);
+            out = out
+                .metric(key::TOKEN_MATCH_RATIO, v.ratio)
+                .metric(key::POSITIONAL_RATIO, v.positional_ratio)
+                .metric(key::GENERATED, v.actual_len);
         }
     }
     if let Some(live) = live_tokens {

@@ -81,7 +81,11 @@ fn run_l3(case: &Case, eval: &CaseEvaluation) -> TierOutcome {
 /// The evaluation L4/L5 run on: the real one on the golden's `input_ids` (`golden_ids`, from the
 /// L4 golden file; the case's own inputs when there is none), and the warning that says when
 /// those differ from the case's own ids.
-fn replayed<'a>(case: &Case, evals: &'a CaseEvaluations, golden_ids: Option<&[i64]>) -> Result<(&'a CaseEvaluation, Option<String>), TierOutcome> {
+fn replayed<'a>(
+    case: &Case,
+    evals: &'a CaseEvaluations,
+    golden_ids: Option<&[i64]>,
+) -> Result<(&'a CaseEvaluation, Option<String>), TierOutcome> {
     let Some(ids) = golden_ids else { return Ok((&evals.real, None)) };
     let (eval, drift) = evals.replayed(case, ids).map_err(|e| TierOutcome::fail(e.to_string()))?;
     Ok((eval, drift.map(|d| format!("{d}; this tier ran on the golden's input_ids (with the case's images), as mobius's L4 does"))))
@@ -160,9 +164,8 @@ fn run_l5(case: &Case, opts: &RunOptions, evals: &CaseEvaluations, artifacts: &A
         Ok(r) => r.map(|r| r.run.generation.tokens.as_slice()),
         Err(o) => return o,
     };
-    let outcome = per_candidate(eval.candidates(case), |c| {
-        l5::compare(&c.free.tokens, &golden.generated_tokens, live, tol.min_token_match_ratio)
-    });
+    let outcome =
+        per_candidate(eval.candidates(case), |c| l5::compare(&c.free.tokens, &golden.generated_tokens, live, tol.min_token_match_ratio));
     with_replay(outcome, warning)
 }
 

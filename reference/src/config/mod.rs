@@ -32,8 +32,8 @@ use crate::error::{Error, Result};
 mod kinds;
 mod text;
 mod vision;
-pub use kinds::{BidirectionalAttention, Family, LayerType, ModelType, TokenIds};
 pub(crate) use kinds::log_unknown_keys;
+pub use kinds::{BidirectionalAttention, Family, LayerType, ModelType, TokenIds};
 pub use text::{Activation, MoeSpec, PleSpec, RopeKind, RopeParameters, RopeSpec, TextConfig};
 pub use vision::{UnifiedVisionConfig, VisionConfig, VisionTowerConfig};
 

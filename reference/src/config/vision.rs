@@ -7,8 +7,8 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::text::{Activation, RopeParameters};
 use super::kinds::{log_unknown_keys, require_positive};
+use super::text::{Activation, RopeParameters};
 use crate::error::{Error, Result};
 
 /// `Gemma4UnifiedVisionConfig` (encoder-free embedder).

@@ -65,7 +65,8 @@ impl UnifiedEmbedder {
     /// `[n_img, max_patches, 2]` (i64, (−1, −1) = padding) → features `[n_tokens, hidden]` of the
     /// non-padding patches, image-major then patch order (HF's `vision_outputs[~padding_mask]`).
     pub fn forward(&self, pixel_values: &Tensor, image_position_ids: &Tensor) -> Result<Tensor> {
-        let (n_img, max_patches) = super::patches::check_patch_inputs(pixel_values, image_position_ids, self.patch_dim, "model_patch_size²·3")?;
+        let (n_img, max_patches) =
+            super::patches::check_patch_inputs(pixel_values, image_position_ids, self.patch_dim, "model_patch_size²·3")?;
         let patch_dim = self.patch_dim;
         let pos: Vec<i64> = image_position_ids.to_dtype(candle_core::DType::I64)?.flatten_all()?.to_vec1()?;
 

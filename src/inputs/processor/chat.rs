@@ -106,13 +106,17 @@ impl ChatTemplate {
     }
 
     /// Renders `messages` (HF's message list) with HF's context.
-    pub fn render(&self, messages: Value, add_generation_prompt: bool, special_tokens: &BTreeMap<String, String>) -> Result<String, InputsError> {
+    pub fn render(
+        &self,
+        messages: Value,
+        add_generation_prompt: bool,
+        special_tokens: &BTreeMap<String, String>,
+    ) -> Result<String, InputsError> {
         let err = |e: Error| InputsError::Config { path: self.source.clone(), message: format!("chat template: {}", describe(&e)) };
         let env = environment();
         let text = without_generation_tags(&self.text);
         let template = env.template_from_str(&text).map_err(err)?;
-        let mut ctx: BTreeMap<String, Value> =
-            special_tokens.iter().map(|(k, v)| (k.clone(), Value::from(v.as_str()))).collect();
+        let mut ctx: BTreeMap<String, Value> = special_tokens.iter().map(|(k, v)| (k.clone(), Value::from(v.as_str()))).collect();
         ctx.insert("messages".into(), messages);
         ctx.insert("add_generation_prompt".into(), Value::from(add_generation_prompt));
         ctx.insert("tools".into(), Value::from(()));
@@ -192,7 +196,9 @@ fn tojson(value: &Value, kwargs: Kwargs) -> Result<String, Error> {
     kwargs.assert_all_used()?;
     let (item, key) = match separators.as_deref() {
         Some([item, key]) => (item.clone(), key.clone()),
-        Some(other) => return Err(Error::new(ErrorKind::InvalidOperation, format!("tojson: separators must be two strings, got {}", other.len()))),
+        Some(other) => {
+            return Err(Error::new(ErrorKind::InvalidOperation, format!("tojson: separators must be two strings, got {}", other.len())))
+        }
         // Python's defaults: ", " without indent, "," with one.
         None if indent.is_some() => (",".into(), ": ".into()),
         None => (", ".into(), ": ".into()),
@@ -364,16 +370,29 @@ mod tests {
         let messages = Value::from(vec![turn("  hé \"x\" "), turn("no")]);
         let got = t.render(messages, false, &tokens()).unwrap();
         assert_eq!(got, "HÉ \"X\"|{\"role\": \"user\", \"content\": \"  hé \\\"x\\\" \"}\n");
-        let indented = ChatTemplate::from_text("{{ {'a': [1, 2], 'b': {}} | tojson(indent=2, ensure_ascii=True) }}{{ 'é' | tojson(ensure_ascii=True) }}", "t")
-            .render(Value::from(Vec::<Value>::new()), false, &tokens())
-            .unwrap();
+        let indented = ChatTemplate::from_text(
+            "{{ {'a': [1, 2], 'b': {}} | tojson(indent=2, ensure_ascii=True) }}{{ 'é' | tojson(ensure_ascii=True) }}",
+            "t",
+        )
+        .render(Value::from(Vec::<Value>::new()), false, &tokens())
+        .unwrap();
         assert_eq!(indented, "{\n  \"a\": [\n    1,\n    2\n  ],\n  \"b\": {}\n}\"\\u00e9\"");
     }
 
     /// Guards: floats as Python's `repr` writes them (values checked with CPython 3.11).
     #[test]
     fn floats_like_python() {
-        for (x, py) in [(0.1, "0.1"), (123.0, "123.0"), (-0.0, "-0.0"), (1e-5, "1e-05"), (1.5e16, "1.5e+16"), (1e15, "1000000000000000.0"), (2.5e-4, "0.00025"), (1e300, "1e+300"), (f64::NAN, "NaN")] {
+        for (x, py) in [
+            (0.1, "0.1"),
+            (123.0, "123.0"),
+            (-0.0, "-0.0"),
+            (1e-5, "1e-05"),
+            (1.5e16, "1.5e+16"),
+            (1e15, "1000000000000000.0"),
+            (2.5e-4, "0.00025"),
+            (1e300, "1e+300"),
+            (f64::NAN, "NaN"),
+        ] {
             assert_eq!(python_float(x), py, "{x}");
         }
     }

@@ -218,9 +218,8 @@ impl ImageProcessor {
         let err = |message: String| InputsError::Image { path: name.into(), message };
         let resized;
         let img = if c.do_resize {
-            let (th, tw) =
-                aspect_ratio_preserving_size(img.height, img.width, c.patch_size, c.max_patches(), c.pooling_kernel_size)
-                    .map_err(|e| err(e.to_string()))?;
+            let (th, tw) = aspect_ratio_preserving_size(img.height, img.width, c.patch_size, c.max_patches(), c.pooling_kernel_size)
+                .map_err(|e| err(e.to_string()))?;
             if (th, tw) == (img.height, img.width) {
                 img
             } else {

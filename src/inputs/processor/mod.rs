@@ -67,10 +67,10 @@ use tokenizers::Tokenizer;
 
 use super::error::InputsError;
 use super::image::load_rgb;
-use onnx_parity_reference::{Dense, ModelInputs};
 use chat::{ChatTemplate, Content};
 use config::{read_json, ImageProcessorConfig, ImageProcessorSource};
 use family::{resolve_family, ImageProcessor};
+use onnx_parity_reference::{Dense, ModelInputs};
 use tokens::{prepare_tokenizer, special_tokens, SpecialTokens, VIDEO_TOKEN};
 
 /// The Gemma 4 processor of one checkpoint: tokenizer, image processor (family and settings)

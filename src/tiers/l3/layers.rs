@@ -83,4 +83,3 @@ pub fn layer_sparkline(metrics: &Metrics) -> Option<String> {
         None => bars,
     })
 }
-

@@ -15,10 +15,10 @@ use crate::metrics::argmax;
 use crate::outputs::{Run, Stage};
 use crate::tolerance::L3Tolerance;
 use allclose::{allclose, AllcloseReport};
-pub use layers::layer_sparkline;
 use layers::layer_localisation;
-use stage::{describe, stage, StageError};
+pub use layers::layer_sparkline;
 use onnx_parity_reference::BidirectionalScope;
+use stage::{describe, stage, StageError};
 
 /// L3 verdict: `actual` (an implementation's prefill and teacher-forced decode) against
 /// `expected` (the reference's, computed in `scope`).
@@ -158,7 +158,11 @@ mod tests {
         };
         let onnx = OnnxRun {
             forced: Run {
-                prefill: Prefill { logits: Dense::new(vec![1, 2, 3], onnx_logits), components: [(Component::InputsEmbeds, embeds)].into(), layers: LayerOutputs::NotRequested },
+                prefill: Prefill {
+                    logits: Dense::new(vec![1, 2, 3], onnx_logits),
+                    components: [(Component::InputsEmbeds, embeds)].into(),
+                    layers: LayerOutputs::NotRequested,
+                },
                 generation: GeneratedTokens { tokens: vec![2, 2], step_logits: vec![vec![3.0, 4.0, 5.0], onnx_step] },
             },
         };
@@ -276,7 +280,9 @@ mod tests {
     fn worst_decode_step_is_reported() {
         let z = vec![0.0f32; 3];
         let d = |x: f32| vec![0.0, 0.0, x];
-        let worst = |out: &TierOutcome| out.message.split("; ").find(|l| l.starts_with("decode step")).map(|l| l.split(':').next().unwrap().to_string());
+        let worst = |out: &TierOutcome| {
+            out.message.split("; ").find(|l| l.starts_with("decode step")).map(|l| l.split(':').next().unwrap().to_string())
+        };
         let out = with_steps(vec![z.clone(), z.clone(), z.clone()], vec![z.clone(), d(0.0), d(1e-4)]);
         assert_eq!(worst(&out).as_deref(), Some("decode step 2 (worst of 2)"), "{}", out.message);
         assert_eq!(out.status, Status::Pass);

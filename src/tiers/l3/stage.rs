@@ -20,7 +20,8 @@ pub(crate) fn stage(name: &str, actual: &Dense<f32>, expected: &Dense<f32>, tol:
     if actual.shape != expected.shape {
         return Err(StageError::Shape { stage: name.into(), actual: actual.shape.clone(), expected: expected.shape.clone() });
     }
-    allclose(&actual.data, &expected.data, &actual.shape, tol.atol, tol.rtol).map_err(|source| StageError::Metric { stage: name.into(), source })
+    allclose(&actual.data, &expected.data, &actual.shape, tol.atol, tol.rtol)
+        .map_err(|source| StageError::Metric { stage: name.into(), source })
 }
 
 pub(crate) fn describe(name: &str, r: &AllcloseReport) -> String {
@@ -37,4 +38,3 @@ pub(crate) fn describe(name: &str, r: &AllcloseReport) -> String {
         if r.nonfinite_mismatch > 0 { format!(", {} non-finite", r.nonfinite_mismatch) } else { String::new() }
     )
 }
-

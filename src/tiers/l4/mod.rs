@@ -6,10 +6,10 @@ pub mod rule;
 
 use super::outcome::{Status, TierOutcome};
 use crate::golden::Golden;
+use crate::metric_keys as key;
 use crate::metrics::cosine_similarity;
 use crate::tolerance::L4Tolerance;
 use rule::l4_verdict;
-use crate::metric_keys as key;
 
 /// L4 verdict. `live_logits` are the reference's last-position logits for the same inputs, when
 /// the reference can run: the export is then also judged against them, and their cosine with
