@@ -161,7 +161,10 @@ pub fn judge(backend: &str, a: &[f32], b: &[f32], got: &[f32]) -> ProbeResult {
     } else {
         exact.iter().zip(got).map(|(&e, &g)| if g.is_finite() { (g as f64 - e).abs() / e.abs() } else { f64::INFINITY }).fold(0.0, f64::max)
     };
-    ProbeResult { backend: backend.to_string(), max_rel_err, tf32_like: !(max_rel_err <= PROBE_MAX_REL_ERR) }
+    // Negated on purpose: a NaN error (incomparable) must count as TF32-like, never as f32.
+    #[allow(clippy::neg_cmp_op_on_partial_ord)]
+    let tf32_like = !(max_rel_err <= PROBE_MAX_REL_ERR);
+    ProbeResult { backend: backend.to_string(), max_rel_err, tf32_like }
 }
 
 /// A probe result as the run's verdict: an error when TF32-like.

@@ -18,7 +18,7 @@ pub enum DumpError {
     Backend {
         backend: String,
         #[source]
-        source: BackendError,
+        source: Box<BackendError>,
     },
     #[error("writing {}: {source}", path.display())]
     Serialize {
@@ -45,7 +45,8 @@ pub struct Dump {
 /// decoder layer's output with `layers`.
 pub fn run(backend: &mut dyn Backend, inputs: &ModelInputs, greedy: usize, eos: &[i64], layers: bool) -> Result<Dump, DumpError> {
     let request = GenerationRequest { max_new_tokens: greedy, eos, forced: None, all_position_logits: true, layer_outputs: layers };
-    let run = backend.run(inputs, &request).map_err(|source| DumpError::Backend { backend: backend.describe(), source })?;
+    let run =
+        backend.run(inputs, &request).map_err(|source| DumpError::Backend { backend: backend.describe(), source: Box::new(source) })?;
     Ok(Dump { run, with_tokens: greedy > 0 })
 }
 

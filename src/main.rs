@@ -87,30 +87,7 @@ enum Command {
     },
     /// Dump `logits` [1,S,V] (all positions), `greedy_tokens` and `image_features` from the
     /// reference (--checkpoint) or ONNX Runtime (--onnx) for an inputs safetensors file.
-    Logits {
-        #[arg(long, conflicts_with = "onnx", required_unless_present = "onnx")]
-        checkpoint: Option<PathBuf>,
-        #[arg(long)]
-        onnx: Option<PathBuf>,
-        /// safetensors with `input_ids` [1,S] and optional `pixel_values`, `image_position_ids`, `mm_token_type_ids`.
-        #[arg(long)]
-        inputs: PathBuf,
-        #[arg(long)]
-        out: PathBuf,
-        /// Also greedy-decode this many tokens.
-        #[arg(long, default_value_t = 0)]
-        greedy: usize,
-        /// Reference mask scope: all-layers | sliding-windowed | none (default: what HF forward does).
-        #[arg(long)]
-        bidirectional: Option<String>,
-        /// EOS token ids that stop greedy decoding.
-        #[arg(long, value_delimiter = ',', default_value = "1")]
-        eos: Vec<i64>,
-        /// Also each decoder layer's prefill output (`layer.<i>` [1,S,hidden]), as L3 compares
-        /// them; for an export, the decoder runs with its layer outputs exposed.
-        #[arg(long)]
-        layers: bool,
-    },
+    Logits(LogitsArgs),
     /// Compare two `logits` dumps tensor by tensor (e.g. the reference with ONNX_PARITY_DEVICE=cpu
     /// and =cuda). Exits 1 when a float tensor differs by more than --max-abs, an integer tensor
     /// (greedy_tokens) differs at all, or a tensor is missing or mis-shaped on one side.
@@ -135,6 +112,33 @@ enum Command {
     /// reference's device (ONNX_PARITY_DEVICE) and through ONNX Runtime with this build's
     /// execution provider, each against f64 on the CPU. Exits 1 if either is TF32-like.
     Tf32Probe,
+}
+
+/// `onnx-parity logits`.
+#[derive(clap::Args)]
+struct LogitsArgs {
+    #[arg(long, conflicts_with = "onnx", required_unless_present = "onnx")]
+    checkpoint: Option<PathBuf>,
+    #[arg(long)]
+    onnx: Option<PathBuf>,
+    /// safetensors with `input_ids` [1,S] and optional `pixel_values`, `image_position_ids`, `mm_token_type_ids`.
+    #[arg(long)]
+    inputs: PathBuf,
+    #[arg(long)]
+    out: PathBuf,
+    /// Also greedy-decode this many tokens.
+    #[arg(long, default_value_t = 0)]
+    greedy: usize,
+    /// Reference mask scope: all-layers | sliding-windowed | none (default: what HF forward does).
+    #[arg(long)]
+    bidirectional: Option<RefScope>,
+    /// EOS token ids that stop greedy decoding.
+    #[arg(long, value_delimiter = ',', default_value = "1")]
+    eos: Vec<i64>,
+    /// Also each decoder layer's prefill output (`layer.<i>` [1,S,hidden]), as L3 compares
+    /// them; for an export, the decoder runs with its layer outputs exposed.
+    #[arg(long)]
+    layers: bool,
 }
 
 fn default_paths(paths: Vec<PathBuf>) -> Vec<PathBuf> {
@@ -309,7 +313,6 @@ fn fetch(paths: Vec<PathBuf>, weights: bool) -> anyhow::Result<ExitCode> {
     Ok(if ok { ExitCode::SUCCESS } else { ExitCode::FAILURE })
 }
 
-#[allow(clippy::too_many_arguments)]
 fn inputs(path: PathBuf, out: PathBuf, synthetic: bool, replay: bool, goldens: Option<PathBuf>) -> anyhow::Result<ExitCode> {
     let mut found = discover(std::slice::from_ref(&path));
     let (file, parsed) = match found.len() {
@@ -367,18 +370,9 @@ fn inputs(path: PathBuf, out: PathBuf, synthetic: bool, replay: bool, goldens: O
     Ok(ExitCode::SUCCESS)
 }
 
-fn logits(
-    checkpoint: Option<PathBuf>,
-    onnx: Option<PathBuf>,
-    inputs: PathBuf,
-    out: PathBuf,
-    greedy: usize,
-    bidirectional: Option<String>,
-    eos: Vec<i64>,
-    layers: bool,
-) -> anyhow::Result<ExitCode> {
+fn logits(args: LogitsArgs) -> anyhow::Result<ExitCode> {
+    let LogitsArgs { checkpoint, onnx, inputs, out, greedy, bidirectional: scope, eos, layers } = args;
     let model_inputs = onnx_parity::inputs::load_safetensors(&inputs)?;
-    let scope = bidirectional.as_deref().map(str::parse::<RefScope>).transpose().context("--bidirectional")?;
     let mut backend: Box<dyn Backend> = match (&checkpoint, &onnx) {
         (Some(c), _) => Box::new(ReferenceBackend::load(c, scope).with_context(|| format!("reference {}", c.display()))?),
         (None, Some(d)) => {
@@ -475,9 +469,7 @@ fn main() -> ExitCode {
         Command::Golden { paths, force, goldens } => golden(paths, force, goldens),
         Command::Fetch { paths, weights } => fetch(paths, weights),
         Command::Inputs { case, out, synthetic, replay, goldens } => inputs(case, out, synthetic, replay, goldens),
-        Command::Logits { checkpoint, onnx, inputs, out, greedy, bidirectional, eos, layers } => {
-            logits(checkpoint, onnx, inputs, out, greedy, bidirectional, eos, layers)
-        }
+        Command::Logits(args) => logits(args),
         Command::Compare { a, b, max_abs } => compare(a, b, max_abs),
         Command::Tf32Probe => tf32_probe(),
         Command::Report { dirs, report, markdown } => merge_reports(dirs, report, markdown),

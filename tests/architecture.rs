@@ -204,7 +204,7 @@ impl Crate {
     fn defining_file(&self, path: &ModPath, depth: usize) -> Option<PathBuf> {
         let mut module_len = 0;
         for n in (0..=path.len()).rev() {
-            if self.file_of.contains_key(&path[..n].to_vec()) {
+            if self.file_of.contains_key(&path[..n]) {
                 module_len = n;
                 break;
             }

@@ -425,9 +425,12 @@ fn graph(bytes: &[u8]) -> Result<(), String> {
     GraphSummary::from_bytes(bytes, Path::new(GRAPH)).map(drop).map_err(|e| e.to_string())
 }
 
+/// A parser under test: `Ok` or the message a person would see.
+type TextParser = fn(&str) -> Result<(), String>;
+
 /// Text parsers by name, for the shared properties.
-fn text_parser(which: usize) -> (&'static str, fn(&str) -> Result<(), String>) {
-    [(CASE, case as fn(&str) -> Result<(), String>), (GOLDEN, golden), (GENERATION, generation), (CONFIG, config_json)][which]
+fn text_parser(which: usize) -> (&'static str, TextParser) {
+    [(CASE, case as TextParser), (GOLDEN, golden), (GENERATION, generation), (CONFIG, config_json)][which]
 }
 
 fn text_seeds(which: usize) -> &'static [String] {

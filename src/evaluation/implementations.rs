@@ -13,6 +13,9 @@ use crate::case::{Case, Level};
 use crate::onnx::pipeline::{DecoderGraph, OnnxPipeline};
 use crate::onnx::session::SessionOptions;
 
+/// Loads an implementation from its artifact folder for a case.
+pub type Open = fn(&Path, &Case) -> Result<Box<dyn Backend>, BackendError>;
+
 /// One implementation a case can run.
 #[derive(Clone, Copy)]
 pub struct Implementation {
@@ -23,7 +26,7 @@ pub struct Implementation {
     /// Why it cannot run when `artifact` is absent.
     pub missing: &'static str,
     /// Loads it from `artifact` for `case`.
-    pub open: fn(&Path, &Case) -> Result<Box<dyn Backend>, BackendError>,
+    pub open: Open,
 }
 
 impl std::fmt::Debug for Implementation {

@@ -232,7 +232,7 @@ mod tests {
         assert!(out.message.contains("first divergent decoder layer 2"), "{}", out.message);
         o.forced.prefill.layers = layers(&[1.0, 2.0, 3.0, 4.0]);
         let out = compare(&r, &o, &TOL);
-        assert!(out.metrics.get("first_divergent_layer").is_none());
+        assert!(!out.metrics.contains_key("first_divergent_layer"));
         assert!(out.message.contains("decoder layers agree"), "{}", out.message);
     }
 
@@ -245,7 +245,7 @@ mod tests {
         r.run.prefill.layers = layers(&[1.0, 2.0]);
         o.forced.prefill.layers = layers(&[1.5, 2.5]);
         let out = compare(&r, &o, &TOL);
-        assert!(out.metrics.get("first_divergent_layer").is_none(), "{}", out.message);
+        assert!(!out.metrics.contains_key("first_divergent_layer"), "{}", out.message);
         assert!(out.message.contains("no layer blamed, their input (inputs_embeds) already differs"), "{}", out.message);
         o.forced.prefill.layers = LayerOutputs::Unavailable("boundaries not identifiable: x".into());
         let out = compare(&r, &o, &TOL);
@@ -286,7 +286,7 @@ mod tests {
         let out = with_steps(vec![z.clone(), z.clone(), z.clone()], vec![z.clone(), d(0.0), d(1e-4)]);
         assert_eq!(worst(&out).as_deref(), Some("decode step 2 (worst of 2)"), "{}", out.message);
         assert_eq!(out.status, Status::Pass);
-        assert!(out.metrics.get("first_divergence").is_none(), "agreeing steps name no divergence: {}", out.message);
+        assert!(!out.metrics.contains_key("first_divergence"), "agreeing steps name no divergence: {}", out.message);
         let out = with_steps(vec![z.clone(), z.clone(), z.clone()], vec![z.clone(), d(1e-4), d(1e-4)]);
         assert_eq!(worst(&out).as_deref(), Some("decode step 1 (worst of 2)"), "{}", out.message);
         let out = with_steps(vec![z.clone(), z.clone(), z.clone()], vec![z.clone(), d(1e-4), d(0.0)]);
