@@ -69,6 +69,29 @@ def derive_config(preset: dict) -> dict:
     return cfg
 
 
+def fill_random(model, seed: int) -> None:
+    """Random weights with unit-variance layer outputs (N(0, 1/fan_in)), norms and scalars around 1,
+    clip bounds open; written in row chunks so no f32 temporary of a whole embedding table is made."""
+    import torch
+
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in list(model.named_parameters()) + list(model.named_buffers()):
+            if not p.is_floating_point():
+                continue
+            if p.ndim >= 2:
+                flat = p.view(-1, p.shape[-1])
+                for start in range(0, flat.shape[0], 4096):
+                    rows = flat[start:start + 4096]
+                    rows.copy_((torch.randn(rows.shape, generator=g, dtype=torch.float32) * p.shape[-1] ** -0.5).to(p.dtype))
+            elif name.endswith(("input_min", "output_min")):
+                p.fill_(-float("inf"))
+            elif name.endswith(("input_max", "output_max")):
+                p.fill_(float("inf"))
+            else:
+                p.copy_((1.0 + 0.1 * torch.randn(p.shape, generator=g, dtype=torch.float32)).to(p.dtype))
+
+
 def write_checkpoint(cfg: dict, out: Path) -> int:
     """A random bf16 checkpoint of `cfg` (unit-variance layer outputs, norms around 1), sharded like the hub."""
     import torch
@@ -89,22 +112,7 @@ def write_checkpoint(cfg: dict, out: Path) -> int:
         model = model_cls(config)
     model = model.to_empty(device="cpu").eval()
     model.tie_weights()
-    g = torch.Generator().manual_seed(SEED)
-    with torch.no_grad():
-        for name, p in list(model.named_parameters()) + list(model.named_buffers()):
-            if not p.is_floating_point():
-                continue
-            if p.ndim >= 2:
-                flat = p.view(-1, p.shape[-1])
-                for start in range(0, flat.shape[0], 4096):
-                    rows = flat[start:start + 4096]
-                    rows.copy_((torch.randn(rows.shape, generator=g, dtype=torch.float32) * p.shape[-1] ** -0.5).to(p.dtype))
-            elif name.endswith(("input_min", "output_min")):
-                p.fill_(-float("inf"))
-            elif name.endswith(("input_max", "output_max")):
-                p.fill_(float("inf"))
-            else:
-                p.copy_((1.0 + 0.1 * torch.randn(p.shape, generator=g, dtype=torch.float32)).to(p.dtype))
+    fill_random(model, SEED)
     out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out, max_shard_size="2GB")
     n = sum(p.numel() for p in model.parameters())

@@ -15,6 +15,9 @@ from pathlib import Path
 import torch
 from transformers import Gemma4Config, Gemma4ForConditionalGeneration
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_real_width import fill_random  # noqa: E402  (the one random initialisation of the benchmarks)
+
 ROOT = Path(__file__).resolve().parent.parent
 OUT = Path(sys.argv[1] if len(sys.argv) > 1 else "/tmp/gemma4-e2b-bench")
 SEED = 1234
@@ -28,23 +31,7 @@ def main() -> None:
         model = Gemma4ForConditionalGeneration(cfg)
     model = model.to_empty(device="cpu").eval()
     model.tie_weights()  # to_empty unties lm_head from embed_tokens; the hub checkpoint is tied
-    g = torch.Generator().manual_seed(SEED)
-    with torch.no_grad():
-        for name, p in list(model.named_parameters()) + list(model.named_buffers()):
-            if not p.is_floating_point():
-                continue
-            if p.ndim >= 2:
-                # Row chunks: one f32 temporary of a 2.35 G-element table would not fit.
-                flat = p.view(-1, p.shape[-1])
-                for start in range(0, flat.shape[0], 4096):
-                    rows = flat[start:start + 4096]
-                    rows.copy_((torch.randn(rows.shape, generator=g, dtype=torch.float32) * p.shape[-1] ** -0.5).to(p.dtype))
-            elif name.endswith(("input_min", "output_min")):
-                p.fill_(-float("inf"))
-            elif name.endswith(("input_max", "output_max")):
-                p.fill_(float("inf"))
-            else:
-                p.copy_((1.0 + 0.1 * torch.randn(p.shape, generator=g, dtype=torch.float32)).to(p.dtype))
+    fill_random(model, SEED)
     OUT.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(OUT, max_shard_size="2GB")
     n = sum(p.numel() for p in model.parameters())

@@ -197,7 +197,7 @@ FINAL_NORM_SCALE = 4.0  # |final norm weights|; random signs; logits std ≈ 4, 
 
 
 def init_weights(model: torch.nn.Module, seed: int, final_norm_scale: float = FINAL_NORM_SCALE) -> None:
-    """Deterministic weights that make every feature visible (DESIGN.md §7, last point) while keeping
+    """Deterministic weights that make every feature visible (docs/design.md §7, last point) while keeping
     the model well-conditioned in float32.
 
     Linear: N(0, 1/fan_in); embeddings N(0, 1/hidden) (so × sqrt(hidden) gives unit rms);
@@ -892,7 +892,7 @@ def make_vision(summary: dict) -> None:
     assert image_features.shape == (sum(n_soft), cfg_dict["text_config"]["hidden_size"])
     assert torch.equal(scope_logits["all-layers"], logits), "forward() is expected to use the all-layers scope"
 
-    # what the masks look like (sanity: the three scopes differ where DESIGN §5 says they do)
+    # what the masks look like (sanity: the three scopes differ where docs/design.md §5 says they do)
     img0 = int((input_ids[0] == IMAGE_TOKEN).nonzero()[0])
     q, k = img0, img0 + cfg_dict["text_config"]["sliding_window"] + 2  # future key in the same image, out of window
     vis = {s: (bool(describe_mask(m["full_attention"])[q, k]), bool(describe_mask(m["sliding_attention"])[q, k]),

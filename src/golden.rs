@@ -1,4 +1,4 @@
-//! Golden files, exactly mobius's (DESIGN §4): `<case>.json` (L4: last-position top-k and
+//! Golden files, exactly mobius's (docs/design.md §4): `<case>.json` (L4: last-position top-k and
 //! summary) and `<case>_generation.json` (L5: greedy tokens).
 //!
 //! Files must be byte-identical whichever side wrote them, so writing reproduces Python's

@@ -2,7 +2,7 @@
 //!
 //! Golden files store every float as the string Python's `float.hex()` prints, so a golden written
 //! by mobius (Python) and one written here are byte-identical, and no precision is lost either way
-//! (DESIGN §4). [`to_hex`] reproduces CPython's `float_hex` exactly:
+//! (docs/design.md §4). [`to_hex`] reproduces CPython's `float_hex` exactly:
 //!
 //! - normal numbers: `[-]0x1.<13 hex digits>p<sign><exponent>` (`0x1.8dfae80000000p+4`);
 //! - subnormals keep the exponent at −1022 with a leading `0` (`0x0.0000000000001p-1022`);

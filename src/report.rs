@@ -1,4 +1,4 @@
-//! Run reports: JSON (DESIGN §4), a Markdown table, and the one-screen console summary.
+//! Run reports: JSON (docs/design.md §4), a Markdown table, and the one-screen console summary.
 
 use std::path::{Path, PathBuf};
 

@@ -145,7 +145,7 @@ fn main() {
 // The checks (moved from the unit tests of case.rs, golden.rs, tolerance.rs and tests/cli.rs)
 // ---------------------------------------------------------------------------------------------
 
-/// Guards: every mobius case file loads unchanged (DESIGN §4), with the fields we rely on.
+/// Guards: every mobius case file loads unchanged (docs/design.md §4), with the fields we rely on.
 fn all_mobius_cases_parse(root: &Path) -> Result<()> {
     let found = discover(&[root.to_path_buf()]);
     ensure!(found.len() == 14, "expected the 14 mobius Gemma 4 cases, found {}", found.len());

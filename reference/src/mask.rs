@@ -1,5 +1,5 @@
 //! Attention masks: causal, exclusive sliding window, and the bidirectional image-block overlay
-//! in the three scopes HF implements (DESIGN §5).
+//! in the three scopes HF implements (docs/design.md §5).
 //!
 //! HF builds masks from boolean mask functions over absolute positions (`masking_utils.py`):
 //! `causal_mask_function` (`k ≤ q`), `sliding_window_overlay` (`k > q − w`, so the window is

@@ -57,7 +57,7 @@ fn logits_each_scope_match_hf() -> Result<()> {
     failure.map_or(Ok(()), Err)
 }
 
-/// The scopes must differ where DESIGN §5 says they do (guards against a scope silently
+/// The scopes must differ where docs/design.md §5 says they do (guards against a scope silently
 /// collapsing onto another one and still passing because the oracles happen to be close).
 #[test]
 fn scopes_are_distinguishable() -> Result<()> {

@@ -26,16 +26,6 @@ impl ReferenceBackend {
         let scope = scope.unwrap_or_else(|| model.hf_forward_scope());
         Ok(Self { model, scope })
     }
-
-    /// The mask scope the reference runs in.
-    pub fn scope(&self) -> BidirectionalScope {
-        self.scope
-    }
-
-    /// The loaded model.
-    pub fn model(&self) -> &Gemma4 {
-        &self.model
-    }
 }
 
 /// A candle tensor as a dense f32 array.

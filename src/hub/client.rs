@@ -28,10 +28,6 @@ impl Hub {
         Hub::new(HubSettings::from_env())
     }
 
-    pub fn settings(&self) -> &HubSettings {
-        &self.settings
-    }
-
     /// `{cache}/models--{org}--{name}` (`repo_folder_name`).
     fn repo_dir(&self, repo: &str) -> PathBuf {
         repo_dir(&self.settings.cache, repo)

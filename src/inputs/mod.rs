@@ -1,5 +1,5 @@
-//! `ModelInputs`: the one set of tensors both back ends receive (DESIGN §3), in the HF processor
-//! layout of DESIGN §4. Built from a case's explicit `input_ids`, its `tensors:` safetensors file,
+//! `ModelInputs`: the one set of tensors both back ends receive (docs/design.md §3), in the HF processor
+//! layout of docs/design.md §4. Built from a case's explicit `input_ids`, its `tensors:` safetensors file,
 //! or (see `processor`) prompts, a tokenizer and images.
 
 pub mod error;

@@ -69,7 +69,7 @@ pub struct L5Verdict {
 
 /// L5 gate: `ratio = (leading positions where actual == golden) ÷ golden length ≥ min_ratio`.
 ///
-/// Choice (DESIGN §2 "equal tokens in the common prefix ÷ golden length"): only the leading run
+/// Choice (docs/design.md §2 "equal tokens in the common prefix ÷ golden length"): only the leading run
 /// counts. After the first mismatch the two greedy decodes condition on different text, so later
 /// coincidences are not agreement. mobius counts equal positions over the whole common length;
 /// that number is reported as `positional_ratio`. A shorter output (e.g. an early EOS) lowers the
