@@ -1,8 +1,10 @@
 //! onnx-parity: proves an ONNX export of a Gemma 4 model computes the same function as the model.
 //!
-//! Data flow: a [`case::Case`] names artifacts; both back ends (the candle reference and the ONNX
-//! Runtime pipeline, behind one [`backend::Backend`] interface) see the same inputs; [`compare`]
-//! turns their difference into a verdict per tier.
+//! Data flow (docs/design.md §3): a [`case::Case`] names artifacts ([`artifacts::Artifacts`]);
+//! every implementation of the model (the candle reference, then the candidates such as the
+//! export in ONNX Runtime, each behind [`backend::Backend`], listed in
+//! [`evaluation::implementations`]) sees the same [`inputs::ModelInputs`]; each tier ([`tiers`])
+//! turns the candidates' difference from the reference into a verdict with numbers.
 
 pub mod artifacts;
 pub mod atomic;

@@ -1,6 +1,6 @@
 //! `onnx-parity logits`: run one back end (the reference on a checkpoint, or ORT on an export) on
-//! an inputs file and write `logits` [1,S,V] f32 (all positions), every component it produced
-//! (`image_features`, `inputs_embeds`, `per_layer_inputs`) and `greedy_tokens` i64 [1,N] when
+//! an inputs file and write `logits` `[1,S,V]` f32 (all positions), every component it produced
+//! (`image_features`, `inputs_embeds`, `per_layer_inputs`) and `greedy_tokens` i64 `[1,N]` when
 //! asked, as safetensors — the same names the fixture oracles use, so any two dumps compare
 //! directly.
 

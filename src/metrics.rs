@@ -98,7 +98,7 @@ pub fn jaccard(a: &[i64], b: &[i64]) -> f64 {
 }
 
 /// Largest `|a − e|` in f64 over positions where both are finite (non-finite positions are
-/// counted separately by [`allclose`]). 0 for empty input.
+/// counted separately by L3's `allclose`). 0 for empty input.
 pub fn max_abs_diff(actual: &[f32], expected: &[f32]) -> Result<f64, MetricError> {
     same_len(actual, expected)?;
     Ok(finite_pairs(actual, expected).map(|(a, e)| (a - e).abs()).fold(0.0, f64::max))

@@ -1,5 +1,5 @@
 //! Enums that are spelled as strings (in YAML, JSON, trial names, reports): each variant's text is
-//! written once, in [`named_enum!`], and `as_str`, `Display`, `FromStr`, `ALL` and serde's string
+//! written once, in `named_enum!`, and `as_str`, `Display`, `FromStr`, `ALL` and serde's string
 //! form all come from it, so a spelling cannot drift between the parser and the printer.
 
 /// A string that names no variant: which enum, what was given, what is accepted.

@@ -63,9 +63,9 @@
 //! error. `ureq-proto` hex-dumps raw requests at `log` trace level, which the `log` features in
 //! Cargo.toml compile out.
 
-//! Modules: [`settings`] (the environment), [`names`] (what may become a path), [`cache`] (the
-//! layout on disk), [`http`] (HEAD, redirects, resumable downloads), [`client`] ([`Hub`] itself),
-//! [`error`], [`weights`].
+//! Modules: `settings` (the environment), `names` (what may become a path), `cache` (the
+//! layout on disk), `http` (HEAD, redirects, resumable downloads), `client` ([`Hub`] itself),
+//! `error`, `weights`.
 
 mod cache;
 mod client;

@@ -35,7 +35,7 @@ impl fmt::Debug for Secret {
     }
 }
 
-/// Everything a [`Hub`] needs, explicit so tests never depend on the process environment.
+/// Everything a [`super::Hub`] needs, explicit so tests never depend on the process environment.
 #[derive(Debug, Clone)]
 pub struct HubSettings {
     /// The hub cache root (`HF_HUB_CACHE`).

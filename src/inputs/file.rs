@@ -8,7 +8,7 @@ use safetensors::{Dtype, SafeTensors};
 use super::error::InputsError;
 use onnx_parity_reference::{Dense, ModelInputs};
 
-/// Reads a safetensors file with `input_ids` [1,S] and optional `pixel_values`,
+/// Reads a safetensors file with `input_ids` `[1,S]` and optional `pixel_values`,
 /// `image_position_ids`, `mm_token_type_ids` (the HF processor's names and layout).
 pub fn load_safetensors(path: &Path) -> Result<ModelInputs, InputsError> {
     let bytes = std::fs::read(path).map_err(|source| InputsError::Read { path: path.into(), source })?;
@@ -116,8 +116,8 @@ fn read_f32(st: &SafeTensors<'_>, name: &str, path: &Path) -> Result<Option<Dens
     }))
 }
 
-/// The tensors both back ends receive, as safetensors (`input_ids` [1,S] i64, and with images
-/// `pixel_values`, `image_position_ids`, `mm_token_type_ids` [1,S]) — the layout
+/// The tensors both back ends receive, as safetensors (`input_ids` `[1,S]` i64, and with images
+/// `pixel_values`, `image_position_ids`, `mm_token_type_ids` `[1,S]`) — the layout
 /// [`load_safetensors`] reads, so a written file is a case's `inputs.tensors`.
 pub fn to_safetensors(inputs: &ModelInputs) -> Result<Vec<u8>, crate::tensor_file::TensorFileError> {
     let mut file = crate::tensor_file::TensorFile::new().i64("input_ids", vec![1, inputs.input_ids.len()], &inputs.input_ids);

@@ -3,7 +3,7 @@
 //!
 //! Protocol (mobius exports): vision_encoder(pixel_values, pixel_position_ids) → image_features;
 //! embedding(input_ids, image_features) → inputs_embeds (+ per_layer_inputs for gemma4 PLE
-//! models); decoder(inputs_embeds, attention_mask, position_ids, [input_ids], [per_layer_inputs],
+//! models); decoder(inputs_embeds, attention_mask, position_ids, `[input_ids]`, `[per_layer_inputs]`,
 //! past_key_values.i.{key,value}) → logits, present.i.{key,value}. A text-only package is one
 //! model taking `input_ids` (gemma4_text computes its per-layer embeddings inside). Every
 //! embedding output the decoder also takes is routed to it by name, at prefill and at every
