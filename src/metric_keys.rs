@@ -52,6 +52,8 @@ pub const REFERENCE_TOKEN_MATCH_RATIO: &str = "reference_token_match_ratio";
 
 // L1.
 pub const KV_PAIRS: &str = "kv_pairs";
+/// The export's protocol (`portable`, `gqa`, `static`).
+pub const EXPORT_VARIANT: &str = "export_variant";
 pub const INITIALIZERS: &str = "initializers";
 pub const OP_INVENTORY: &str = "op_inventory";
 

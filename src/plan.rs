@@ -54,15 +54,19 @@ pub fn plan(roots: &[PathBuf], opts: &RunOptions) -> Vec<PlannedTrial> {
                 kind: TrialKind::Failing { message: e.to_string() },
             }),
             Ok(case) => {
-                let case = Arc::new(case);
-                let eval = Arc::new(CaseEvaluations::default());
-                let id = format!("{}/{}", case.category, case.name);
-                for level in Level::ALL {
-                    let kind = match static_skip(&case, level, opts) {
-                        Some(reason) => TrialKind::Ignored { reason },
-                        None => TrialKind::Run { case: Arc::clone(&case), level, eval: Arc::clone(&eval) },
-                    };
-                    trials.push(PlannedTrial { name: format!("{id}::{level}"), case: Some(id.clone()), level: Some(level), kind });
+                // The case and each of its variants: one evaluation, so one reference run.
+                let eval = Arc::new(CaseEvaluations::for_case(&case));
+                let variants: Vec<Case> = case.variants.keys().filter_map(|v| case.for_variant(v)).collect();
+                for case in std::iter::once(case).chain(variants) {
+                    let case = Arc::new(case);
+                    let id = case.id();
+                    for level in Level::ALL {
+                        let kind = match static_skip(&case, level, opts) {
+                            Some(reason) => TrialKind::Ignored { reason },
+                            None => TrialKind::Run { case: Arc::clone(&case), level, eval: Arc::clone(&eval) },
+                        };
+                        trials.push(PlannedTrial { name: format!("{id}::{level}"), case: Some(id.clone()), level: Some(level), kind });
+                    }
                 }
             }
         }

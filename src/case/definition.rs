@@ -3,12 +3,12 @@
 //! thresholds that apply to it.
 
 use std::borrow::Cow;
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 use super::error::CaseError;
 use super::level::{Dtype, Level};
-use super::schema::{GenerationSettings, Inputs, RawCase, Xfail};
+use super::schema::{ExportPin, GenerationSettings, Inputs, RawCase, Xfail};
 use crate::expectation::Expectation;
 use crate::tolerance::{resolve, L5Values, Thresholds, ToleranceError, ToleranceOverrides, Tolerances};
 use onnx_parity_reference::BidirectionalScope;
@@ -69,6 +69,21 @@ pub struct Case {
     pub published_parameters: Option<u64>,
     /// The stand-in L1 and L3 run on.
     pub synthetic: Option<Synthetic>,
+    /// What the case says its export is (`export:`).
+    pub export: Option<ExportPin>,
+    /// Other builds of the same model (`variants:`), by name.
+    pub variants: BTreeMap<String, Variant>,
+    /// Which of the case's variants this is (`None`: the case's own export).
+    pub variant: Option<String>,
+}
+
+/// Another build of a case's model, with its own expected failures.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Variant {
+    pub onnx: Option<PathBuf>,
+    pub export: Option<ExportPin>,
+    pub xfail: Option<Xfail>,
+    pub notes: Option<String>,
 }
 
 impl Case {
@@ -103,6 +118,21 @@ impl Case {
             return Err(invalid("min_token_match_ratio", "given both at top level and in tolerance_overrides.L5; keep one".into()));
         }
 
+        if raw.synthetic.is_some() && !raw.variants.is_empty() {
+            return Err(invalid(
+                "variants",
+                "not supported beside `synthetic:` yet (a variant names its own export; give the stand-in's variants as their own case)"
+                    .into(),
+            ));
+        }
+        if let Some(bad) =
+            raw.variants.keys().find(|k| k.is_empty() || !k.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_'))
+        {
+            return Err(invalid(
+                "variants",
+                format!("variant name {bad:?}: use letters, digits, `-` and `_` (it becomes part of the trial name)"),
+            ));
+        }
         let base = path.parent().unwrap_or(Path::new(""));
         let resolve = |p: Option<PathBuf>| p.map(|p| if p.is_absolute() { p } else { normalize(&base.join(p)) });
         let mut inputs = raw.inputs.unwrap_or_default();
@@ -135,6 +165,13 @@ impl Case {
             bidirectional: raw.bidirectional,
             config: resolve(raw.config),
             published_parameters: raw.published_parameters,
+            export: raw.export,
+            variants: raw
+                .variants
+                .into_iter()
+                .map(|(name, v)| (name, Variant { onnx: resolve(v.onnx), export: v.export, xfail: v.xfail, notes: v.notes }))
+                .collect(),
+            variant: None,
             synthetic: raw.synthetic.map(|syn| {
                 let mut inputs = syn.inputs.unwrap_or_default();
                 inputs.tensors = resolve(inputs.tensors.take());
@@ -161,6 +198,29 @@ impl Case {
                 synthetic: None,
                 ..self.clone()
             }),
+        }
+    }
+
+    /// The case as its variant `name` runs: that build's export, pin and expected failures (its
+    /// dtype from the pin), the rest — checkpoint, inputs, goldens — the case's own.
+    pub fn for_variant(&self, name: &str) -> Option<Case> {
+        let v = self.variants.get(name)?;
+        Some(Case {
+            onnx: v.onnx.clone(),
+            dtype: v.export.as_ref().and_then(|p| p.dtype).unwrap_or(self.dtype),
+            export: v.export.clone(),
+            xfail: v.xfail.clone(),
+            variants: BTreeMap::new(),
+            variant: Some(name.to_string()),
+            ..self.clone()
+        })
+    }
+
+    /// `<category>/<name>`, with `@<variant>` for a variant: the case part of its trial names.
+    pub fn id(&self) -> String {
+        match &self.variant {
+            None => format!("{}/{}", self.category, self.name),
+            Some(v) => format!("{}/{}@{v}", self.category, self.name),
         }
     }
 

@@ -16,7 +16,7 @@ pub mod error;
 pub mod level;
 pub mod schema;
 
-pub use definition::{Case, Synthetic};
+pub use definition::{Case, Synthetic, Variant};
 pub use discovery::discover;
 pub use error::CaseError;
 pub use level::{parse_level_expr, Dtype, Level, LevelExprError};
@@ -24,4 +24,4 @@ pub use level::{parse_level_expr, Dtype, Level, LevelExprError};
 /// so the case says which behaviour the export is judged against (the reference's own enum:
 /// `all-layers`, `sliding-windowed`, `none`).
 pub use onnx_parity_reference::BidirectionalScope;
-pub use schema::{GenerationSettings, Inputs, Xfail};
+pub use schema::{ExportPin, GenerationSettings, Inputs, Xfail};

@@ -11,6 +11,7 @@ use serde::Deserialize;
 
 use super::level::{Dtype, Level, LevelExpr};
 use crate::expectation::Expectation;
+use crate::onnx::eps::Ep;
 use crate::tolerance::{token_ratio, ToleranceOverrides};
 use onnx_parity_reference::BidirectionalScope;
 
@@ -159,6 +160,38 @@ pub(crate) struct RawCase {
     pub(crate) published_parameters: Option<u64>,
     #[serde(default)]
     pub(crate) synthetic: Option<RawSynthetic>,
+    #[serde(default)]
+    pub(crate) export: Option<ExportPin>,
+    #[serde(default)]
+    pub(crate) variants: BTreeMap<String, RawVariant>,
+}
+
+/// `export:` what a case says its export is — mobius's `--ep`, `--dtype` and `--static-cache` —
+/// which L1 holds the export to (and which selects the EP's contract checks).
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExportPin {
+    #[serde(default)]
+    pub ep: Option<Ep>,
+    #[serde(default)]
+    pub dtype: Option<Dtype>,
+    #[serde(default)]
+    pub static_cache: Option<bool>,
+}
+
+/// One `variants:` entry as written: another build of the case's model (an EP's, a dtype's, a
+/// static-cache one), judged against the same reference run.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawVariant {
+    #[serde(default)]
+    pub(crate) onnx: Option<PathBuf>,
+    #[serde(default)]
+    pub(crate) export: Option<ExportPin>,
+    #[serde(default)]
+    pub(crate) xfail: Option<Xfail>,
+    #[serde(default)]
+    pub(crate) notes: Option<String>,
 }
 
 /// `synthetic:` as written.

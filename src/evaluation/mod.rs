@@ -64,8 +64,8 @@ pub struct ReferenceRun {
 /// What a candidate implementation computed for a case.
 #[derive(Debug, Clone)]
 pub struct CandidateRun {
-    /// Its label ([`Implementation::label`]).
-    pub label: &'static str,
+    /// Its label ([`Implementation::label`], with `@<variant>` for a variant's export).
+    pub label: String,
     /// Prefill and the decode fed the reference's tokens (free-running when the reference could
     /// not run).
     pub forced: Run,
@@ -77,6 +77,8 @@ pub struct CandidateRun {
 #[derive(Debug)]
 struct Candidate {
     implementation: Implementation,
+    /// The case variant whose export it runs (`None`: the case's own).
+    variant: Option<String>,
     run: OnceLock<Result<CandidateRun, SharedError>>,
 }
 
@@ -89,22 +91,33 @@ pub struct CaseEvaluation {
 }
 
 impl Default for CaseEvaluation {
+    /// The evaluation of a case without variants.
     fn default() -> Self {
-        CaseEvaluation {
-            inputs: OnceLock::new(),
-            reference: OnceLock::new(),
-            candidates: implementations::candidates()
-                .into_iter()
-                .map(|implementation| Candidate { implementation, run: OnceLock::new() })
-                .collect(),
-        }
+        CaseEvaluation::with_variants(&[])
     }
 }
 
 impl CaseEvaluation {
-    /// An evaluation of given inputs (a golden's replayed ids) instead of the case's own.
-    pub fn of_inputs(inputs: ModelInputs) -> Self {
-        let evaluation = CaseEvaluation::default();
+    /// The evaluation of `case` and its variants: one reference, the candidates for the case's
+    /// own export and for each variant's.
+    pub fn for_case(case: &Case) -> Self {
+        CaseEvaluation::with_variants(&case.variants.keys().cloned().collect::<Vec<_>>())
+    }
+
+    fn with_variants(variants: &[String]) -> Self {
+        let mut candidates = Vec::new();
+        for variant in std::iter::once(None).chain(variants.iter().cloned().map(Some)) {
+            for implementation in implementations::candidates() {
+                candidates.push(Candidate { implementation, variant: variant.clone(), run: OnceLock::new() });
+            }
+        }
+        CaseEvaluation { inputs: OnceLock::new(), reference: OnceLock::new(), candidates }
+    }
+
+    /// An evaluation of given inputs (a golden's replayed ids) instead of the case's own, with
+    /// candidates for these variants.
+    pub fn of_inputs(inputs: ModelInputs, variants: &[String]) -> Self {
+        let evaluation = CaseEvaluation::with_variants(variants);
         let _ = evaluation.inputs.set(Ok(inputs));
         evaluation
     }
@@ -127,11 +140,13 @@ impl CaseEvaluation {
             .map_err(Arc::clone)
     }
 
-    /// The candidates' runs, in [`implementations::candidates`] order: the prefill, the forced
-    /// decode (when the reference is available) and the free one. Each runs on first use, after
-    /// the reference.
+    /// The runs of the candidates judged in `case` — those for its own export, or for the
+    /// variant it is — in [`implementations::candidates`] order: the prefill, the forced decode
+    /// (when the reference is available) and the free one. Each runs on first use, after the
+    /// reference.
     pub fn candidates(&self, case: &Case) -> Vec<Result<&CandidateRun, SharedError>> {
-        (0..self.candidates.len()).map(|i| self.candidate(i, case)).collect()
+        let variant = case.variant.as_deref();
+        (0..self.candidates.len()).filter(|&i| self.candidates[i].variant.as_deref() == variant).map(|i| self.candidate(i, case)).collect()
     }
 
     fn candidate(&self, i: usize, case: &Case) -> Result<&CandidateRun, SharedError> {
@@ -141,7 +156,11 @@ impl CaseEvaluation {
                 let inputs = self.inputs(case)?;
                 let forced = self.reference(case).ok().map(|r| r.run.generation.tokens.clone());
                 let (run, _) = run_once(&c.implementation, case, |backend| candidate_runs(case, backend, inputs, forced.as_deref()))?;
-                Ok(CandidateRun { label: c.implementation.label, forced: run.0, free: run.1 })
+                let label = match &c.variant {
+                    None => c.implementation.label.to_string(),
+                    Some(v) => format!("{}@{v}", c.implementation.label),
+                };
+                Ok(CandidateRun { label, forced: run.0, free: run.1 })
             })
             .as_ref()
             .map_err(Arc::clone)
@@ -174,7 +193,7 @@ struct Opened {
     scope: Option<BidirectionalScope>,
 }
 
-/// A case's evaluations: the synthetic stand-in's (L1, L3, when the case has `synthetic:`), the
+/// A case's evaluations (its variants' included): the synthetic stand-in's (L1, L3, when the case has `synthetic:`), the
 /// real artifacts' on the case's own inputs (L3 without a stand-in; L4/L5 when a golden's ids
 /// are the same), and the real artifacts' on a golden's replayed `input_ids` (L4/L5 when they
 /// differ, [`crate::inputs::replay`]). Each runs at most once and is shared by the tiers using it.
@@ -185,9 +204,21 @@ pub struct CaseEvaluations {
     /// The evaluation of a golden's ids and how they differ from the case's; `None` when they
     /// are the case's own, so the real evaluation serves.
     replay: OnceLock<Result<Option<(CaseEvaluation, IdsDrift)>, SharedError>>,
+    /// The case's variants (a replayed evaluation needs their candidates too).
+    variants: Vec<String>,
 }
 
 impl CaseEvaluations {
+    /// The evaluations of `case` and its variants (one reference run each, shared by them all).
+    pub fn for_case(case: &Case) -> Self {
+        CaseEvaluations {
+            real: CaseEvaluation::for_case(case),
+            synthetic: CaseEvaluation::for_case(case),
+            replay: OnceLock::new(),
+            variants: case.variants.keys().cloned().collect(),
+        }
+    }
+
     /// The evaluation tier `level` runs on, when no golden's ids are replayed.
     pub fn for_level(&self, level: Level, case: &Case) -> &CaseEvaluation {
         match level {
@@ -208,7 +239,7 @@ impl CaseEvaluations {
                 if let Some(d) = &drift {
                     tracing::warn!("{}: {d}; L4/L5 replay the golden's input_ids", case.name);
                 }
-                Ok(drift.map(|d| (CaseEvaluation::of_inputs(inputs), d)))
+                Ok(drift.map(|d| (CaseEvaluation::of_inputs(inputs, &self.variants), d)))
             })
             .as_ref()
             .map_err(Arc::clone)?;

@@ -12,6 +12,10 @@ use std::path::{Path, PathBuf};
 use serde_json::Value;
 
 use super::package::{DECODER, EMBEDDING, TEXT_MODEL, VISION_ENCODER};
+use super::protocol::{
+    AttentionOp, ExportProtocol, KvLayout, PleSource, KEY_CACHE, NONPAD_KV_SEQLEN, PAST, PRESENT, UPDATED_KEY_CACHE, UPDATED_VALUE_CACHE,
+    VALUE_CACHE, WRITE_INDICES,
+};
 
 /// Largest `num_hidden_layers` accepted (published Gemma 4 models have at most 60).
 pub const MAX_LAYERS: i64 = 1 << 16;
@@ -27,12 +31,16 @@ pub enum ContractError {
     Field { path: PathBuf, field: String, expected: String },
 }
 
-/// Element type an I/O tensor must have: a fixed one, or "the export's float dtype".
+/// Element type an I/O tensor must have: a fixed one, "the export's float dtype", or "the
+/// export's index type".
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ElemType {
     Int64,
     /// Activations: float32 for an f32 export, float16 for f16, ...
     Float,
+    /// Token ids, masks, positions, cache indices: int64, or int32 throughout in builds that
+    /// declare their ids int32 (graph-capture builds).
+    Index,
 }
 
 /// One dimension the contract states: a fixed size or "any" (batch, sequence, cache length).
@@ -50,6 +58,8 @@ pub struct ExpectedTensor {
     pub dims: Vec<ExpectedDim>,
     /// `false` for an input the export may take but need not (checked only when present).
     pub required: bool,
+    /// Why it is required, when that is not obvious (said when it is missing).
+    pub why: Option<&'static str>,
 }
 
 /// The interface of one sub-model.
@@ -77,6 +87,8 @@ pub struct ExportContract {
     /// gemma4 PLE width per layer (0 = none).
     pub per_layer_input_dim: i64,
     pub kv: Vec<KvGeometry>,
+    /// Every layer's attention head_dim (full layers: `global_head_dim`), shared layers included.
+    pub layer_head_dims: Vec<i64>,
     pub submodels: Vec<SubmodelContract>,
 }
 
@@ -199,7 +211,7 @@ impl ExportContract {
 
         let any = ExpectedDim::Any;
         let fixed = ExpectedDim::Fixed;
-        let t_in = |name: &str, elem, dims: Vec<ExpectedDim>| ExpectedTensor { name: name.into(), elem, dims, required: true };
+        let t_in = |name: &str, elem, dims: Vec<ExpectedDim>| ExpectedTensor { name: name.into(), elem, dims, required: true, why: None };
         let mut past = Vec::new();
         let mut present = Vec::new();
         for (i, g) in kv.iter().enumerate() {
@@ -210,9 +222,9 @@ impl ExportContract {
             }
         }
         let logits = t_in("logits", ElemType::Float, vec![any, any, fixed(vocab)]);
-        let ids = || t_in("input_ids", ElemType::Int64, vec![any, any]);
-        let mask = || t_in("attention_mask", ElemType::Int64, vec![any, any]);
-        let pos = || t_in("position_ids", ElemType::Int64, vec![any, any]);
+        let ids = || t_in("input_ids", ElemType::Index, vec![any, any]);
+        let mask = || t_in("attention_mask", ElemType::Index, vec![any, any]);
+        let pos = || t_in("position_ids", ElemType::Index, vec![any, any]);
         let mut submodels = Vec::new();
         if multimodal {
             let embeds = || t_in("inputs_embeds", ElemType::Float, vec![any, any, fixed(hidden)]);
@@ -224,6 +236,7 @@ impl ExportContract {
                 || (text.get("use_bidirectional_attention").is_none() && model_type == "gemma4_unified");
             let mut dec_ids = ids();
             dec_ids.required = bidirectional && has_vision;
+            dec_ids.why = dec_ids.required.then_some(BIDIRECTIONAL_NEEDS_IDS);
             let mut dec_in = vec![embeds(), mask(), pos(), dec_ids];
             let mut emb_out = vec![embeds()];
             if ple > 0 {
@@ -279,7 +292,64 @@ impl ExportContract {
             outputs.extend(present);
             submodels.push(SubmodelContract { role: TEXT_MODEL, inputs, outputs });
         }
-        Ok(ExportContract { model_type, hidden_size: hidden, vocab_size: vocab, per_layer_input_dim: ple, kv, submodels })
+        let layer_head_dims =
+            layer_types.iter().map(|full| if *full && global_head_dim > 0 { global_head_dim } else { head_dim }).collect();
+        Ok(ExportContract { model_type, hidden_size: hidden, vocab_size: vocab, per_layer_input_dim: ple, kv, layer_head_dims, submodels })
+    }
+}
+
+/// Why a bidirectional-vision decoder must take `input_ids`.
+pub const BIDIRECTIONAL_NEEDS_IDS: &str = "the config asks for bidirectional attention over image blocks \
+    (`use_bidirectional_attention: vision`), and the decoder derives those blocks from input_ids; a decoder \
+    with no input locating the image tokens can only attend causally over them";
+
+impl ExportContract {
+    /// The contract for an export that declares `protocol`: the decoder's cache inputs and
+    /// outputs in its KV layout, `position_ids` optional where GroupQueryAttention derives
+    /// positions from the mask, per-layer inputs where the export computes them. What stays the
+    /// same is what the config fixes: names of the protocol's own tensors, widths, KV heads ×
+    /// head_dim of every non-shared layer, the vocabulary.
+    pub fn for_protocol(mut self, protocol: &ExportProtocol) -> Self {
+        let any = ExpectedDim::Any;
+        let fixed = ExpectedDim::Fixed;
+        let t = |name: String, elem, dims| ExpectedTensor { name, elem, dims, required: true, why: None };
+        let kv = self.kv.clone();
+        for sub in &mut self.submodels {
+            if sub.role != DECODER && sub.role != TEXT_MODEL {
+                if protocol.ple == PleSource::Decoder && sub.role == EMBEDDING {
+                    sub.outputs.retain(|e| e.name != "per_layer_inputs");
+                }
+                continue;
+            }
+            if protocol.attention == AttentionOp::GroupQuery {
+                for e in sub.inputs.iter_mut().filter(|e| e.name == "position_ids") {
+                    e.required = false;
+                }
+            }
+            if protocol.ple == PleSource::Decoder {
+                sub.inputs.retain(|e| e.name != "per_layer_inputs");
+                if let Some(e) = sub.inputs.iter_mut().find(|e| e.name == "input_ids") {
+                    e.required = true;
+                }
+            }
+            if let KvLayout::Static { .. } = protocol.kv {
+                sub.inputs.retain(|e| !e.name.starts_with(PAST));
+                sub.outputs.retain(|e| !e.name.starts_with(PRESENT));
+                for e in sub.inputs.iter_mut().filter(|e| e.name == "attention_mask") {
+                    e.required = false;
+                }
+                sub.inputs.push(t(WRITE_INDICES.into(), ElemType::Index, vec![any]));
+                sub.inputs.push(t(NONPAD_KV_SEQLEN.into(), ElemType::Index, vec![any]));
+                for (i, g) in kv.iter().enumerate() {
+                    let dims = vec![any, any, fixed(g.heads * g.head_dim)];
+                    for (cache, updated) in [(KEY_CACHE, UPDATED_KEY_CACHE), (VALUE_CACHE, UPDATED_VALUE_CACHE)] {
+                        sub.inputs.push(t(format!("{cache}{i}"), ElemType::Float, dims.clone()));
+                        sub.outputs.push(t(format!("{updated}{i}"), ElemType::Float, dims.clone()));
+                    }
+                }
+            }
+        }
+        self
     }
 }
 

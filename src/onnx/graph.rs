@@ -75,6 +75,22 @@ pub struct GraphSummary {
     /// Initialisers that no node (in any subgraph) reads and no output names: dead weight at best,
     /// a sign of a disconnected computation at worst.
     pub dangling_initializers: Vec<String>,
+    /// The top-level graph's nodes, in file order (the EP contract checks read them).
+    pub nodes: Vec<NodeInfo>,
+    /// Element type of every value the graph types (inputs, outputs, `value_info`, initialisers).
+    pub value_types: BTreeMap<String, &'static str>,
+    /// Every initialiser's size in bytes (dims × element size), largest first.
+    pub initializer_bytes: Vec<(String, u64)>,
+}
+
+/// One node of a graph: what the EP contract checks look at.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeInfo {
+    pub name: String,
+    /// `domain::op_type`, plain `op_type` for the default domain (as in the op inventory).
+    pub op: String,
+    pub inputs: Vec<String>,
+    pub outputs: Vec<String>,
 }
 
 impl GraphSummary {
@@ -102,6 +118,29 @@ impl GraphSummary {
         }
         consumed.extend(graph.output.iter().map(|o| o.name.clone()));
         let dangling_initializers = graph.initializer.iter().filter(|t| !consumed.contains(&t.name)).map(|t| t.name.clone()).collect();
+        let nodes = graph
+            .node
+            .iter()
+            .map(|n| NodeInfo { name: n.name.clone(), op: op_key(n), inputs: n.input.clone(), outputs: n.output.clone() })
+            .collect();
+        let mut value_types: BTreeMap<String, &'static str> = BTreeMap::new();
+        for v in graph.value_info.iter().chain(&graph.input).chain(&graph.output) {
+            if let Some(t) = v.r#type.as_ref().and_then(|t| t.tensor_type.as_ref()) {
+                value_types.insert(v.name.clone(), proto::elem_type_name(t.elem_type));
+            }
+        }
+        for t in &graph.initializer {
+            value_types.insert(t.name.clone(), proto::elem_type_name(t.data_type));
+        }
+        let mut initializer_bytes: Vec<(String, u64)> = graph
+            .initializer
+            .iter()
+            .map(|t| {
+                let elems = t.dims.iter().try_fold(1u64, |acc, &d| acc.checked_mul(u64::try_from(d).ok()?)).unwrap_or(u64::MAX);
+                (t.name.clone(), elems.saturating_mul(proto::elem_size(t.data_type)))
+            })
+            .collect();
+        initializer_bytes.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
         Ok(GraphSummary {
             path: path.into(),
             producer: format!("{} {}", model.producer_name, model.producer_version).trim().to_string(),
@@ -111,6 +150,9 @@ impl GraphSummary {
             initializer_count: graph.initializer.len(),
             op_inventory,
             dangling_initializers,
+            nodes,
+            value_types,
+            initializer_bytes,
         })
     }
 
@@ -123,14 +165,18 @@ impl GraphSummary {
     }
 }
 
+/// `domain::op_type`, plain `op_type` for the default domain.
+fn op_key(node: &proto::NodeProto) -> String {
+    if node.domain.is_empty() || node.domain == "ai.onnx" {
+        node.op_type.clone()
+    } else {
+        format!("{}::{}", node.domain, node.op_type)
+    }
+}
+
 fn visit(graph: &GraphProto, ops: &mut BTreeMap<String, usize>, consumed: &mut BTreeSet<String>) {
     for node in &graph.node {
-        let key = if node.domain.is_empty() || node.domain == "ai.onnx" {
-            node.op_type.clone()
-        } else {
-            format!("{}::{}", node.domain, node.op_type)
-        };
-        *ops.entry(key).or_default() += 1;
+        *ops.entry(op_key(node)).or_default() += 1;
         consumed.extend(node.input.iter().filter(|i| !i.is_empty()).cloned());
         for attr in &node.attribute {
             for sub in attr.g.iter().chain(attr.graphs.iter()) {

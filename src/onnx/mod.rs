@@ -2,11 +2,13 @@
 //! inference pipeline.
 
 pub mod contract;
+pub mod eps;
 pub mod graph;
 pub mod layers;
 pub mod package;
 pub mod pipeline;
 pub mod proto;
+pub mod protocol;
 pub mod runtime;
 pub mod session;
 pub mod shapes;

@@ -20,6 +20,7 @@ use ort::value::{DynValue, Tensor, TensorElementType, ValueType};
 
 use super::layers::{self, LayerBoundary, LayersError};
 use super::package::{Layout, OnnxPackage, PackageError, DECODER, EMBEDDING, TEXT_MODEL, VISION_ENCODER};
+use super::protocol::{KEY_CACHE, NONPAD_KV_SEQLEN, PAST, PRESENT, UPDATED_KEY_CACHE, UPDATED_VALUE_CACHE, VALUE_CACHE, WRITE_INDICES};
 use super::runtime::RuntimeError;
 use super::session::{self, ModelSource, SessionError, SessionOptions};
 use super::shapes::{self, Axis, ShapeError, Source};
@@ -48,6 +49,9 @@ pub enum PipelineError {
     Contract { role: &'static str, message: String },
     #[error("the inputs have images but the package {0} has no vision_encoder")]
     NoVision(PathBuf),
+    /// A static-cache export holds fewer positions than the run needs (said before running).
+    #[error("the static KV cache holds {capacity} positions, and the prompt ({prompt} tokens) with {new} new tokens needs {}; export with a larger --max-seq-len", prompt + new.saturating_sub(1))]
+    Capacity { capacity: usize, prompt: usize, new: usize },
     /// A tensor a session declares or returns has the wrong rank or size (an empty vocabulary,
     /// KV without static heads, ...): names the session, the tensor, the expected and found shape.
     #[error(transparent)]
@@ -66,16 +70,28 @@ pub enum DecoderGraph {
     WithLayerOutputs,
 }
 
-/// Names and empty-cache geometry of one KV pair.
+/// Names and empty-cache geometry of one KV pair, in either cache layout.
 #[derive(Debug, Clone)]
 struct KvSlot {
+    /// `past_key_values.N.key` / `key_cache.N`.
     past_key: String,
     past_value: String,
+    /// `present.N.key` / `updated_key_cache.N`.
     present_key: String,
     present_value: String,
-    /// [heads, head_dim] of the key and value (static in the graph).
+    /// Dynamic: `[heads, head_dim]` (cache `[1, heads, past, head_dim]`); static: `[capacity,
+    /// heads·head_dim]` (cache `[1, capacity, heads·head_dim]`). Static in the graph.
     key_dims: [i64; 2],
     value_dims: [i64; 2],
+}
+
+/// How the decoder's cache is carried (read from the session).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum CacheLayout {
+    /// `present` grows by the new positions and is fed back as `past_key_values`.
+    Dynamic,
+    /// Buffers of `capacity` positions the graph writes at `write_indices`.
+    Static { capacity: usize },
 }
 
 /// Sessions of one export package: the decoder and the embedding model for the whole run (every
@@ -91,6 +107,10 @@ pub struct OnnxPipeline {
     /// prefill the same images).
     vision_memo: Option<VisionMemo>,
     kv: Vec<KvSlot>,
+    cache: CacheLayout,
+    /// Element type of each integer input the pipeline builds (ids, mask, positions, cache
+    /// indices): int64, or int32 where the graph declares it.
+    index_types: BTreeMap<String, TensorElementType>,
     /// Element type of activations (`inputs_embeds`, `image_features`, KV): f32 or f16.
     float: TensorElementType,
     hidden: i64,
@@ -148,7 +168,15 @@ impl OnnxPipeline {
             return Err(PipelineError::Contract { role: EMBEDDING, message: format!("missing from {}", dir.display()) });
         }
         let decoder_inputs: Vec<String> = decoder.inputs().iter().map(|o| o.name().to_string()).collect();
-        let kv = kv_slots(&decoder, decoder_role)?;
+        let (kv, cache) = kv_slots(&decoder, decoder_role)?;
+        let mut index_types = BTreeMap::new();
+        for session in std::iter::once(&decoder).chain(embedding.as_ref()) {
+            for i in session.inputs() {
+                if let Some(t @ (TensorElementType::Int32 | TensorElementType::Int64)) = i.dtype().tensor_type() {
+                    index_types.insert(i.name().to_string(), t);
+                }
+            }
+        }
         let float = decoder
             .outputs()
             .iter()
@@ -188,6 +216,8 @@ impl OnnxPipeline {
             vision_path,
             vision_memo: None,
             kv,
+            cache,
+            index_types,
             float,
             hidden,
             decoder_inputs,
@@ -236,6 +266,14 @@ impl OnnxPipeline {
         forced: Option<&[i64]>,
         layer_outputs: bool,
     ) -> Result<(Prefill, GeneratedTokens), PipelineError> {
+        let limit = forced.map_or(max_new, |f| f.len().min(max_new));
+        if let CacheLayout::Static { capacity } = self.cache {
+            // Every token but the last generated one is written into the cache.
+            let needed = inputs.input_ids.len() + limit.saturating_sub(1);
+            if needed > capacity {
+                return Err(PipelineError::Capacity { capacity, prompt: inputs.input_ids.len(), new: limit });
+            }
+        }
         let (prefill, mut cache) = self.prefill_with_cache(inputs, layer_outputs)?;
         let mut gen = GeneratedTokens::default();
         if max_new == 0 {
@@ -243,7 +281,6 @@ impl OnnxPipeline {
         }
         let (s, v) = (prefill.logits.shape[1], prefill.logits.shape[2]);
         let mut logits = prefill.logits.data[(s - 1) * v..].to_vec();
-        let limit = forced.map_or(max_new, |f| f.len().min(max_new));
         let mut total = s;
         for step in 0..limit {
             let next = match forced {
@@ -335,9 +372,12 @@ impl OnnxPipeline {
     fn embed(&mut self, ids: &[i64], image_features: Option<DynValue>) -> Result<Embedded, PipelineError> {
         let float = self.float;
         let hidden = self.hidden;
-        let Some(embedding) = self.embedding.as_mut() else { return Ok(Embedded::new()) };
+        if self.embedding.is_none() {
+            return Ok(Embedded::new());
+        }
         let run = |source| PipelineError::Run { role: EMBEDDING, source };
-        let input_ids = Tensor::from_array((vec![1usize, ids.len()], ids.to_vec())).map_err(run)?;
+        let input_ids = self.index_value("input_ids", vec![1, ids.len()], ids.to_vec()).map_err(run)?;
+        let Some(embedding) = self.embedding.as_mut() else { return Ok(Embedded::new()) };
         let wants_features = embedding.inputs().iter().any(|i| i.name() == "image_features");
         let mut feed: Vec<(&str, SessionInputValue<'_>)> = vec![("input_ids", input_ids.into())];
         if wants_features {
@@ -368,13 +408,31 @@ impl OnnxPipeline {
 
     fn empty_cache(&self) -> Result<Vec<DynValue>, PipelineError> {
         let mut cache = Vec::with_capacity(self.kv.len() * 2);
+        let run = |source| PipelineError::Run { role: self.decoder_role, source };
         for slot in &self.kv {
             for dims in [slot.key_dims, slot.value_dims] {
-                let shape = [1usize, dims[0] as usize, 0, dims[1] as usize];
-                cache.push(float_value(self.float, &shape, &[]).map_err(|source| PipelineError::Run { role: self.decoder_role, source })?);
+                let value = match self.cache {
+                    CacheLayout::Dynamic => float_value(self.float, &[1, dims[0] as usize, 0, dims[1] as usize], &[]),
+                    // Zeros; what lies beyond nonpad_kv_seqlen is never attended to.
+                    CacheLayout::Static { .. } => {
+                        let (cap, width) = (dims[0] as usize, dims[1] as usize);
+                        float_value(self.float, &[1, cap, width], &vec![0.0; cap * width])
+                    }
+                };
+                cache.push(value.map_err(run)?);
             }
         }
         Ok(cache)
+    }
+
+    /// An integer input of `shape` in the element type the graph declares for `name`.
+    fn index_value(&self, name: &str, shape: Vec<usize>, data: Vec<i64>) -> Result<DynValue, ort::Error> {
+        Ok(match self.index_types.get(name) {
+            Some(TensorElementType::Int32) => {
+                Tensor::from_array((shape, data.into_iter().map(|x| x as i32).collect::<Vec<_>>()))?.into_dyn()
+            }
+            _ => Tensor::from_array((shape, data))?.into_dyn(),
+        })
     }
 
     /// One decoder call over `ids` (S new positions) with `total` = past + S positions: logits
@@ -395,15 +453,16 @@ impl OnnxPipeline {
         let past = total - s;
         let mut feed: Vec<(String, SessionInputValue<'_>)> = Vec::with_capacity(self.decoder_inputs.len());
         for name in &self.decoder_inputs {
-            if name.starts_with("past_key_values.") {
+            if self.kv.iter().any(|slot| name == &slot.past_key || name == &slot.past_value) {
                 continue;
             }
             let value: DynValue = match name.as_str() {
-                "input_ids" => Tensor::from_array((vec![1usize, s], ids.to_vec())).map_err(run)?.into_dyn(),
-                "attention_mask" => Tensor::from_array((vec![1usize, total], vec![1i64; total])).map_err(run)?.into_dyn(),
-                "position_ids" => {
-                    Tensor::from_array((vec![1usize, s], (past as i64..total as i64).collect::<Vec<_>>())).map_err(run)?.into_dyn()
-                }
+                "input_ids" => self.index_value(name, vec![1, s], ids.to_vec()).map_err(run)?,
+                "attention_mask" => self.index_value(name, vec![1, total], vec![1; total]).map_err(run)?,
+                "position_ids" => self.index_value(name, vec![1, s], (past as i64..total as i64).collect()).map_err(run)?,
+                // Static cache: the new positions are written from `past` on; `total` are valid.
+                WRITE_INDICES => self.index_value(name, vec![1], vec![past as i64]).map_err(run)?,
+                NONPAD_KV_SEQLEN => self.index_value(name, vec![1], vec![total as i64]).map_err(run)?,
                 other if self.routed.contains(other) => embedded
                     .remove(other)
                     .ok_or_else(|| contract(format!("input `{other}` comes from the embedding model, which did not produce it")))?,
@@ -443,16 +502,25 @@ impl OnnxPipeline {
         shapes::check_returned(role, "logits", &[Axis::Is("batch", 1), Axis::Is("sequence", s), Axis::Positive("vocab")], &logits.shape)?;
         let mut present = Vec::with_capacity(self.kv.len() * 2);
         for slot in &self.kv {
-            for (name, [heads, head_dim]) in [(&slot.present_key, slot.key_dims), (&slot.present_value, slot.value_dims)] {
+            for (name, [a, b]) in [(&slot.present_key, slot.key_dims), (&slot.present_value, slot.value_dims)] {
                 let value = out.remove(name.as_str()).ok_or_else(|| contract(format!("no output `{name}`")))?;
-                // The next step feeds it back as past_key_values: the declared [1, heads, *, head_dim].
-                let axes = [
-                    Axis::Is("batch", 1),
-                    Axis::Is("kv_heads", heads as usize),
-                    Axis::Any("sequence"),
-                    Axis::Is("head_dim", head_dim as usize),
-                ];
-                check_value(role, name, &axes, &value)?;
+                // The next step feeds it back: the declared [1, heads, *, head_dim], or the same
+                // [1, capacity, heads·head_dim] buffer.
+                match self.cache {
+                    CacheLayout::Dynamic => {
+                        let axes = [
+                            Axis::Is("batch", 1),
+                            Axis::Is("kv_heads", a as usize),
+                            Axis::Any("sequence"),
+                            Axis::Is("head_dim", b as usize),
+                        ];
+                        check_value(role, name, &axes, &value)?;
+                    }
+                    CacheLayout::Static { .. } => {
+                        let axes = [Axis::Is("batch", 1), Axis::Is("capacity", a as usize), Axis::Is("kv_heads · head_dim", b as usize)];
+                        check_value(role, name, &axes, &value)?;
+                    }
+                }
                 present.push(value);
             }
         }
@@ -499,15 +567,22 @@ fn open_decoder(
     Ok((session, Ok(copy.layers)))
 }
 
-/// KV pairs in index order, with the static [heads, head_dim] of each key and value.
-fn kv_slots(decoder: &Session, role: &'static str) -> Result<Vec<KvSlot>, PipelineError> {
+/// KV pairs in index order with their static geometry, and the cache layout: dynamic
+/// (`past_key_values.N.{key,value}` → `present.N.*`) or static (`key_cache.N` / `value_cache.N` →
+/// `updated_key_cache.N` / `updated_value_cache.N`, with `write_indices` and `nonpad_kv_seqlen`).
+fn kv_slots(decoder: &Session, role: &'static str) -> Result<(Vec<KvSlot>, CacheLayout), PipelineError> {
     let contract = |m: String| PipelineError::Contract { role, message: m };
+    let is_static = decoder.inputs().iter().any(|i| i.name().starts_with(KEY_CACHE));
+    let dynamic = decoder.inputs().iter().any(|i| i.name().starts_with(PAST));
+    if is_static && dynamic {
+        return Err(contract("declares both past_key_values and key_cache inputs: no cache layout the pipeline can drive".into()));
+    }
+    let (prefix, index_of): (&str, fn(&str) -> Option<&str>) =
+        if is_static { (KEY_CACHE, |rest| Some(rest)) } else { (PAST, |rest| rest.split('.').next()) };
     let mut indices: BTreeSet<usize> = BTreeSet::new();
     for i in decoder.inputs() {
-        if let Some(rest) = i.name().strip_prefix("past_key_values.") {
-            let idx = rest
-                .split('.')
-                .next()
+        if let Some(rest) = i.name().strip_prefix(prefix) {
+            let idx = index_of(rest)
                 .and_then(|n| n.parse::<usize>().ok())
                 .ok_or_else(|| contract(format!("cannot read the layer index of input `{}`", i.name())))?;
             indices.insert(idx);
@@ -515,6 +590,7 @@ fn kv_slots(decoder: &Session, role: &'static str) -> Result<Vec<KvSlot>, Pipeli
     }
     let n = indices.len();
     let mut slots = Vec::with_capacity(n);
+    let mut capacity = None;
     for idx in 0..n {
         let dims_of = |name: &str| -> Result<[i64; 2], PipelineError> {
             let ty = decoder
@@ -524,29 +600,45 @@ fn kv_slots(decoder: &Session, role: &'static str) -> Result<Vec<KvSlot>, Pipeli
                 .map(|o| o.dtype())
                 .ok_or_else(|| contract(format!("KV inputs are not numbered 0..{n}: `{name}` is missing")))?;
             let shape = declared_shape(Some(ty)).ok_or_else(|| contract(format!("input `{name}` is not a tensor")))?;
-            let axes = [Axis::Is("batch", 1), Axis::Static("kv_heads"), Axis::Any("past_sequence"), Axis::Static("head_dim")];
-            shapes::check(role, "input", name, &axes, &shape, Source::Declared)?;
-            Ok([shape[1], shape[3]])
+            if is_static {
+                let axes = [Axis::Is("batch", 1), Axis::Static("capacity"), Axis::Static("kv_heads · head_dim")];
+                shapes::check(role, "input", name, &axes, &shape, Source::Declared)?;
+                Ok([shape[1], shape[2]])
+            } else {
+                let axes = [Axis::Is("batch", 1), Axis::Static("kv_heads"), Axis::Any("past_sequence"), Axis::Static("head_dim")];
+                shapes::check(role, "input", name, &axes, &shape, Source::Declared)?;
+                Ok([shape[1], shape[3]])
+            }
         };
-        let past_key = format!("past_key_values.{idx}.key");
-        let past_value = format!("past_key_values.{idx}.value");
-        let present_key = format!("present.{idx}.key");
-        let present_value = format!("present.{idx}.value");
+        let (past_key, past_value, present_key, present_value) = if is_static {
+            (
+                format!("{KEY_CACHE}{idx}"),
+                format!("{VALUE_CACHE}{idx}"),
+                format!("{UPDATED_KEY_CACHE}{idx}"),
+                format!("{UPDATED_VALUE_CACHE}{idx}"),
+            )
+        } else {
+            (format!("{PAST}{idx}.key"), format!("{PAST}{idx}.value"), format!("{PRESENT}{idx}.key"), format!("{PRESENT}{idx}.value"))
+        };
         for name in [&present_key, &present_value] {
             if !decoder.outputs().iter().any(|o| o.name() == name.as_str()) {
                 return Err(contract(format!("output `{name}` is missing")));
             }
         }
-        slots.push(KvSlot {
-            key_dims: dims_of(&past_key)?,
-            value_dims: dims_of(&past_value)?,
-            past_key,
-            past_value,
-            present_key,
-            present_value,
-        });
+        let (key_dims, value_dims) = (dims_of(&past_key)?, dims_of(&past_value)?);
+        if is_static {
+            if capacity.is_some_and(|c| c != key_dims[0] || c != value_dims[0]) {
+                return Err(contract(format!("`{past_key}` and the other caches declare different capacities")));
+            }
+            capacity = Some(key_dims[0]);
+        }
+        slots.push(KvSlot { key_dims, value_dims, past_key, past_value, present_key, present_value });
     }
-    Ok(slots)
+    let layout = match capacity {
+        Some(c) => CacheLayout::Static { capacity: c as usize },
+        None => CacheLayout::Dynamic,
+    };
+    Ok((slots, layout))
 }
 
 /// The shape a graph declares for a tensor (-1 for a dynamic axis; empty when it states none);

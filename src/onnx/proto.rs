@@ -132,6 +132,18 @@ pub enum DimValue {
     DimParam(String),
 }
 
+/// Bytes per element of an ONNX `TensorProto.DataType` (sub-byte types count one byte; strings,
+/// whose size the type does not fix, zero).
+pub fn elem_size(code: i32) -> u64 {
+    match code {
+        1 | 6 | 12 => 4,
+        7 | 11 | 13 => 8,
+        5 | 4 | 10 | 16 => 2,
+        8 => 0,
+        _ => 1,
+    }
+}
+
 /// ONNX `TensorProto.DataType` names, as the contract and reports print them.
 pub fn elem_type_name(code: i32) -> &'static str {
     match code {

@@ -89,6 +89,15 @@ pub fn builder(opts: &SessionOptions) -> Result<SessionBuilder, SessionError> {
     Ok(builder)
 }
 
+/// Opens a session on the graph file at `path` on the CPU EP alone, whatever the run's EP: what L1
+/// loads to ask whether ONNX Runtime accepts the graph.
+pub fn open_cpu(path: &Path) -> Result<Session, SessionError> {
+    let env = runtime::environment()?;
+    let configure = |source: ort::Error| SessionError::Configure { source };
+    let mut builder = Session::builder(env).map_err(configure)?.with_intra_threads(1).map_err(|e| configure(e.into()))?;
+    builder.commit_from_file(path).map_err(|source| SessionError::Load { path: path.into(), source })
+}
+
 /// Opens a session on `source`.
 pub fn open(source: ModelSource<'_>, opts: &SessionOptions) -> Result<Session, SessionError> {
     let path = source.path().to_path_buf();

@@ -158,7 +158,9 @@ pub fn check(inputs: L2Inputs<'_>) -> TierOutcome {
     }
     let mut out = TierOutcome::new(Status::Pass, "");
     if let Some(export) = inputs.export {
-        let l1 = super::l1::check(inputs.config, export, inputs.float_dtype);
+        // The interface only: loading a full-size export is not L2's business.
+        let l1 =
+            super::l1::check_interface(super::l1::L1Inputs { config: inputs.config, export, float_dtype: inputs.float_dtype, pin: None });
         if l1.status != Status::Pass {
             failures.push(format!("full-size export {}: {}", export.display(), l1.message));
         } else {

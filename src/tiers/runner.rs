@@ -22,7 +22,12 @@ pub fn run_level(case: &Case, level: Level, opts: &RunOptions, evals: &CaseEvalu
     let artifacts = Artifacts::of(case);
     let outcome = match level {
         Level::L1 => match (&artifacts.checkpoint, &artifacts.export) {
-            (Some(ckpt), Some(onnx)) => l1::check(&ckpt.join("config.json"), onnx, case.dtype.onnx_elem_type()),
+            (Some(ckpt), Some(onnx)) => l1::check_with(l1::L1Inputs {
+                config: &ckpt.join("config.json"),
+                export: onnx,
+                float_dtype: case.dtype.onnx_elem_type(),
+                pin: case.export.as_ref(),
+            }),
             _ => TierOutcome::skipped("L1 needs the checkpoint's config.json and the export"),
         },
         Level::L2 => run_l2(case, &artifacts),
@@ -59,7 +64,7 @@ fn per_candidate<'a>(
     let outcomes = candidates
         .into_iter()
         .map(|c| match c {
-            Ok(run) => (run.label, judge(run)),
+            Ok(run) => (run.label.as_str(), judge(run)),
             Err(e) => ("", TierOutcome::fail(e.to_string())),
         })
         .collect();

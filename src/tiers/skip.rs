@@ -33,9 +33,17 @@ pub fn static_skip(case: &Case, level: Level, opts: &RunOptions) -> Option<Strin
             case.model_type
         ));
     }
+    if case.variant.is_some() && level == Level::L2 {
+        return Some("L2 judges the model's config and checkpoint, the same for every build: see the case's own L2".into());
+    }
     let case = tier_case(case, level);
     let case = case.as_ref();
     let artifacts = Artifacts::of(case);
+    if matches!(level, Level::L3 | Level::L4 | Level::L5) {
+        if let Some(reason) = artifacts.export.as_deref().and_then(not_runnable_here) {
+            return Some(reason);
+        }
+    }
     match level {
         Level::L1 | Level::L3 => artifact_skip(case, &artifacts, level == Level::L3),
         Level::L2 => artifacts.config.is_none().then(|| {
@@ -100,6 +108,24 @@ fn artifact_skip(case: &Case, artifacts: &Artifacts, needs_weights: bool) -> Opt
         }
         _ => None,
     }
+}
+
+/// Why an export cannot run on this run's execution provider, known from its graph: bf16
+/// activations on the CPU EP, which has no bfloat16 kernels for the decoder's MatMul and Mul (L1
+/// loads the export and names the node).
+fn not_runnable_here(export: &std::path::Path) -> Option<String> {
+    let package = crate::onnx::package::OnnxPackage::open(export).ok()?;
+    let decoder = package.submodel(crate::onnx::package::DECODER).or_else(|| package.submodel(crate::onnx::package::TEXT_MODEL))?;
+    let graph = crate::onnx::graph::GraphSummary::load(decoder).ok()?;
+    let float = graph.output("logits").map(|t| t.dtype)?;
+    let ep = crate::onnx::runtime::execution_provider();
+    (float == "bfloat16" && ep == "CPUExecutionProvider").then(|| {
+        format!(
+            "not runnable on {ep}: the export computes in bfloat16 and ONNX Runtime {}'s CPU EP has no bfloat16 kernels for its \
+             MatMul/Mul (L1 loads it and names the node); run it where its EP is",
+            crate::onnx::runtime::ORT_VERSION
+        )
+    })
 }
 
 /// The case a tier runs on: L1 and L3 of a case with `synthetic:` run on its stand-in.

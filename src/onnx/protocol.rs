@@ -1,0 +1,229 @@
+//! The protocol an export speaks, read from its graphs: mobius builds one export per EP, dtype
+//! and KV-cache layout (`docs/design.md` §7), and each takes other inputs — `position_ids` or
+//! not (GroupQueryAttention derives positions from the mask), `input_ids` in the decoder or not,
+//! a growing `past_key_values` / `present` cache or pre-allocated `key_cache` / `value_cache`
+//! buffers written at `write_indices`, per-layer inputs from the embedding model or computed in
+//! the decoder, int64 or int32 indices. L1 checks an export against the contract its config
+//! implies *for the protocol it declares*, and the pipeline drives whichever it is.
+
+use std::fmt;
+
+use super::eps::Ep;
+use super::graph::{Dim, GraphSummary};
+
+/// Inputs and outputs of a static-cache decoder (mobius `--static-cache`).
+pub const KEY_CACHE: &str = "key_cache.";
+pub const VALUE_CACHE: &str = "value_cache.";
+pub const UPDATED_KEY_CACHE: &str = "updated_key_cache.";
+pub const UPDATED_VALUE_CACHE: &str = "updated_value_cache.";
+pub const WRITE_INDICES: &str = "write_indices";
+pub const NONPAD_KV_SEQLEN: &str = "nonpad_kv_seqlen";
+/// Inputs and outputs of a dynamic-cache decoder.
+pub const PAST: &str = "past_key_values.";
+pub const PRESENT: &str = "present.";
+
+/// How the decoder carries its KV cache between steps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KvLayout {
+    /// `past_key_values.N.{key,value}` `[batch, heads, past, head_dim]` in, `present.N.*` (past
+    /// + new) out.
+    Dynamic { pairs: usize },
+    /// Pre-allocated `key_cache.N` / `value_cache.N` `[batch, capacity, heads·head_dim]` the
+    /// graph writes at `write_indices` (TensorScatter) and returns as `updated_*`;
+    /// `nonpad_kv_seqlen` says how much is valid. `capacity` as the graph declares it.
+    Static { pairs: usize, capacity: Option<i64> },
+    /// Names of both kinds: a build that did not finish one layout (seen: static-cache builds of
+    /// KV-shared models).
+    Mixed { dynamic: usize, fixed: usize },
+    /// No cache inputs at all.
+    None,
+}
+
+/// Which attention op the decoder uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AttentionOp {
+    /// `com.microsoft::GroupQueryAttention` (positions and causality from `attention_mask`).
+    GroupQuery,
+    /// The standard opset-24 `Attention`.
+    Standard,
+    /// Neither: attention decomposed into primitive ops.
+    Decomposed,
+}
+
+/// Where the gemma4 per-layer inputs (PLE) come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PleSource {
+    /// No per-layer inputs (unified models, PLE-less configs) — or the text-only model computes
+    /// them inside from `input_ids`.
+    None,
+    /// The embedding model outputs `per_layer_inputs`, the decoder takes them.
+    Embedding,
+    /// The decoder takes `input_ids` and computes them (mobius splits the PLE table when it
+    /// exceeds an EP's buffer limit).
+    Decoder,
+}
+
+/// What an export's decoder (and embedding model) declare.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExportProtocol {
+    /// Element type of the logits (`float32`, `float16`, `bfloat16`).
+    pub float: &'static str,
+    /// Element type of the token ids (`int64`, or `int32` in graph-capture builds).
+    pub index: &'static str,
+    pub decoder_input_ids: bool,
+    pub inputs_embeds: bool,
+    pub attention_mask: bool,
+    pub position_ids: bool,
+    pub kv: KvLayout,
+    pub attention: AttentionOp,
+    pub ple: PleSource,
+    /// The default-domain opset.
+    pub opset: i64,
+}
+
+impl ExportProtocol {
+    /// Reads the protocol from the decoder's (or text-only model's) graph and, for multimodal
+    /// packages, the embedding model's.
+    pub fn read(decoder: &GraphSummary, embedding: Option<&GraphSummary>) -> Self {
+        let has = |name: &str| decoder.input(name).is_some();
+        let count = |prefix: &str| decoder.inputs.iter().filter(|t| t.name.starts_with(prefix)).count();
+        let (dynamic, fixed) = (count(PAST), count(KEY_CACHE) + count(VALUE_CACHE));
+        let kv = match (dynamic, fixed) {
+            (0, 0) => KvLayout::None,
+            (d, 0) => KvLayout::Dynamic { pairs: d / 2 },
+            (0, f) => {
+                let capacity = decoder.inputs.iter().find(|t| t.name.starts_with(KEY_CACHE)).and_then(|t| match t.dims.as_deref() {
+                    Some([_, Dim::Static(c), _]) => Some(*c),
+                    _ => None,
+                });
+                KvLayout::Static { pairs: f / 2, capacity }
+            }
+            (d, f) => KvLayout::Mixed { dynamic: d, fixed: f },
+        };
+        let attention = if decoder.op_inventory.contains_key("com.microsoft::GroupQueryAttention") {
+            AttentionOp::GroupQuery
+        } else if decoder.op_inventory.contains_key("Attention") {
+            AttentionOp::Standard
+        } else {
+            AttentionOp::Decomposed
+        };
+        let embedding_ple = embedding.is_some_and(|e| e.output("per_layer_inputs").is_some());
+        let ple = if has("per_layer_inputs") && embedding_ple {
+            PleSource::Embedding
+        } else if embedding.is_some()
+            && has("input_ids")
+            && decoder.initializer_bytes.iter().any(|(n, _)| n.contains("embed_tokens_per_layer"))
+        {
+            PleSource::Decoder
+        } else {
+            PleSource::None
+        };
+        let index = decoder.input("input_ids").or_else(|| embedding.and_then(|e| e.input("input_ids"))).map_or("int64", |t| t.dtype);
+        ExportProtocol {
+            float: decoder.output("logits").map_or("unknown", |t| t.dtype),
+            index,
+            decoder_input_ids: has("input_ids"),
+            inputs_embeds: has("inputs_embeds"),
+            attention_mask: has("attention_mask"),
+            position_ids: has("position_ids"),
+            kv,
+            attention,
+            ple,
+            opset: decoder.opsets.get("").or_else(|| decoder.opsets.get("ai.onnx")).copied().unwrap_or(0),
+        }
+    }
+
+    /// The variant's short name: `static`, `gqa` or `portable` (the KV layout first, then the
+    /// attention op).
+    pub fn variant(&self) -> &'static str {
+        match (self.kv, self.attention) {
+            (KvLayout::Static { .. } | KvLayout::Mixed { .. }, _) => "static",
+            (_, AttentionOp::GroupQuery) => "gqa",
+            _ => "portable",
+        }
+    }
+
+    /// The EPs whose mobius build looks like this one (GroupQueryAttention exactly for the EPs
+    /// and dtypes mobius fuses it for).
+    pub fn compatible_eps(&self) -> Vec<Ep> {
+        let gqa = self.attention == AttentionOp::GroupQuery;
+        Ep::ALL.into_iter().filter(|ep| ep.fuses_gqa(self.float) == gqa).collect()
+    }
+}
+
+impl fmt::Display for ExportProtocol {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let attention = match self.attention {
+            AttentionOp::GroupQuery => "GroupQueryAttention (positions from attention_mask)",
+            AttentionOp::Standard => "opset-24 Attention",
+            AttentionOp::Decomposed => "decomposed attention",
+        };
+        let kv = match self.kv {
+            KvLayout::Dynamic { pairs } => format!("dynamic KV ({pairs} pairs)"),
+            KvLayout::Static { pairs, capacity } => {
+                format!("static KV ({pairs} pairs, capacity {})", capacity.map_or("dynamic".to_string(), |c| c.to_string()))
+            }
+            KvLayout::Mixed { dynamic, fixed } => format!("mixed KV ({dynamic} dynamic and {fixed} static cache inputs)"),
+            KvLayout::None => "no KV cache".into(),
+        };
+        let ple = match self.ple {
+            PleSource::None => "",
+            PleSource::Embedding => ", per-layer inputs from the embedding model",
+            PleSource::Decoder => ", per-layer inputs computed in the decoder",
+        };
+        write!(
+            f,
+            "{} protocol: {attention}, {kv}, {} activations, {} ids, opset {}{ple}",
+            self.variant(),
+            self.float,
+            self.index,
+            self.opset
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::Path;
+
+    fn root() -> std::path::PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures")
+    }
+
+    fn protocol(rel: &str) -> ExportProtocol {
+        let dir = root().join(rel);
+        let single = dir.join("model.onnx");
+        if single.is_file() {
+            return ExportProtocol::read(&GraphSummary::load(&single).expect("graph"), None);
+        }
+        let decoder = GraphSummary::load(&dir.join("decoder/model.onnx")).expect("decoder");
+        let embedding = GraphSummary::load(&dir.join("embedding/model.onnx")).expect("embedding");
+        ExportProtocol::read(&decoder, Some(&embedding))
+    }
+
+    /// Guards: each committed variant is read as the protocol it is (see
+    /// fixtures/<fixture>/variants.json for the builds).
+    #[test]
+    fn variants_are_read_from_the_graphs() {
+        let p = protocol("unified-text-kvshare/onnx");
+        assert_eq!((p.variant(), p.position_ids, p.attention_mask, p.kv), ("portable", true, true, KvLayout::Dynamic { pairs: 4 }));
+        let p = protocol("unified-text-kvshare/variants/gqa");
+        assert_eq!((p.variant(), p.position_ids, p.float), ("gqa", false, "float32"));
+        assert_eq!(p.compatible_eps(), vec![Ep::Cpu, Ep::Webgpu, Ep::Mlx]);
+        let p = protocol("unified-text-kvshare/variants/cuda-f16");
+        assert_eq!((p.variant(), p.float), ("gqa", "float16"));
+        assert!(p.compatible_eps().contains(&Ep::Cuda) && !p.compatible_eps().contains(&Ep::Cpu));
+        let p = protocol("unified-text-kvshare/variants/static");
+        assert_eq!((p.variant(), p.kv, p.attention_mask), ("static", KvLayout::Static { pairs: 4, capacity: Some(64) }, false));
+        let p = protocol("gemma4-text-ple/variants/static");
+        assert!(matches!(p.kv, KvLayout::Mixed { .. }), "{p}");
+        let p = protocol("unified-vision/variants/gqa");
+        assert_eq!((p.variant(), p.decoder_input_ids, p.inputs_embeds), ("gqa", false, true));
+        let p = protocol("unified-vision/onnx");
+        assert_eq!((p.variant(), p.decoder_input_ids), ("portable", true));
+        let p = protocol("gemma4-vision/onnx");
+        assert_eq!(p.ple, PleSource::Embedding);
+        assert!(p.to_string().starts_with("portable protocol: opset-24 Attention, dynamic KV"), "{p}");
+    }
+}

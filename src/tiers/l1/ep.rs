@@ -1,0 +1,132 @@
+//! The contracts an EP build must honour beyond the config's (mobius's `EpCapabilities` for the
+//! EP, `src/onnx/eps.rs`), and whether an export is what its case says it is.
+
+use std::collections::BTreeMap;
+
+use crate::case::ExportPin;
+use crate::onnx::contract::ExportContract;
+use crate::onnx::eps::Ep;
+use crate::onnx::graph::GraphSummary;
+use crate::onnx::package::{DECODER, TEXT_MODEL};
+use crate::onnx::protocol::{ExportProtocol, KvLayout};
+
+/// A layer index from a node name (`…/layers.<i>/…`), as torch-dynamo exporters write them.
+fn layer_of(name: &str) -> Option<usize> {
+    let at = name.find("layers.")?;
+    let rest = &name[at + "layers.".len()..];
+    let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+    digits.parse().ok()
+}
+
+fn mib(bytes: u64) -> f64 {
+    bytes as f64 / (1u64 << 20) as f64
+}
+
+/// What differs between the case's pin and the export's protocol.
+pub fn pin_violations(pin: &ExportPin, protocol: &ExportProtocol) -> Vec<String> {
+    let mut v = Vec::new();
+    if let Some(d) = pin.dtype {
+        if d.onnx_elem_type() != protocol.float {
+            v.push(format!("the case pins dtype {d} but the export's activations are {}", protocol.float));
+        }
+    }
+    if let Some(want) = pin.static_cache {
+        let is = matches!(protocol.kv, KvLayout::Static { .. } | KvLayout::Mixed { .. });
+        if want != is {
+            v.push(format!("the case pins static_cache: {want} but the export has {} KV cache", if is { "a static" } else { "a dynamic" }));
+        }
+    }
+    if let Some(ep) = pin.ep {
+        let compatible = protocol.compatible_eps();
+        if !compatible.contains(&ep) {
+            let names: Vec<&str> = compatible.iter().map(|e| e.as_str()).collect();
+            v.push(format!(
+                "the case pins ep {ep} but this is not mobius's {ep} build at {}: {} (it looks like a build for {})",
+                protocol.float,
+                if ep.fuses_gqa(protocol.float) {
+                    "that build fuses GroupQueryAttention"
+                } else {
+                    "that build keeps the standard Attention"
+                },
+                names.join(", ")
+            ));
+        }
+    }
+    v
+}
+
+/// Each way the export breaks `ep`'s contract, naming the sub-model, node or tensor.
+pub fn ep_violations(ep: Ep, graphs: &BTreeMap<String, GraphSummary>, contract: &ExportContract, protocol: &ExportProtocol) -> Vec<String> {
+    let build = ep.build();
+    let mut v = Vec::new();
+    if let Some(limit) = build.max_buffer_size {
+        for (role, g) in graphs {
+            for (name, bytes) in g.initializer_bytes.iter().take_while(|(_, b)| *b > limit) {
+                v.push(format!(
+                    "{ep}: {role}: initializer `{name}` is {:.1} MiB, over the EP's {:.0} MiB buffer limit (WebGPU's maxBufferSize; mobius \
+                     max_buffer_size): it must be split",
+                    mib(*bytes),
+                    mib(limit)
+                ));
+            }
+        }
+    }
+    let decoder = graphs.get(DECODER).or_else(|| graphs.get(TEXT_MODEL));
+    if build.shape_free_capture {
+        if let Some(d) = decoder {
+            let dynamic: Vec<&str> =
+                d.nodes.iter().filter(|n| n.op == "Shape" || n.op == "ConstantOfShape").map(|n| n.name.as_str()).collect();
+            if !dynamic.is_empty() {
+                v.push(format!(
+                    "{ep}: graph capture cannot execute Shape / ConstantOfShape, and the decoder has {}: {} (mobius \
+                     requires_graph_capture_rewrite: its StaticEmptyKV rewrite should have replaced them)",
+                    dynamic.len(),
+                    dynamic.iter().take(6).copied().collect::<Vec<_>>().join(", ")
+                ));
+            }
+        }
+    }
+    if let (Some(max), Some(d)) = (build.gqa_max_head_dim, decoder) {
+        for n in d.nodes.iter().filter(|n| n.op == "com.microsoft::GroupQueryAttention") {
+            if let Some(hd) = layer_of(&n.name).and_then(|l| contract.layer_head_dims.get(l)).filter(|&&hd| hd > max) {
+                v.push(format!(
+                    "{ep}: GroupQueryAttention `{}` runs a layer of head_dim {hd}, above the {max} ONNX Runtime's {ep} GroupQueryAttention \
+                     kernel supports",
+                    n.name
+                ));
+            }
+        }
+    }
+    if let Some(max) = build.max_opset {
+        if protocol.opset > max {
+            v.push(format!("{ep}: the decoder declares opset {}, above the {max} the EP's kernels cover", protocol.opset));
+        }
+    }
+    if build.needs_float_attention_mask {
+        for (role, g) in graphs {
+            for n in g.nodes.iter().filter(|n| n.op == "Attention") {
+                let mask = n.inputs.get(3).filter(|m| !m.is_empty());
+                if let Some(m) = mask.filter(|m| g.value_types.get(m.as_str()) == Some(&"bool")) {
+                    v.push(format!(
+                        "{ep}: {role}: Attention `{}` takes a bool attn_mask `{m}`: ONNX Runtime's {ep} mask conversion turns it into NaN; \
+                         the build must pass an additive float mask",
+                        n.name
+                    ));
+                }
+            }
+        }
+    }
+    v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Guards the layer lookup the head_dim check relies on.
+    #[test]
+    fn layers_from_node_names() {
+        assert_eq!(layer_of("model/layers.12/self_attn/GroupQueryAttention_3"), Some(12));
+        assert_eq!(layer_of("model/norm/x"), None);
+    }
+}

@@ -1,0 +1,144 @@
+//! L1's last question: does ONNX Runtime accept each sub-model? Each is loaded on the CPU EP (ORT
+//! type-checks and assigns kernels at load): a graph ORT rejects is a failure naming the node; a
+//! graph that is valid but has no CPU kernel for its dtype (bf16 MatMul, say) is a note — it is
+//! not runnable on a CPU-only machine, and L3–L5 say so — not a failure.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use crate::onnx::graph::GraphSummary;
+use crate::onnx::package::OnnxPackage;
+
+/// What loading the sub-models found.
+#[derive(Debug, Default)]
+pub struct LoadReport {
+    /// Sub-models ORT rejects, each naming the node.
+    pub failures: Vec<String>,
+    /// Sub-models not runnable on the CPU EP, or not loaded (too large for this machine).
+    pub notes: Vec<String>,
+}
+
+/// The fraction of the available memory a package's files may take before L1 does not load it.
+const MAX_SHARE_OF_AVAILABLE: f64 = 0.8;
+
+/// Loads every sub-model of `package` on the CPU EP.
+pub fn load_on_cpu(package: &OnnxPackage, graphs: &BTreeMap<String, GraphSummary>) -> LoadReport {
+    let mut report = LoadReport::default();
+    let bytes = folder_bytes(&package.root);
+    if let Some(available) = available_memory() {
+        if bytes as f64 > MAX_SHARE_OF_AVAILABLE * available as f64 {
+            report.notes.push(format!(
+                "not loaded by ONNX Runtime: the package holds {} and this machine has {} available",
+                crate::memory::gib(bytes),
+                crate::memory::gib(available)
+            ));
+            return report;
+        }
+    }
+    for (role, file) in &package.submodels {
+        let Err(e) = crate::onnx::session::open_cpu(file) else { continue };
+        let message = e.to_string();
+        let graph = graphs.get(role);
+        match classify(&message, graph) {
+            Outcome::NoCpuKernel(what) => report.notes.push(format!("{role}: not runnable on the CPU EP: {what}")),
+            Outcome::Rejected(what) => report.failures.push(format!("{role}: ONNX Runtime rejects the graph at {what}")),
+        }
+    }
+    report
+}
+
+enum Outcome {
+    NoCpuKernel(String),
+    Rejected(String),
+}
+
+/// What an ORT load error means, with the node it is about (named by ORT, or found in the graph
+/// when ORT leaves the name empty).
+fn classify(message: &str, graph: Option<&GraphSummary>) -> Outcome {
+    let one_line = message.replace('\n', " ");
+    // "Could not find an implementation for MatMul(13) node with name 'decoder/…/MatMul_node_85'"
+    if let Some(rest) = one_line.split("Could not find an implementation for ").nth(1) {
+        let op = rest.split('(').next().unwrap_or_default().to_string();
+        let node = rest.split("node with name '").nth(1).and_then(|r| r.split('\'').next()).unwrap_or_default().to_string();
+        let dtype = graph
+            .and_then(|g| {
+                let n = g.nodes.iter().find(|n| n.name == node)?;
+                n.inputs.iter().find_map(|i| g.value_types.get(i.as_str()).copied())
+            })
+            .unwrap_or("its");
+        return Outcome::NoCpuKernel(format!("no {dtype} kernel for {op} (node `{node}`)"));
+    }
+    // "Node (model/layers.9/…/Transpose_node_495) Op (Transpose) [TypeInferenceError] …"
+    if let Some(rest) = one_line.split("Node (").nth(1) {
+        let node = rest.split(')').next().unwrap_or_default();
+        if !node.is_empty() {
+            return Outcome::Rejected(format!("node `{node}`: {}", tail(&one_line)));
+        }
+    }
+    // "Type Error: Type parameter (T) of Optype (Add) bound to different types (tensor(bfloat16)
+    // and tensor(float) in node ()." — ORT names no node: find the one it means.
+    if let Some(rest) = one_line.split("of Optype (").nth(1) {
+        let op = rest.split(')').next().unwrap_or_default();
+        let types: Vec<&str> = one_line.split("tensor(").skip(1).filter_map(|t| t.split(')').next()).map(onnx_type_name).collect();
+        let node = graph.and_then(|g| {
+            g.nodes
+                .iter()
+                .find(|n| {
+                    n.op == op && {
+                        let ts: Vec<&str> = n.inputs.iter().filter_map(|i| g.value_types.get(i.as_str()).copied()).collect();
+                        types.iter().all(|t| ts.contains(t))
+                    }
+                })
+                .map(|n| n.name.clone())
+        });
+        let at = node.map_or_else(|| format!("a {op} node"), |n| format!("node `{n}` ({op})"));
+        return Outcome::Rejected(format!("{at}: {}", tail(&one_line)));
+    }
+    Outcome::Rejected(format!("load: {}", tail(&one_line)))
+}
+
+/// ORT's `tensor(float)` spellings as this crate names element types.
+fn onnx_type_name(t: &str) -> &str {
+    match t {
+        "float" => "float32",
+        "double" => "float64",
+        other => other,
+    }
+}
+
+/// The part of an ORT error after its status prefix (`[ONNXRuntimeError] : 1 : FAIL : `).
+fn tail(message: &str) -> String {
+    let m = message.rsplit(" : ").next().unwrap_or(message).trim();
+    m.chars().take(400).collect()
+}
+
+/// Bytes of every file under `dir`.
+fn folder_bytes(dir: &Path) -> u64 {
+    crate::files::walk(dir, &|_| true).into_iter().flatten().filter_map(|p| p.metadata().ok()).map(|m| m.len()).sum()
+}
+
+/// `MemAvailable` of `/proc/meminfo` (Linux), in bytes.
+fn available_memory() -> Option<u64> {
+    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = info.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    let kib: u64 = line.trim_start_matches("MemAvailable:").trim().trim_end_matches("kB").trim().parse().ok()?;
+    Some(kib * 1024)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Guards the message parsing on ORT 1.31.1's three load failures seen on mobius builds.
+    #[test]
+    fn ort_messages_name_the_node() {
+        let m = "[ONNXRuntimeError] : 9 : NOT_IMPLEMENTED : Could not find an implementation for MatMul(13) node with name 'd/q/MatMul_1'";
+        assert!(matches!(classify(m, None), Outcome::NoCpuKernel(w) if w == "no its kernel for MatMul (node `d/q/MatMul_1`)"));
+        let m = "[ONNXRuntimeError] : 1 : FAIL : Node (model/layers.9/self_attn/Transpose_node_495) Op (Transpose) [TypeInferenceError] Invalid attribute perm {0, 2, 1, 3}, input shape = {0, 64, 32}";
+        assert!(
+            matches!(classify(m, None), Outcome::Rejected(w) if w.starts_with("node `model/layers.9/self_attn/Transpose_node_495`: Node ("))
+        );
+        let m = "[ONNXRuntimeError] : 1 : FAIL : Type Error: Type parameter (T) of Optype (Add) bound to different types (tensor(bfloat16) and tensor(float) in node ().";
+        assert!(matches!(classify(m, None), Outcome::Rejected(w) if w.starts_with("a Add node: Type Error")));
+    }
+}

@@ -1,0 +1,236 @@
+//! L1 graph tier: does the ONNX package honour the contract its config implies, for the
+//! protocol its graphs declare (portable, GroupQueryAttention, static cache, …)? Then: does
+//! ONNX Runtime accept each sub-model ([`load`]), and, where the case says which EP the export is
+//! for, does it honour that EP's contract ([`ep`])?
+
+pub mod ep;
+pub mod load;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use super::outcome::{Status, TierOutcome};
+use crate::case::ExportPin;
+use crate::metric_keys as key;
+use crate::onnx::contract::{ElemType, ExpectedDim, ExportContract};
+use crate::onnx::graph::{Dim, GraphSummary, TensorSpec};
+use crate::onnx::package::{OnnxPackage, DECODER, EMBEDDING, TEXT_MODEL};
+use crate::onnx::protocol::{ExportProtocol, KvLayout};
+
+/// What L1 is asked to judge.
+#[derive(Debug, Clone, Copy)]
+pub struct L1Inputs<'a> {
+    /// The checkpoint's `config.json` (or a full-size config at L2).
+    pub config: &'a Path,
+    pub export: &'a Path,
+    /// The ONNX element type the export's activations must have (`float32` for an f32 export).
+    pub float_dtype: &'a str,
+    /// What the case says this export is (its EP, dtype, KV layout), when it says.
+    pub pin: Option<&'a ExportPin>,
+}
+
+/// Checks the export at `onnx_dir` against the contract of `config_json` for the protocol it
+/// declares, then loads every sub-model in ONNX Runtime on the CPU EP. `float_dtype` is the ONNX
+/// element type the export's activations must have (`float32` for an f32 export).
+pub fn check(config_json: &Path, onnx_dir: &Path, float_dtype: &str) -> TierOutcome {
+    check_with(L1Inputs { config: config_json, export: onnx_dir, float_dtype, pin: None })
+}
+
+/// [`check`] with the case's pin.
+pub fn check_with(inputs: L1Inputs<'_>) -> TierOutcome {
+    let interface = match interface(inputs) {
+        Ok(i) => i,
+        Err(outcome) => return outcome,
+    };
+    // A graph whose interface already fails is not loaded (its file may be a hand-edited copy
+    // without weights); a mixed KV layout is, since the load says where the build broke.
+    let load = if interface.violations.is_empty() || matches!(interface.protocol.kv, KvLayout::Mixed { .. }) {
+        Some(load::load_on_cpu(&interface.package, &interface.graphs))
+    } else {
+        None
+    };
+    interface.into_outcome(load)
+}
+
+/// The interface check alone (no weights read): what L2 runs on a full-size export.
+pub fn check_interface(inputs: L1Inputs<'_>) -> TierOutcome {
+    match interface(inputs) {
+        Ok(i) => i.into_outcome(None),
+        Err(outcome) => outcome,
+    }
+}
+
+/// What the interface check found.
+struct Interface {
+    contract: ExportContract,
+    package: OnnxPackage,
+    protocol: ExportProtocol,
+    /// The sub-models' graphs, by role.
+    graphs: BTreeMap<String, GraphSummary>,
+    violations: Vec<String>,
+    ops: BTreeMap<String, usize>,
+    n_initializers: usize,
+    config: std::path::PathBuf,
+}
+
+fn interface(inputs: L1Inputs<'_>) -> Result<Interface, TierOutcome> {
+    let L1Inputs { config: config_json, export: onnx_dir, float_dtype, pin } = inputs;
+    let contract =
+        ExportContract::from_config_file(config_json).map_err(|e| TierOutcome::fail(format!("cannot derive the contract: {e}")))?;
+    let package = OnnxPackage::open(onnx_dir).map_err(|e| TierOutcome::fail(e.to_string()))?;
+    let mut violations = Vec::new();
+    let mut graphs = BTreeMap::new();
+    for (role, file) in &package.submodels {
+        match GraphSummary::load(file) {
+            Ok(g) => {
+                graphs.insert(role.clone(), g);
+            }
+            Err(e) => violations.push(e.to_string()),
+        }
+    }
+    let decoder = graphs.get(DECODER).or_else(|| graphs.get(TEXT_MODEL));
+    let protocol = match decoder {
+        Some(d) => ExportProtocol::read(d, graphs.get(EMBEDDING)),
+        None => return Err(TierOutcome::fail(format!("{} holds no decoder (decoder/ or model.onnx)", onnx_dir.display()))),
+    };
+    let contract = contract.for_protocol(&protocol);
+    let mut ops: BTreeMap<String, usize> = BTreeMap::new();
+    let mut n_initializers = 0;
+    for sub in &contract.submodels {
+        if package.submodel(sub.role).is_none() {
+            violations.push(format!("sub-model `{}` is missing from {}", sub.role, onnx_dir.display()));
+            continue;
+        }
+        let Some(graph) = graphs.get(sub.role) else { continue };
+        n_initializers += graph.initializer_count;
+        for (op, n) in &graph.op_inventory {
+            *ops.entry(op.clone()).or_default() += n;
+        }
+        for (kind, expected, actual) in [("input", &sub.inputs, &graph.inputs), ("output", &sub.outputs, &graph.outputs)] {
+            for e in expected.iter() {
+                match actual.iter().find(|a| a.name == e.name) {
+                    None if e.required => violations.push(match e.why {
+                        None => format!("{}: {kind} `{}` is missing", sub.role, e.name),
+                        Some(why) => format!("{}: {kind} `{}` is missing: {why}", sub.role, e.name),
+                    }),
+                    None => {}
+                    Some(a) => violations.extend(tensor_violations(sub.role, kind, e, a, float_dtype, protocol.index)),
+                }
+            }
+        }
+        // An input the contract does not know is one the pipeline cannot feed (an extra KV pair,
+        // a renamed tensor); extra outputs are harmless.
+        for a in &graph.inputs {
+            if !sub.inputs.iter().any(|e| e.name == a.name) {
+                violations.push(format!("{}: unexpected input `{}` {} {}", sub.role, a.name, a.dtype, a.shape_string()));
+            }
+        }
+        if !graph.dangling_initializers.is_empty() {
+            let shown: Vec<_> = graph.dangling_initializers.iter().take(5).cloned().collect();
+            violations.push(format!(
+                "{}: {} initialisers are never used (e.g. {})",
+                sub.role,
+                graph.dangling_initializers.len(),
+                shown.join(", ")
+            ));
+        }
+    }
+    if let KvLayout::Mixed { dynamic, fixed } = protocol.kv {
+        violations.push(format!(
+            "decoder: mixed KV layout: {dynamic} past_key_values inputs beside {fixed} static key_cache/value_cache inputs (a \
+             static-cache build that did not convert every layer)"
+        ));
+    }
+    if let Some(pin) = pin {
+        violations.extend(ep::pin_violations(pin, &protocol));
+        if let Some(e) = pin.ep {
+            violations.extend(ep::ep_violations(e, &graphs, &contract, &protocol));
+        }
+    }
+    Ok(Interface { contract, package, protocol, graphs, violations, ops, n_initializers, config: config_json.into() })
+}
+
+impl Interface {
+    fn into_outcome(self, load: Option<load::LoadReport>) -> TierOutcome {
+        let Interface { contract, protocol, mut violations, ops, n_initializers, config, .. } = self;
+        let mut notes = Vec::new();
+        if let Some(load) = &load {
+            violations.extend(load.failures.iter().cloned());
+            notes.extend(load.notes.iter().cloned());
+        }
+        let inventory = ops.iter().map(|(k, v)| format!("{k}×{v}")).collect::<Vec<_>>().join(" ");
+        let status = if violations.is_empty() { Status::Pass } else { Status::Fail };
+        let notes = if notes.is_empty() { String::new() } else { format!("; {}", notes.join("; ")) };
+        let message = if violations.is_empty() {
+            format!(
+                "{} sub-models honour the contract of {} ({} KV pairs, hidden {}, vocab {}); {protocol}{}{notes}; ops: {inventory}",
+                contract.submodels.len(),
+                config.display(),
+                contract.kv.len(),
+                contract.hidden_size,
+                contract.vocab_size,
+                if load.is_some_and(|l| l.failures.is_empty()) { "; loaded by ONNX Runtime on the CPU EP" } else { "" }
+            )
+        } else {
+            format!("{} contract violations: {}; {protocol}{notes}", violations.len(), violations.join("; "))
+        };
+        TierOutcome::new(status, message)
+            .metric(key::VIOLATIONS, violations.len())
+            .metric(key::KV_PAIRS, contract.kv.len())
+            .metric(key::INITIALIZERS, n_initializers)
+            .metric(key::OP_INVENTORY, serde_json::to_value(&ops).unwrap_or_default())
+            .metric(key::EXPORT_VARIANT, protocol.variant())
+    }
+}
+
+fn tensor_violations(
+    role: &str,
+    kind: &str,
+    e: &crate::onnx::contract::ExpectedTensor,
+    a: &TensorSpec,
+    float_dtype: &str,
+    index_dtype: &str,
+) -> Vec<String> {
+    let mut v = Vec::new();
+    let want_dtype = match e.elem {
+        ElemType::Int64 => "int64",
+        ElemType::Float => float_dtype,
+        // int32 only where the export declares its ids int32 (graph-capture builds).
+        ElemType::Index if index_dtype == "int32" => "int32",
+        ElemType::Index => "int64",
+    };
+    if a.dtype != want_dtype {
+        v.push(format!("{role}: {kind} `{}` has dtype {}, contract expects {want_dtype}", e.name, a.dtype));
+    }
+    let want_shape = format!(
+        "[{}]",
+        e.dims
+            .iter()
+            .map(|d| match d {
+                ExpectedDim::Fixed(n) => n.to_string(),
+                ExpectedDim::Any => "*".into(),
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    match &a.dims {
+        None => v.push(format!("{role}: {kind} `{}` declares no shape, contract expects {want_shape}", e.name)),
+        Some(dims) if dims.len() != e.dims.len() => {
+            v.push(format!("{role}: {kind} `{}` has rank {} {}, contract expects {want_shape}", e.name, dims.len(), a.shape_string()))
+        }
+        Some(dims) => {
+            for (axis, (got, want)) in dims.iter().zip(&e.dims).enumerate() {
+                if let ExpectedDim::Fixed(n) = want {
+                    if *got != Dim::Static(*n) {
+                        v.push(format!(
+                            "{role}: {kind} `{}` dim {axis} is {got}, contract expects {n} (shape {} vs {want_shape})",
+                            e.name,
+                            a.shape_string()
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    v
+}
