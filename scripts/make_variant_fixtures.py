@@ -8,6 +8,7 @@ Variants (mobius-onnx 0.1.0 `python -m mobius build` flags):
   cuda-f16   --ep cuda --dtype f16         GroupQueryAttention (f16)
   cuda-bf16  --ep cuda --dtype bf16        GroupQueryAttention (bf16): no CPU kernels
   webgpu     --ep webgpu                   GQA (f32) built for WebGPU graph capture
+  webgpu-f16 --ep webgpu --dtype f16       the same in f16 (where mobius's StaticEmptyKV rewrite fires)
   static     --static-cache --max-seq-len 64   pre-allocated KV buffers written by TensorScatter
   bf16       --dtype bf16                  the portable graph in bf16
 
@@ -30,14 +31,18 @@ VARIANTS = {
     "cuda-f16": ["--ep", "cuda", "--dtype", "f16"],
     "cuda-bf16": ["--ep", "cuda", "--dtype", "bf16"],
     "webgpu": ["--ep", "webgpu"],
+    "webgpu-f16": ["--ep", "webgpu", "--dtype", "f16"],
     "static": ["--static-cache", "--max-seq-len", "64"],
     "bf16": ["--dtype", "bf16"],
 }
 
 BUILDS = {
-    "unified-text-kvshare": ["gqa", "cuda-f16", "cuda-bf16", "webgpu", "static", "bf16"],
+    "unified-text-kvshare": ["gqa", "cuda-f16", "cuda-bf16", "webgpu", "webgpu-f16", "static", "bf16"],
     "gemma4-text-ple": ["gqa", "webgpu", "static", "bf16"],
     "unified-vision": ["gqa", "webgpu", "cuda-f16", "static"],
+    # gemma4_text without KV sharing: --static-cache builds the hybrid layout (sliding layers
+    # dynamic, full layers static), the one static build that loads.
+    "gemma4-text-moe": ["gqa", "static"],
 }
 
 

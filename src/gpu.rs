@@ -95,7 +95,7 @@ pub struct GpuMetadata {
     pub reference_device: String,
     /// candle's cuBLAS reduced-precision switches (all false is the policy; None: no CUDA build).
     pub reference_reduced_precision: Option<ReducedPrecision>,
-    /// ORT CUDA EP `use_tf32` (None: a CPU build).
+    /// ORT CUDA EP `use_tf32` (None: the run's EP is not CUDA).
     pub ort_cuda_use_tf32: Option<bool>,
     pub tf32_env: Tf32Env,
     /// The probe's results, when a GPU run ran it.
@@ -108,7 +108,7 @@ impl GpuMetadata {
         GpuMetadata {
             reference_device: device_spec().map_or_else(|e| format!("invalid ({e})"), |s| s.to_string()),
             reference_reduced_precision: onnx_parity_reference::device::reduced_precision(),
-            ort_cuda_use_tf32: cfg!(feature = "cuda").then_some(false),
+            ort_cuda_use_tf32: matches!(crate::onnx::provider::run_ep_or_cpu(), crate::onnx::provider::RunEp::Cuda(_)).then_some(false),
             tf32_env: tf32_env().clone(),
             tf32_probe: Vec::new(),
         }
@@ -232,8 +232,11 @@ pub fn matmul_model() -> Vec<u8> {
 pub fn probe_ort() -> Result<ProbeResult, GpuError> {
     use ort::value::Tensor as OrtTensor;
     let e = |source: ort::Error| GpuError::Ort { source };
-    let mut builder = crate::onnx::session::builder(&crate::onnx::session::SessionOptions::default())?;
-    let mut session = builder.commit_from_memory(&matmul_model()).map_err(e)?;
+    use crate::onnx::session::{self, ModelSource, SessionOptions};
+    let model = matmul_model();
+    let source =
+        ModelSource::Memory { path: std::path::Path::new("<TF32 probe>"), bytes: &model, external_data_dir: std::path::Path::new(".") };
+    let mut session = session::open(source, &SessionOptions::default())?;
     let (a, b) = probe_inputs();
     let ta = OrtTensor::from_array((vec![PROBE_M, PROBE_K], a.clone())).map_err(e)?;
     let tb = OrtTensor::from_array((vec![PROBE_K, PROBE_N], b.clone())).map_err(e)?;
@@ -253,7 +256,7 @@ pub fn probe_gpu_run() -> Result<Vec<ProbeResult>, GpuError> {
     if !device.is_cpu() {
         results.push(probe_candle(&device)?);
     }
-    if cfg!(feature = "cuda") {
+    if matches!(crate::onnx::provider::run_ep_or_cpu(), crate::onnx::provider::RunEp::Cuda(_)) {
         results.push(probe_ort()?);
     }
     for r in &results {

@@ -201,15 +201,17 @@ impl Case {
         }
     }
 
-    /// The case as its variant `name` runs: that build's export, pin and expected failures (its
-    /// dtype from the pin), the rest — checkpoint, inputs, goldens — the case's own.
+    /// The case as its variant `name` runs: that build's export and pin (its dtype from the
+    /// pin), its expected failures over the case's (a finding of the model's, such as an
+    /// exporter bug every build shares, holds for each build unless the variant says otherwise;
+    /// its signature still has to match), the rest — checkpoint, inputs, goldens — the case's own.
     pub fn for_variant(&self, name: &str) -> Option<Case> {
         let v = self.variants.get(name)?;
         Some(Case {
             onnx: v.onnx.clone(),
             dtype: v.export.as_ref().and_then(|p| p.dtype).unwrap_or(self.dtype),
             export: v.export.clone(),
-            xfail: v.xfail.clone(),
+            xfail: merge_xfail(self.xfail.as_ref(), v.xfail.as_ref()),
             variants: BTreeMap::new(),
             variant: Some(name.to_string()),
             ..self.clone()
@@ -263,6 +265,27 @@ fn normalize(p: &Path) -> PathBuf {
         PathBuf::from(".")
     } else {
         out.iter().collect()
+    }
+}
+
+/// A variant's `xfail` over its case's: the variant's entry for a level wins; a level it does not
+/// name keeps the case's.
+fn merge_xfail(case: Option<&Xfail>, variant: Option<&Xfail>) -> Option<Xfail> {
+    let levels = |x: &Xfail| -> BTreeMap<Level, Expectation> {
+        match x {
+            Xfail::All(e) => Level::ALL.iter().map(|l| (*l, e.clone())).collect(),
+            Xfail::PerLevel(m) => m.clone(),
+        }
+    };
+    match (case, variant) {
+        (None, v) => v.cloned(),
+        (c, None) => c.cloned(),
+        (_, Some(v @ Xfail::All(_))) => Some(v.clone()),
+        (Some(c), Some(v)) => {
+            let mut merged = levels(c);
+            merged.extend(levels(v));
+            Some(Xfail::PerLevel(merged))
+        }
     }
 }
 

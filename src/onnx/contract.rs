@@ -76,6 +76,8 @@ pub struct KvGeometry {
     pub layer: usize,
     pub heads: i64,
     pub head_dim: i64,
+    /// A full-attention layer (static in mobius's hybrid static-cache builds).
+    pub full: bool,
 }
 
 /// Everything the config implies about an export's interface.
@@ -89,6 +91,10 @@ pub struct ExportContract {
     pub kv: Vec<KvGeometry>,
     /// Every layer's attention head_dim (full layers: `global_head_dim`), shared layers included.
     pub layer_head_dims: Vec<i64>,
+    /// Every layer's attention type: `true` for full attention, `false` for sliding.
+    pub layer_full: Vec<bool>,
+    /// The sliding layers' window (`sliding_window`), when the config sets one.
+    pub sliding_window: Option<i64>,
     pub submodels: Vec<SubmodelContract>,
 }
 
@@ -204,6 +210,7 @@ impl ExportContract {
             .enumerate()
             .map(|(layer, full)| KvGeometry {
                 layer,
+                full: *full,
                 heads: if *full && k_eq_v { global_kv_heads } else { kv_heads },
                 head_dim: if *full && global_head_dim > 0 { global_head_dim } else { head_dim },
             })
@@ -294,7 +301,18 @@ impl ExportContract {
         }
         let layer_head_dims =
             layer_types.iter().map(|full| if *full && global_head_dim > 0 { global_head_dim } else { head_dim }).collect();
-        Ok(ExportContract { model_type, hidden_size: hidden, vocab_size: vocab, per_layer_input_dim: ple, kv, layer_head_dims, submodels })
+        let sliding_window = t.int("sliding_window", Some(0)).ok().filter(|w| *w > 0);
+        Ok(ExportContract {
+            model_type,
+            hidden_size: hidden,
+            vocab_size: vocab,
+            per_layer_input_dim: ple,
+            kv,
+            layer_head_dims,
+            layer_full: layer_types,
+            sliding_window,
+            submodels,
+        })
     }
 }
 
@@ -332,20 +350,30 @@ impl ExportContract {
                     e.required = true;
                 }
             }
+            // Static: every pair in a buffer; hybrid (mobius's gemma4_text static build): the
+            // full-attention pairs in buffers, the sliding ones dynamic beside the mask.
+            let buffered: Vec<usize> = match protocol.kv {
+                KvLayout::Static { .. } => (0..kv.len()).collect(),
+                KvLayout::Hybrid { .. } => kv.iter().enumerate().filter(|(_, g)| g.full).map(|(i, _)| i).collect(),
+                _ => continue,
+            };
+            let past_of = |i: usize| format!("{PAST}{i}.");
+            let present_of = |i: usize| format!("{PRESENT}{i}.");
+            sub.inputs.retain(|e| !buffered.iter().any(|&i| e.name.starts_with(&past_of(i))));
+            sub.outputs.retain(|e| !buffered.iter().any(|&i| e.name.starts_with(&present_of(i))));
             if let KvLayout::Static { .. } = protocol.kv {
-                sub.inputs.retain(|e| !e.name.starts_with(PAST));
-                sub.outputs.retain(|e| !e.name.starts_with(PRESENT));
                 for e in sub.inputs.iter_mut().filter(|e| e.name == "attention_mask") {
                     e.required = false;
                 }
-                sub.inputs.push(t(WRITE_INDICES.into(), ElemType::Index, vec![any]));
-                sub.inputs.push(t(NONPAD_KV_SEQLEN.into(), ElemType::Index, vec![any]));
-                for (i, g) in kv.iter().enumerate() {
-                    let dims = vec![any, any, fixed(g.heads * g.head_dim)];
-                    for (cache, updated) in [(KEY_CACHE, UPDATED_KEY_CACHE), (VALUE_CACHE, UPDATED_VALUE_CACHE)] {
-                        sub.inputs.push(t(format!("{cache}{i}"), ElemType::Float, dims.clone()));
-                        sub.outputs.push(t(format!("{updated}{i}"), ElemType::Float, dims.clone()));
-                    }
+            }
+            sub.inputs.push(t(WRITE_INDICES.into(), ElemType::Index, vec![any]));
+            sub.inputs.push(t(NONPAD_KV_SEQLEN.into(), ElemType::Index, vec![any]));
+            for &i in &buffered {
+                let g = &kv[i];
+                let dims = vec![any, any, fixed(g.heads * g.head_dim)];
+                for (cache, updated) in [(KEY_CACHE, UPDATED_KEY_CACHE), (VALUE_CACHE, UPDATED_VALUE_CACHE)] {
+                    sub.inputs.push(t(format!("{cache}{i}"), ElemType::Float, dims.clone()));
+                    sub.outputs.push(t(format!("{updated}{i}"), ElemType::Float, dims.clone()));
                 }
             }
         }

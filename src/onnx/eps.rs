@@ -34,11 +34,36 @@ pub struct EpBuild {
     pub shape_free_capture: bool,
     /// The EP runs `GroupQueryAttention` only up to this head_dim (ORT's CUDA kernel: 256).
     pub gqa_max_head_dim: Option<i64>,
-    /// Highest default-domain opset the EP's kernels cover (CUDA: 23, mobius PR 380's lowering).
-    pub max_opset: Option<i64>,
+    /// Highest default-domain opset the EP's kernels cover on older ONNX Runtime releases.
+    pub max_opset: Option<OpsetCeiling>,
     /// A boolean `attn_mask` on the standard `Attention` op is unsafe (ORT's CUDA mask
     /// conversion turns it into NaN); the build must pass an additive float mask.
     pub needs_float_attention_mask: bool,
+}
+
+/// ONNX Runtime up to `through_ort` registers this EP's kernels only up to opset `max`: an
+/// opset-24 graph there lands its Reshape / Squeeze / … on the CPU. mobius 0.1.0 documents it
+/// for CUDA ("ORT <=1.24.x EPs didn't register kernels for opset 24 standard ops",
+/// `mobius/_flags.py`, `ort_lower_opset_for_ep`) and lowers the declaration only on request
+/// (`MOBIUS_ORT_LOWER_OPSET_FOR_EP=1`), so whether an opset-24 build is valid depends on the ORT
+/// it is deployed with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OpsetCeiling {
+    pub max: i64,
+    /// The last ORT release (major, minor) with the ceiling.
+    pub through_ort: (u32, u32),
+}
+
+impl OpsetCeiling {
+    /// Whether the ceiling holds for ORT `version` (`1.24.4`); an unreadable version is taken
+    /// as an old one (the check then errs on the side of reporting).
+    pub fn holds_for(&self, version: &str) -> bool {
+        let mut parts = version.split('.').map(|p| p.parse::<u32>());
+        match (parts.next(), parts.next()) {
+            (Some(Ok(major)), Some(Ok(minor))) => (major, minor) <= self.through_ort,
+            _ => true,
+        }
+    }
 }
 
 /// WebGPU's `maxBufferSize` default (W3C WebGPU spec), mobius's `max_buffer_size` for `webgpu`.
@@ -61,7 +86,7 @@ impl Ep {
             Ep::Cuda => EpBuild {
                 gqa_dtypes: &["float16", "bfloat16"],
                 gqa_max_head_dim: Some(256),
-                max_opset: Some(23),
+                max_opset: Some(OpsetCeiling { max: 23, through_ort: (1, 24) }),
                 needs_float_attention_mask: true,
                 ..none
             },
@@ -93,5 +118,13 @@ mod tests {
         assert!(!Ep::Default.fuses_gqa("float32") && !Ep::Openvino.fuses_gqa("float16"));
         assert_eq!(Ep::Webgpu.build().max_buffer_size, Some(256 << 20));
         assert_eq!("trt-rtx".parse::<Ep>(), Ok(Ep::TrtRtx));
+    }
+
+    /// Guards the ORT version comparison of the opset ceiling.
+    #[test]
+    fn opset_ceiling_follows_the_runtime_version() {
+        let c = Ep::Cuda.build().max_opset.expect("CUDA has one");
+        assert!(c.holds_for("1.24.4") && c.holds_for("1.9.0") && c.holds_for("garbage"));
+        assert!(!c.holds_for("1.25.0") && !c.holds_for("1.31.1") && !c.holds_for("2.0"));
     }
 }

@@ -91,6 +91,8 @@ pub struct NodeInfo {
     pub op: String,
     pub inputs: Vec<String>,
     pub outputs: Vec<String>,
+    /// Integer attributes by name (`is_causal`, `local_window_size`); others read as 0.
+    pub int_attributes: BTreeMap<String, i64>,
 }
 
 impl GraphSummary {
@@ -121,7 +123,13 @@ impl GraphSummary {
         let nodes = graph
             .node
             .iter()
-            .map(|n| NodeInfo { name: n.name.clone(), op: op_key(n), inputs: n.input.clone(), outputs: n.output.clone() })
+            .map(|n| NodeInfo {
+                name: n.name.clone(),
+                op: op_key(n),
+                inputs: n.input.clone(),
+                outputs: n.output.clone(),
+                int_attributes: n.attribute.iter().map(|a| (a.name.clone(), a.i)).collect(),
+            })
             .collect();
         let mut value_types: BTreeMap<String, &'static str> = BTreeMap::new();
         for v in graph.value_info.iter().chain(&graph.input).chain(&graph.output) {
@@ -254,7 +262,7 @@ mod tests {
                     input: vec!["cond".into()],
                     output: vec!["out".into()],
                     op_type: "If".into(),
-                    attribute: vec![AttributeProto { name: "then_branch".into(), g: Some(sub), graphs: vec![] }],
+                    attribute: vec![AttributeProto { name: "then_branch".into(), g: Some(sub), ..Default::default() }],
                     ..Default::default()
                 },
             ],

@@ -73,6 +73,7 @@ pub enum DecoderGraph {
 /// Names and empty-cache geometry of one KV pair, in either cache layout.
 #[derive(Debug, Clone)]
 struct KvSlot {
+    layout: CacheLayout,
     /// `past_key_values.N.key` / `key_cache.N`.
     past_key: String,
     past_value: String,
@@ -85,7 +86,10 @@ struct KvSlot {
     value_dims: [i64; 2],
 }
 
-/// How the decoder's cache is carried (read from the session).
+/// How one KV pair is carried between steps (read from the session). mobius's static-cache
+/// builds of gemma4_text are hybrid: sliding layers keep a dynamic cache (the window needs the
+/// mask), full-attention layers a static one (`mobius/tasks/_gemma4.py`,
+/// `_make_gemma4_static_cache_inputs`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum CacheLayout {
     /// `present` grows by the new positions and is fed back as `past_key_values`.
@@ -107,7 +111,8 @@ pub struct OnnxPipeline {
     /// prefill the same images).
     vision_memo: Option<VisionMemo>,
     kv: Vec<KvSlot>,
-    cache: CacheLayout,
+    /// The static buffers' capacity, when any pair is static.
+    capacity: Option<usize>,
     /// Element type of each integer input the pipeline builds (ids, mask, positions, cache
     /// indices): int64, or int32 where the graph declares it.
     index_types: BTreeMap<String, TensorElementType>,
@@ -168,7 +173,7 @@ impl OnnxPipeline {
             return Err(PipelineError::Contract { role: EMBEDDING, message: format!("missing from {}", dir.display()) });
         }
         let decoder_inputs: Vec<String> = decoder.inputs().iter().map(|o| o.name().to_string()).collect();
-        let (kv, cache) = kv_slots(&decoder, decoder_role)?;
+        let (kv, capacity) = kv_slots(&decoder, decoder_role)?;
         let mut index_types = BTreeMap::new();
         for session in std::iter::once(&decoder).chain(embedding.as_ref()) {
             for i in session.inputs() {
@@ -216,7 +221,7 @@ impl OnnxPipeline {
             vision_path,
             vision_memo: None,
             kv,
-            cache,
+            capacity,
             index_types,
             float,
             hidden,
@@ -267,7 +272,7 @@ impl OnnxPipeline {
         layer_outputs: bool,
     ) -> Result<(Prefill, GeneratedTokens), PipelineError> {
         let limit = forced.map_or(max_new, |f| f.len().min(max_new));
-        if let CacheLayout::Static { capacity } = self.cache {
+        if let Some(capacity) = self.capacity {
             // Every token but the last generated one is written into the cache.
             let needed = inputs.input_ids.len() + limit.saturating_sub(1);
             if needed > capacity {
@@ -411,7 +416,7 @@ impl OnnxPipeline {
         let run = |source| PipelineError::Run { role: self.decoder_role, source };
         for slot in &self.kv {
             for dims in [slot.key_dims, slot.value_dims] {
-                let value = match self.cache {
+                let value = match slot.layout {
                     CacheLayout::Dynamic => float_value(self.float, &[1, dims[0] as usize, 0, dims[1] as usize], &[]),
                     // Zeros; what lies beyond nonpad_kv_seqlen is never attended to.
                     CacheLayout::Static { .. } => {
@@ -506,7 +511,7 @@ impl OnnxPipeline {
                 let value = out.remove(name.as_str()).ok_or_else(|| contract(format!("no output `{name}`")))?;
                 // The next step feeds it back: the declared [1, heads, *, head_dim], or the same
                 // [1, capacity, heads·head_dim] buffer.
-                match self.cache {
+                match slot.layout {
                     CacheLayout::Dynamic => {
                         let axes = [
                             Axis::Is("batch", 1),
@@ -556,12 +561,15 @@ fn open_decoder(
     let source = ModelSource::Memory { path, bytes: &copy.bytes, external_data_dir: &copy.external_data_dir };
     let session = match session::open(source, opts) {
         Ok(s) => s,
-        Err(e) => {
+        // Only ORT refusing the edited graph is a reason to run the original: an EP without a
+        // device, or one that would run nodes on the CPU, fails the original as well.
+        Err(e @ session::SessionError::Load { .. }) => {
             let reason = NoLayerOutputs::DoesNotLoad(e);
             tracing::warn!("{reason}; it runs as exported");
             drop(copy);
             return Ok((session::open(ModelSource::File(path), opts)?, Err(reason)));
         }
+        Err(e) => return Err(e.into()),
     };
     tracing::debug!("decoder with {} layer outputs opened in {:.2} s", copy.layers.len(), t.elapsed().as_secs_f64());
     Ok((session, Ok(copy.layers)))
@@ -570,35 +578,37 @@ fn open_decoder(
 /// KV pairs in index order with their static geometry, and the cache layout: dynamic
 /// (`past_key_values.N.{key,value}` → `present.N.*`) or static (`key_cache.N` / `value_cache.N` →
 /// `updated_key_cache.N` / `updated_value_cache.N`, with `write_indices` and `nonpad_kv_seqlen`).
-fn kv_slots(decoder: &Session, role: &'static str) -> Result<(Vec<KvSlot>, CacheLayout), PipelineError> {
+fn kv_slots(decoder: &Session, role: &'static str) -> Result<(Vec<KvSlot>, Option<usize>), PipelineError> {
     let contract = |m: String| PipelineError::Contract { role, message: m };
-    let is_static = decoder.inputs().iter().any(|i| i.name().starts_with(KEY_CACHE));
-    let dynamic = decoder.inputs().iter().any(|i| i.name().starts_with(PAST));
-    if is_static && dynamic {
-        return Err(contract("declares both past_key_values and key_cache inputs: no cache layout the pipeline can drive".into()));
-    }
-    let (prefix, index_of): (&str, fn(&str) -> Option<&str>) =
-        if is_static { (KEY_CACHE, |rest| Some(rest)) } else { (PAST, |rest| rest.split('.').next()) };
-    let mut indices: BTreeSet<usize> = BTreeSet::new();
+    // Layer index → layout, from `past_key_values.N.key` / `key_cache.N`.
+    let mut indices: BTreeMap<usize, bool> = BTreeMap::new();
     for i in decoder.inputs() {
-        if let Some(rest) = i.name().strip_prefix(prefix) {
-            let idx = index_of(rest)
-                .and_then(|n| n.parse::<usize>().ok())
-                .ok_or_else(|| contract(format!("cannot read the layer index of input `{}`", i.name())))?;
-            indices.insert(idx);
+        let (is_static, index) = if let Some(rest) = i.name().strip_prefix(KEY_CACHE) {
+            (true, Some(rest))
+        } else if let Some(rest) = i.name().strip_prefix(PAST) {
+            (false, rest.split('.').next())
+        } else {
+            continue;
+        };
+        let idx = index
+            .and_then(|n| n.parse::<usize>().ok())
+            .ok_or_else(|| contract(format!("cannot read the layer index of input `{}`", i.name())))?;
+        if indices.insert(idx, is_static).is_some_and(|was| was != is_static) {
+            return Err(contract(format!("KV pair {idx} is declared both as past_key_values.{idx} and as key_cache.{idx}")));
         }
     }
     let n = indices.len();
     let mut slots = Vec::with_capacity(n);
     let mut capacity = None;
     for idx in 0..n {
+        let is_static = *indices.get(&idx).ok_or_else(|| contract(format!("KV inputs are not numbered 0..{n}: pair {idx} is missing")))?;
         let dims_of = |name: &str| -> Result<[i64; 2], PipelineError> {
             let ty = decoder
                 .inputs()
                 .iter()
                 .find(|o| o.name() == name)
                 .map(|o| o.dtype())
-                .ok_or_else(|| contract(format!("KV inputs are not numbered 0..{n}: `{name}` is missing")))?;
+                .ok_or_else(|| contract(format!("input `{name}` is missing")))?;
             let shape = declared_shape(Some(ty)).ok_or_else(|| contract(format!("input `{name}` is not a tensor")))?;
             if is_static {
                 let axes = [Axis::Is("batch", 1), Axis::Static("capacity"), Axis::Static("kv_heads · head_dim")];
@@ -626,19 +636,18 @@ fn kv_slots(decoder: &Session, role: &'static str) -> Result<(Vec<KvSlot>, Cache
             }
         }
         let (key_dims, value_dims) = (dims_of(&past_key)?, dims_of(&past_value)?);
-        if is_static {
+        let layout = if is_static {
             if capacity.is_some_and(|c| c != key_dims[0] || c != value_dims[0]) {
                 return Err(contract(format!("`{past_key}` and the other caches declare different capacities")));
             }
             capacity = Some(key_dims[0]);
-        }
-        slots.push(KvSlot { key_dims, value_dims, past_key, past_value, present_key, present_value });
+            CacheLayout::Static { capacity: key_dims[0] as usize }
+        } else {
+            CacheLayout::Dynamic
+        };
+        slots.push(KvSlot { layout, key_dims, value_dims, past_key, past_value, present_key, present_value });
     }
-    let layout = match capacity {
-        Some(c) => CacheLayout::Static { capacity: c as usize },
-        None => CacheLayout::Dynamic,
-    };
-    Ok((slots, layout))
+    Ok((slots, capacity.map(|c| c as usize)))
 }
 
 /// The shape a graph declares for a tensor (-1 for a dynamic axis; empty when it states none);

@@ -74,6 +74,9 @@ pub struct NodeProto {
 pub struct AttributeProto {
     #[prost(string, tag = "1")]
     pub name: String,
+    /// An `INT` attribute's value (`is_causal`, `local_window_size`).
+    #[prost(int64, tag = "3")]
+    pub i: i64,
     #[prost(message, optional, tag = "6")]
     pub g: Option<GraphProto>,
     #[prost(message, repeated, tag = "11")]

@@ -32,9 +32,10 @@ pub enum KvLayout {
     /// graph writes at `write_indices` (TensorScatter) and returns as `updated_*`;
     /// `nonpad_kv_seqlen` says how much is valid. `capacity` as the graph declares it.
     Static { pairs: usize, capacity: Option<i64> },
-    /// Names of both kinds: a build that did not finish one layout (seen: static-cache builds of
-    /// KV-shared models).
-    Mixed { dynamic: usize, fixed: usize },
+    /// Both: mobius's static-cache build of gemma4_text keeps the sliding layers' cache dynamic
+    /// (their window needs the mask) and buffers only the full-attention layers'
+    /// (`mobius/tasks/_gemma4.py`, `_make_gemma4_static_cache_inputs`).
+    Hybrid { dynamic: usize, fixed: usize, capacity: Option<i64> },
     /// No cache inputs at all.
     None,
 }
@@ -88,17 +89,15 @@ impl ExportProtocol {
         let has = |name: &str| decoder.input(name).is_some();
         let count = |prefix: &str| decoder.inputs.iter().filter(|t| t.name.starts_with(prefix)).count();
         let (dynamic, fixed) = (count(PAST), count(KEY_CACHE) + count(VALUE_CACHE));
+        let capacity = decoder.inputs.iter().find(|t| t.name.starts_with(KEY_CACHE)).and_then(|t| match t.dims.as_deref() {
+            Some([_, Dim::Static(c), _]) => Some(*c),
+            _ => None,
+        });
         let kv = match (dynamic, fixed) {
             (0, 0) => KvLayout::None,
             (d, 0) => KvLayout::Dynamic { pairs: d / 2 },
-            (0, f) => {
-                let capacity = decoder.inputs.iter().find(|t| t.name.starts_with(KEY_CACHE)).and_then(|t| match t.dims.as_deref() {
-                    Some([_, Dim::Static(c), _]) => Some(*c),
-                    _ => None,
-                });
-                KvLayout::Static { pairs: f / 2, capacity }
-            }
-            (d, f) => KvLayout::Mixed { dynamic: d, fixed: f },
+            (0, f) => KvLayout::Static { pairs: f / 2, capacity },
+            (d, f) => KvLayout::Hybrid { dynamic: d / 2, fixed: f / 2, capacity },
         };
         let attention = if decoder.op_inventory.contains_key("com.microsoft::GroupQueryAttention") {
             AttentionOp::GroupQuery
@@ -137,7 +136,7 @@ impl ExportProtocol {
     /// attention op).
     pub fn variant(&self) -> &'static str {
         match (self.kv, self.attention) {
-            (KvLayout::Static { .. } | KvLayout::Mixed { .. }, _) => "static",
+            (KvLayout::Static { .. } | KvLayout::Hybrid { .. }, _) => "static",
             (_, AttentionOp::GroupQuery) => "gqa",
             _ => "portable",
         }
@@ -163,7 +162,10 @@ impl fmt::Display for ExportProtocol {
             KvLayout::Static { pairs, capacity } => {
                 format!("static KV ({pairs} pairs, capacity {})", capacity.map_or("dynamic".to_string(), |c| c.to_string()))
             }
-            KvLayout::Mixed { dynamic, fixed } => format!("mixed KV ({dynamic} dynamic and {fixed} static cache inputs)"),
+            KvLayout::Hybrid { dynamic, fixed, capacity } => format!(
+                "hybrid KV ({dynamic} dynamic pairs, {fixed} static pairs of capacity {})",
+                capacity.map_or("dynamic".to_string(), |c| c.to_string())
+            ),
             KvLayout::None => "no KV cache".into(),
         };
         let ple = match self.ple {
@@ -217,7 +219,7 @@ mod tests {
         let p = protocol("unified-text-kvshare/variants/static");
         assert_eq!((p.variant(), p.kv, p.attention_mask), ("static", KvLayout::Static { pairs: 4, capacity: Some(64) }, false));
         let p = protocol("gemma4-text-ple/variants/static");
-        assert!(matches!(p.kv, KvLayout::Mixed { .. }), "{p}");
+        assert_eq!(p.kv, KvLayout::Hybrid { dynamic: 5, fixed: 1, capacity: Some(64) }, "{p}");
         let p = protocol("unified-vision/variants/gqa");
         assert_eq!((p.variant(), p.decoder_input_ids, p.inputs_embeds), ("gqa", false, true));
         let p = protocol("unified-vision/onnx");

@@ -118,8 +118,9 @@ fn not_runnable_here(export: &std::path::Path) -> Option<String> {
     let decoder = package.submodel(crate::onnx::package::DECODER).or_else(|| package.submodel(crate::onnx::package::TEXT_MODEL))?;
     let graph = crate::onnx::graph::GraphSummary::load(decoder).ok()?;
     let float = graph.output("logits").map(|t| t.dtype)?;
-    let ep = crate::onnx::runtime::execution_provider();
-    (float == "bfloat16" && ep == "CPUExecutionProvider").then(|| {
+    let run = crate::onnx::provider::run_ep_or_cpu();
+    let ep = run.ort_name();
+    (float == "bfloat16" && !run.has_bf16_kernels()).then(|| {
         format!(
             "not runnable on {ep}: the export computes in bfloat16 and ONNX Runtime {}'s CPU EP has no bfloat16 kernels for its \
              MatMul/Mul (L1 loads it and names the node); run it where its EP is",

@@ -11,7 +11,7 @@ use crate::onnx::package::{DECODER, TEXT_MODEL};
 use crate::onnx::protocol::{ExportProtocol, KvLayout};
 
 /// A layer index from a node name (`…/layers.<i>/…`), as torch-dynamo exporters write them.
-fn layer_of(name: &str) -> Option<usize> {
+pub fn layer_of(name: &str) -> Option<usize> {
     let at = name.find("layers.")?;
     let rest = &name[at + "layers.".len()..];
     let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
@@ -31,7 +31,7 @@ pub fn pin_violations(pin: &ExportPin, protocol: &ExportProtocol) -> Vec<String>
         }
     }
     if let Some(want) = pin.static_cache {
-        let is = matches!(protocol.kv, KvLayout::Static { .. } | KvLayout::Mixed { .. });
+        let is = matches!(protocol.kv, KvLayout::Static { .. } | KvLayout::Hybrid { .. });
         if want != is {
             v.push(format!("the case pins static_cache: {want} but the export has {} KV cache", if is { "a static" } else { "a dynamic" }));
         }
@@ -55,10 +55,26 @@ pub fn pin_violations(pin: &ExportPin, protocol: &ExportProtocol) -> Vec<String>
     v
 }
 
-/// Each way the export breaks `ep`'s contract, naming the sub-model, node or tensor.
-pub fn ep_violations(ep: Ep, graphs: &BTreeMap<String, GraphSummary>, contract: &ExportContract, protocol: &ExportProtocol) -> Vec<String> {
+/// What the EP contract check found.
+#[derive(Debug, Default)]
+pub struct EpFindings {
+    /// Each way the export breaks the contract, naming the sub-model, node or tensor.
+    pub violations: Vec<String>,
+    /// Conditions that hold for other deployments than the one judged (an ORT release).
+    pub notes: Vec<String>,
+}
+
+/// Checks the export against `ep`'s contract as deployed with ONNX Runtime `ort_version`.
+pub fn ep_violations(
+    ep: Ep,
+    graphs: &BTreeMap<String, GraphSummary>,
+    contract: &ExportContract,
+    protocol: &ExportProtocol,
+    ort_version: &str,
+) -> EpFindings {
     let build = ep.build();
     let mut v = Vec::new();
+    let mut notes = Vec::new();
     if let Some(limit) = build.max_buffer_size {
         for (role, g) in graphs {
             for (name, bytes) in g.initializer_bytes.iter().take_while(|(_, b)| *b > limit) {
@@ -97,9 +113,17 @@ pub fn ep_violations(ep: Ep, graphs: &BTreeMap<String, GraphSummary>, contract: 
             }
         }
     }
-    if let Some(max) = build.max_opset {
-        if protocol.opset > max {
-            v.push(format!("{ep}: the decoder declares opset {}, above the {max} the EP's kernels cover", protocol.opset));
+    if let Some(ceiling) = build.max_opset.filter(|c| protocol.opset > c.max) {
+        let (major, minor) = ceiling.through_ort;
+        let what = format!(
+            "{ep}: the decoder declares opset {}, and ONNX Runtime ≤ {major}.{minor}'s {ep} EP has kernels only up to opset {} (its \
+             Reshape, Squeeze, … would run on the CPU; mobius lowers the declaration with MOBIUS_ORT_LOWER_OPSET_FOR_EP=1)",
+            protocol.opset, ceiling.max
+        );
+        if ceiling.holds_for(ort_version) {
+            v.push(format!("{what}; judged for ONNX Runtime {ort_version}"));
+        } else {
+            notes.push(format!("{what}; not a violation with ONNX Runtime {ort_version}"));
         }
     }
     if build.needs_float_attention_mask {
@@ -116,7 +140,7 @@ pub fn ep_violations(ep: Ep, graphs: &BTreeMap<String, GraphSummary>, contract: 
             }
         }
     }
-    v
+    EpFindings { violations: v, notes }
 }
 
 #[cfg(test)]

@@ -80,21 +80,42 @@ fn classify(message: &str, graph: Option<&GraphSummary>) -> Outcome {
     if let Some(rest) = one_line.split("of Optype (").nth(1) {
         let op = rest.split(')').next().unwrap_or_default();
         let types: Vec<&str> = one_line.split("tensor(").skip(1).filter_map(|t| t.split(')').next()).map(onnx_type_name).collect();
-        let node = graph.and_then(|g| {
-            g.nodes
-                .iter()
-                .find(|n| {
-                    n.op == op && {
-                        let ts: Vec<&str> = n.inputs.iter().filter_map(|i| g.value_types.get(i.as_str()).copied()).collect();
-                        types.iter().all(|t| ts.contains(t))
-                    }
-                })
-                .map(|n| n.name.clone())
-        });
-        let at = node.map_or_else(|| format!("a {op} node"), |n| format!("node `{n}` ({op})"));
+        let at = graph.and_then(|g| mixed_type_node(g, op, &types)).unwrap_or_else(|| format!("a {op} node"));
         return Outcome::Rejected(format!("{at}: {}", tail(&one_line)));
     }
     Outcome::Rejected(format!("load: {}", tail(&one_line)))
+}
+
+/// The node ORT means by "`op` bound to different types": the first `op` node whose typed inputs
+/// are exactly those types, else the first whose typed inputs are among them and one input is not
+/// typed in the graph (an output of a fused op the exporter did not annotate), with its inputs.
+fn mixed_type_node(g: &GraphSummary, op: &str, types: &[&str]) -> Option<String> {
+    let typed = |n: &crate::onnx::graph::NodeInfo| -> Vec<Option<&str>> {
+        n.inputs.iter().filter(|i| !i.is_empty()).map(|i| g.value_types.get(i.as_str()).copied()).collect()
+    };
+    let candidates = g.nodes.iter().filter(|n| n.op == op);
+    let exact = candidates.clone().find(|n| {
+        let ts = typed(n);
+        ts.iter().all(Option::is_some) && types.iter().all(|t| ts.contains(&Some(*t)))
+    });
+    let partial = || {
+        candidates.clone().find(|n| {
+            let ts = typed(n);
+            ts.contains(&None) && ts.iter().flatten().all(|t| types.contains(t))
+        })
+    };
+    let node = exact.or_else(partial)?;
+    let inputs: Vec<String> = node
+        .inputs
+        .iter()
+        .filter(|i| !i.is_empty())
+        .map(|i| {
+            let producer =
+                g.nodes.iter().find(|p| p.outputs.contains(i)).map(|p| format!(", from {} `{}`", p.op, p.name)).unwrap_or_default();
+            format!("`{i}` {}{producer}", g.value_types.get(i.as_str()).copied().unwrap_or("untyped"))
+        })
+        .collect();
+    Some(format!("node `{}` ({op} of {})", node.name, inputs.join(" and ")))
 }
 
 /// ORT's `tensor(float)` spellings as this crate names element types.

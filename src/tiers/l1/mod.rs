@@ -5,6 +5,7 @@
 
 pub mod ep;
 pub mod load;
+pub mod masks;
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -15,7 +16,9 @@ use crate::metric_keys as key;
 use crate::onnx::contract::{ElemType, ExpectedDim, ExportContract};
 use crate::onnx::graph::{Dim, GraphSummary, TensorSpec};
 use crate::onnx::package::{OnnxPackage, DECODER, EMBEDDING, TEXT_MODEL};
-use crate::onnx::protocol::{ExportProtocol, KvLayout};
+use crate::onnx::protocol::ExportProtocol;
+use crate::onnx::provider;
+use crate::onnx::runtime::ORT_VERSION;
 
 /// What L1 is asked to judge.
 #[derive(Debug, Clone, Copy)]
@@ -42,13 +45,9 @@ pub fn check_with(inputs: L1Inputs<'_>) -> TierOutcome {
         Ok(i) => i,
         Err(outcome) => return outcome,
     };
-    // A graph whose interface already fails is not loaded (its file may be a hand-edited copy
-    // without weights); a mixed KV layout is, since the load says where the build broke.
-    let load = if interface.violations.is_empty() || matches!(interface.protocol.kv, KvLayout::Mixed { .. }) {
-        Some(load::load_on_cpu(&interface.package, &interface.graphs))
-    } else {
-        None
-    };
+    // Loaded whatever the interface check found: ORT's verdict names the node where a build
+    // broke, which the interface violations may only hint at.
+    let load = Some(load::load_on_cpu(&interface.package, &interface.graphs));
     interface.into_outcome(load)
 }
 
@@ -68,6 +67,8 @@ struct Interface {
     /// The sub-models' graphs, by role.
     graphs: BTreeMap<String, GraphSummary>,
     violations: Vec<String>,
+    /// What the checks found that is not a violation (the EP checked, conditions of other deployments).
+    notes: Vec<String>,
     ops: BTreeMap<String, usize>,
     n_initializers: usize,
     config: std::path::PathBuf,
@@ -135,25 +136,28 @@ fn interface(inputs: L1Inputs<'_>) -> Result<Interface, TierOutcome> {
             ));
         }
     }
-    if let KvLayout::Mixed { dynamic, fixed } = protocol.kv {
-        violations.push(format!(
-            "decoder: mixed KV layout: {dynamic} past_key_values inputs beside {fixed} static key_cache/value_cache inputs (a \
-             static-cache build that did not convert every layer)"
-        ));
-    }
+    violations.extend(masks::mask_violations(&graphs, &contract, &protocol));
     if let Some(pin) = pin {
         violations.extend(ep::pin_violations(pin, &protocol));
-        if let Some(e) = pin.ep {
-            violations.extend(ep::ep_violations(e, &graphs, &contract, &protocol));
-        }
     }
-    Ok(Interface { contract, package, protocol, graphs, violations, ops, n_initializers, config: config_json.into() })
+    // The EP whose contract applies: the one the case names, else the one this run uses.
+    let mut notes = Vec::new();
+    let named = pin
+        .and_then(|p| p.ep)
+        .map(|e| (e, "named by the case"))
+        .or_else(|| provider::run_ep_or_cpu().mobius_ep().map(|e| (e, "the EP of this run")));
+    if let Some((e, whose)) = named {
+        let findings = ep::ep_violations(e, &graphs, &contract, &protocol, ORT_VERSION);
+        notes.push(format!("checked against the {e} EP contract ({whose})"));
+        violations.extend(findings.violations);
+        notes.extend(findings.notes);
+    }
+    Ok(Interface { contract, package, protocol, graphs, violations, notes, ops, n_initializers, config: config_json.into() })
 }
 
 impl Interface {
     fn into_outcome(self, load: Option<load::LoadReport>) -> TierOutcome {
-        let Interface { contract, protocol, mut violations, ops, n_initializers, config, .. } = self;
-        let mut notes = Vec::new();
+        let Interface { contract, protocol, mut violations, mut notes, ops, n_initializers, config, .. } = self;
         if let Some(load) = &load {
             violations.extend(load.failures.iter().cloned());
             notes.extend(load.notes.iter().cloned());
@@ -169,7 +173,11 @@ impl Interface {
                 contract.kv.len(),
                 contract.hidden_size,
                 contract.vocab_size,
-                if load.is_some_and(|l| l.failures.is_empty()) { "; loaded by ONNX Runtime on the CPU EP" } else { "" }
+                if load.is_some_and(|l| l.failures.is_empty() && l.notes.is_empty()) {
+                    "; loaded by ONNX Runtime on the CPU EP"
+                } else {
+                    ""
+                }
             )
         } else {
             format!("{} contract violations: {}; {protocol}{notes}", violations.len(), violations.join("; "))
