@@ -82,6 +82,8 @@ done
 ort_lib="${ORT_DYLIB_PATH:-${ONNX_PARITY_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/onnx-parity}/onnxruntime-gpu-1.31.1/libonnxruntime.so.1.31.1}"
 if [[ -f $ort_lib ]]; then
   export ORT_DYLIB_PATH="$ort_lib"
+  # The EP is chosen at run time (src/onnx/provider.rs); TF32 off, no silent CPU fallback.
+  export ONNX_PARITY_EP="${ONNX_PARITY_EP:-$device}"
   for onnx in fixtures/*/onnx; do
     fx=$(dirname "$onnx")
     tag=$(basename "$fx")

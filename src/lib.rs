@@ -35,3 +35,4 @@ pub mod tensor_file;
 pub mod tf32;
 pub mod tiers;
 pub mod tolerance;
+pub mod variant_matrix;

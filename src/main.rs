@@ -216,6 +216,10 @@ fn run(
     let report_data = RunReport { cases, metadata: meta };
     write_reports(&report_data, report, markdown)?;
     print!("{}", report_data.console_summary());
+    let matrix = onnx_parity::variant_matrix::markdown(&report_data);
+    if !matrix.is_empty() {
+        print!("\nvariant matrix (the README's table):\n\n{matrix}");
+    }
     Ok(if report_data.ok() { ExitCode::SUCCESS } else { ExitCode::FAILURE })
 }
 
@@ -421,7 +425,9 @@ fn write_reports(r: &RunReport, report: Option<PathBuf>, markdown: Option<PathBu
         r.write_json(&p)?;
     }
     if let Some(p) = markdown {
-        r.write_markdown(&p)?;
+        let matrix = onnx_parity::variant_matrix::markdown(r);
+        let text = if matrix.is_empty() { r.markdown() } else { format!("{}\n## Variant matrix\n\n{matrix}", r.markdown()) };
+        onnx_parity::atomic::write_atomic(&p, text.as_bytes()).with_context(|| format!("writing {}", p.display()))?;
     }
     Ok(())
 }
@@ -433,6 +439,7 @@ fn merge_reports(dirs: Vec<PathBuf>, report: Option<PathBuf>, markdown: Option<P
     }
     let merged = RunReport::from_records(records);
     write_reports(&merged, report, markdown)?;
+    print!("{}", onnx_parity::variant_matrix::markdown(&merged));
     println!("{}", merged.totals());
     Ok(if merged.ok() { ExitCode::SUCCESS } else { ExitCode::FAILURE })
 }

@@ -53,6 +53,8 @@ pub const REFERENCE_TOKEN_MATCH_RATIO: &str = "reference_token_match_ratio";
 // L1.
 pub const KV_PAIRS: &str = "kv_pairs";
 /// The export's protocol (`portable`, `gqa`, `static`).
+/// L1: the element type of the export's activations (`float32`, `float16`, `bfloat16`).
+pub const ACTIVATIONS: &str = "activations";
 pub const EXPORT_VARIANT: &str = "export_variant";
 pub const INITIALIZERS: &str = "initializers";
 pub const OP_INVENTORY: &str = "op_inventory";
@@ -65,6 +67,8 @@ pub const AUDIO_TENSORS: &str = "audio_tensors";
 pub const CHECKPOINT_PARAMETERS: &str = "checkpoint_parameters";
 pub const CHECKED: &str = "checked";
 pub const EXPORT_VIOLATIONS: &str = "export_violations";
+/// L2: weights over the pinned EP's buffer limit at full size.
+pub const EP_OVERSIZE_TENSORS: &str = "ep_oversize_tensors";
 pub const REFERENCE_RESIDENT_BYTES: &str = "reference_resident_bytes";
 pub const REFERENCE_MEMORY_F32_CHECKPOINT_BYTES: &str = "reference_memory_f32_checkpoint_bytes";
 pub const REFERENCE_MEMORY_BF16_CHECKPOINT_BYTES: &str = "reference_memory_bf16_checkpoint_bytes";

@@ -171,10 +171,6 @@ impl RunReport {
         write_atomic(path, text.as_bytes())
     }
 
-    pub fn write_markdown(&self, path: &Path) -> Result<(), ReportError> {
-        write_atomic(path, self.markdown().as_bytes())
-    }
-
     /// A table: case, tier, status, key metrics, first diverging component, message.
     pub fn markdown(&self) -> String {
         let mut s = String::from("| case | tier | status | metrics | first divergence | message |\n|---|---|---|---|---|---|\n");

@@ -435,7 +435,14 @@ fn real_config(name: &str) -> std::path::PathBuf {
 }
 
 fn l2_inputs(config: &std::path::Path) -> onnx_parity::tiers::l2::L2Inputs<'_> {
-    onnx_parity::tiers::l2::L2Inputs { config, checkpoint: None, export: None, published_parameters: None, float_dtype: "float32" }
+    onnx_parity::tiers::l2::L2Inputs {
+        config,
+        checkpoint: None,
+        export: None,
+        published_parameters: None,
+        float_dtype: "float32",
+        pin: None,
+    }
 }
 
 /// Kills: `elements` as 0 / 1, the checkpoint count `reference + audio` as `-` / `*`, the

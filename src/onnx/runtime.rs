@@ -106,14 +106,23 @@ fn locate(override_path: Option<PathBuf>, dir: PathBuf, source: &WheelSource) ->
         WheelSource::File(p) => return Err(RuntimeError::BadWheel(p.clone())),
     };
     let tried = format!("ORT_DYLIB_PATH (unset); cache {}; {fetch}", lib.display());
-    wheel.install(&dir, source).map_err(|cause| RuntimeError::Unavailable { version: ORT_VERSION, wheel: wheel.name, tried, cause: Box::new(cause) })
+    wheel.install(&dir, source).map_err(|cause| RuntimeError::Unavailable {
+        version: ORT_VERSION,
+        wheel: wheel.name,
+        tried,
+        cause: Box::new(cause),
+    })
 }
 
 /// The plugin library of `ep` (fetched into the cache on first use), when `ep` is a plugin EP.
 fn plugin_library(ep: RunEp) -> Result<Option<PathBuf>, RuntimeError> {
     let Some(plugin) = ep.plugin() else { return Ok(None) };
     let dir = plugin.wheel.cache_dir(&wheel::cache_root());
-    plugin.wheel.install(&dir, &WheelSource::Pip).map(Some).map_err(|cause| RuntimeError::Plugin { ep, spec: plugin.wheel.spec(), cause: Box::new(cause) })
+    plugin.wheel.install(&dir, &WheelSource::Pip).map(Some).map_err(|cause| RuntimeError::Plugin {
+        ep,
+        spec: plugin.wheel.spec(),
+        cause: Box::new(cause),
+    })
 }
 
 static ENVIRONMENT: OnceLock<Result<ort::environment::Environment, Arc<RuntimeError>>> = OnceLock::new();

@@ -15,6 +15,7 @@ use onnx_parity_reference::audio_manifest::{audio_manifest, element_count};
 use onnx_parity_reference::{Gemma4, ModelConfig};
 
 use super::outcome::{Status, TierOutcome};
+use crate::case::ExportPin;
 use crate::metric_keys as key;
 
 /// What L2 looks at.
@@ -30,6 +31,8 @@ pub struct L2Inputs<'a> {
     pub published_parameters: Option<u64>,
     /// ONNX element type of the export's activations.
     pub float_dtype: &'a str,
+    /// What the case says the export is (its EP's buffer limit is checked at full size).
+    pub pin: Option<&'a ExportPin>,
 }
 
 /// `11959730224` → `11,959,730,224`.
@@ -157,10 +160,18 @@ pub fn check(inputs: L2Inputs<'_>) -> TierOutcome {
         ));
     }
     let mut out = TierOutcome::new(Status::Pass, "");
+    if let Some(plan) = inputs.pin.and_then(|pin| buffer_plan(pin, manifest, inputs.float_dtype)) {
+        notes.push(plan.note);
+        out = out.metric(key::EP_OVERSIZE_TENSORS, plan.oversize);
+    }
     if let Some(export) = inputs.export {
         // The interface only: loading a full-size export is not L2's business.
-        let l1 =
-            super::l1::check_interface(super::l1::L1Inputs { config: inputs.config, export, float_dtype: inputs.float_dtype, pin: None });
+        let l1 = super::l1::check_interface(super::l1::L1Inputs {
+            config: inputs.config,
+            export,
+            float_dtype: inputs.float_dtype,
+            pin: inputs.pin,
+        });
         if l1.status != Status::Pass {
             failures.push(format!("full-size export {}: {}", export.display(), l1.message));
         } else {
@@ -179,6 +190,51 @@ pub fn check(inputs: L2Inputs<'_>) -> TierOutcome {
         .metric(key::REFERENCE_MEMORY_F32_CHECKPOINT_BYTES, memory_f32)
         .metric(key::REFERENCE_MEMORY_BF16_CHECKPOINT_BYTES, memory_bf16)
         .metric(key::CHECKED, if inputs.checkpoint.is_some() { "config + checkpoint headers" } else { "config" })
+}
+
+/// What an EP with a per-buffer limit (WebGPU's 256 MiB) needs of a full-size build.
+struct BufferPlan {
+    note: String,
+    oversize: usize,
+}
+
+/// The weights that exceed the pinned EP's buffer limit at the pinned dtype, from the config
+/// alone (the same arithmetic mobius makes for `split_per_layer_embedding`,
+/// `mobius/tasks/_gemma4.py:428-441`).
+fn buffer_plan(pin: &ExportPin, manifest: &BTreeMap<String, Vec<usize>>, float_dtype: &str) -> Option<BufferPlan> {
+    let ep = pin.ep?;
+    let limit = ep.build().max_buffer_size?;
+    let dtype: &str = match pin.dtype {
+        Some(d) => d.onnx_elem_type(),
+        None => float_dtype,
+    };
+    let bytes_per = match dtype {
+        "float32" => 4,
+        _ => 2,
+    };
+    let mib = |b: u64| b as f64 / (1u64 << 20) as f64;
+    let mut over: Vec<(&String, &Vec<usize>, u64)> =
+        manifest.iter().map(|(n, s)| (n, s, elements(s) * bytes_per)).filter(|(_, _, b)| *b > limit).collect();
+    over.sort_by_key(|o| std::cmp::Reverse(o.2));
+    let lines: Vec<String> = over
+        .iter()
+        .map(|(name, shape, bytes)| {
+            let what = if name.contains("embed_tokens_per_layer") {
+                "must be split: mobius splits the fused per-layer table into one [vocab, hidden_size_per_layer_input] table per \
+                 layer (split_per_layer_embedding; the decoder then takes input_ids)"
+                    .to_string()
+            } else {
+                "over the limit: the build must split it or the device must grant a larger maxBufferSize".to_string()
+            };
+            format!("`{name}` {shape:?} is {} ({} bytes at {dtype}): {what}", gib(*bytes), thousands(*bytes))
+        })
+        .collect();
+    let note = if lines.is_empty() {
+        format!("{ep} ({:.0} MiB buffers): every weight fits at {dtype}", mib(limit))
+    } else {
+        format!("{ep} ({:.0} MiB buffers) at {dtype}: {}", mib(limit), lines.join("; "))
+    };
+    Some(BufferPlan { note, oversize: over.len() })
 }
 
 #[cfg(test)]

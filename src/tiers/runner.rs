@@ -48,6 +48,7 @@ fn run_l2(case: &Case, artifacts: &Artifacts) -> TierOutcome {
         export: artifacts.export.as_deref(),
         published_parameters: case.published_parameters,
         float_dtype: case.dtype.onnx_elem_type(),
+        pin: case.export.as_ref(),
     })
 }
 

@@ -188,6 +188,7 @@ impl Interface {
             .metric(key::INITIALIZERS, n_initializers)
             .metric(key::OP_INVENTORY, serde_json::to_value(&ops).unwrap_or_default())
             .metric(key::EXPORT_VARIANT, protocol.variant())
+            .metric(key::ACTIVATIONS, protocol.float)
     }
 }
 

@@ -1,0 +1,380 @@
+//! Export variants (issue 18): each EP-contract check, the ORT type-check gate, the pin check,
+//! the static cache's capacity and the run-time EP choice, each fed an export or a setting that
+//! must fail, and the legitimate builds that must pass.
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use onnx_parity::case::ExportPin;
+use onnx_parity::onnx::contract::ExportContract;
+use onnx_parity::onnx::eps::Ep;
+use onnx_parity::onnx::graph::GraphSummary;
+use onnx_parity::onnx::package::OnnxPackage;
+use onnx_parity::onnx::proto::ModelProto;
+use onnx_parity::onnx::protocol::ExportProtocol;
+use onnx_parity::tiers::l1::{self, ep, L1Inputs};
+use onnx_parity::tiers::outcome::{Status, TierOutcome};
+use prost::Message;
+
+fn repo(rel: &str) -> PathBuf {
+    support::root().join(rel)
+}
+
+fn config(fixture: &str) -> PathBuf {
+    repo(&format!("fixtures/{fixture}/checkpoint/config.json"))
+}
+
+fn pin(ep: Option<Ep>, dtype: Option<&str>, static_cache: Option<bool>) -> ExportPin {
+    ExportPin { ep, dtype: dtype.map(|d| d.parse().expect("dtype")), static_cache }
+}
+
+/// The interface check (no weights read) of `export` against `fixture`'s config, with `pin`.
+fn interface(fixture: &str, export: &Path, dtype: &str, pin: Option<&ExportPin>) -> TierOutcome {
+    l1::check_interface(L1Inputs { config: &config(fixture), export, float_dtype: dtype, pin })
+}
+
+/// A copy of the graph files of `onnx` (same layout, no weights), each passed through `edit`.
+fn edited(onnx: &Path, edit: impl Fn(&str, &mut ModelProto)) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().expect("temp dir");
+    for (role, file) in OnnxPackage::open(onnx).expect("package").submodels {
+        let mut model = ModelProto::decode(std::fs::read(&file).expect("read").as_slice()).expect("decode");
+        edit(&role, &mut model);
+        let out = dir.path().join(file.strip_prefix(onnx).expect("inside"));
+        std::fs::create_dir_all(out.parent().expect("parent")).expect("mkdir");
+        std::fs::write(out, model.encode_to_vec()).expect("write");
+    }
+    dir
+}
+
+fn assert_fails_with(out: &TierOutcome, needle: &str) {
+    assert_eq!(out.status, Status::Fail, "{}", out.message);
+    assert!(out.message.contains(needle), "`{needle}` not in: {}", out.message);
+}
+
+fn assert_passes(out: &TierOutcome) {
+    assert_eq!(out.status, Status::Pass, "{}", out.message);
+}
+
+/// Kills: the WebGPU buffer limit never applied, or applied to the wrong size: the committed
+/// WebGPU f16 build passes; the same graph with one weight declared 262144 × 1536 (E2B's
+/// embed_tokens, 768 MiB in f16) fails naming the initialiser; without the pin (a CPU run) no EP
+/// contract applies.
+#[test]
+fn webgpu_buffer_limit_names_the_oversized_initializer() {
+    let good = repo("fixtures/unified-text-kvshare/variants/webgpu-f16");
+    let webgpu = pin(Some(Ep::Webgpu), Some("float16"), Some(false));
+    assert_passes(&interface("unified-text-kvshare", &good, "float16", Some(&webgpu)));
+    let big = edited(&good, |_, m| {
+        let g = m.graph.as_mut().expect("graph");
+        let t = g.initializer.iter_mut().find(|t| t.name == "model.embed_tokens.weight").expect("embed_tokens");
+        t.dims = vec![262_144, 1536];
+    });
+    let out = interface("unified-text-kvshare", big.path(), "float16", Some(&webgpu));
+    assert_fails_with(&out, "webgpu: model: initializer `model.embed_tokens.weight` is 768.0 MiB, over the EP's 256 MiB buffer limit");
+    let cpu = interface("unified-text-kvshare", big.path(), "float16", None);
+    assert!(!cpu.message.contains("buffer limit"), "{}", cpu.message);
+}
+
+/// Kills: the graph-capture check not run, or run on the wrong ops: the f32 WebGPU build (whose
+/// KV-shared layers keep Shape / ConstantOfShape, a mobius finding) fails naming them; the f16
+/// build passes, and fails once a Shape node is added to it.
+#[test]
+fn graph_capture_builds_must_be_shape_free() {
+    let webgpu = pin(Some(Ep::Webgpu), None, None);
+    let f32_build = repo("fixtures/unified-text-kvshare/variants/webgpu");
+    assert_fails_with(
+        &interface("unified-text-kvshare", &f32_build, "float32", Some(&webgpu)),
+        "webgpu: graph capture cannot execute Shape / ConstantOfShape, and the decoder has 4: model/layers.4/self_attn/Shape_node_181",
+    );
+    let f16_build = repo("fixtures/unified-text-kvshare/variants/webgpu-f16");
+    let with_shape = edited(&f16_build, |_, m| {
+        let g = m.graph.as_mut().expect("graph");
+        let mut shape = g.node[0].clone();
+        shape.op_type = "Shape".into();
+        shape.domain = String::new();
+        shape.name = "injected/Shape".into();
+        shape.input = vec!["input_ids".into()];
+        shape.output = vec!["injected_shape".into()];
+        shape.attribute.clear();
+        g.node.push(shape);
+    });
+    assert_fails_with(&interface("unified-text-kvshare", with_shape.path(), "float16", Some(&webgpu)), "the decoder has 1: injected/Shape");
+}
+
+/// Kills: index dtypes judged from a fixed int64, or not at all: a graph-capture build whose
+/// `input_ids` is int32 (as mobius declares ids for WebGPU graph capture) must declare its mask
+/// int32 too; a mixed build fails naming the mask.
+#[test]
+fn int32_indices_are_int32_throughout() {
+    let f16_build = repo("fixtures/unified-text-kvshare/variants/webgpu-f16");
+    let retyped = |names: &'static [&'static str]| {
+        edited(&f16_build, move |_, m| {
+            let g = m.graph.as_mut().expect("graph");
+            for i in g.input.iter_mut().filter(|i| names.contains(&i.name.as_str())) {
+                i.r#type.as_mut().and_then(|t| t.tensor_type.as_mut()).expect("tensor").elem_type = 6;
+            }
+        })
+    };
+    let both = retyped(&["input_ids", "attention_mask"]);
+    let out = interface("unified-text-kvshare", both.path(), "float16", None);
+    assert!(!out.message.contains("has dtype int32"), "{}", out.message);
+    assert!(out.message.contains("int32 ids"), "{}", out.message);
+    let mixed = retyped(&["input_ids"]);
+    assert_fails_with(
+        &interface("unified-text-kvshare", mixed.path(), "float16", None),
+        "model: input `attention_mask` has dtype int64, contract expects int32",
+    );
+}
+
+/// The contract of `fixture` with its full-attention layers' head_dim set to `head_dim`.
+fn contract_with_global_head_dim(fixture: &str, head_dim: i64) -> ExportContract {
+    let mut cfg: serde_json::Value = serde_json::from_slice(&std::fs::read(config(fixture)).expect("config")).expect("json");
+    cfg["global_head_dim"] = head_dim.into();
+    let file = tempfile::NamedTempFile::new().expect("temp file");
+    std::fs::write(file.path(), cfg.to_string()).expect("write");
+    ExportContract::from_config_file(file.path()).expect("contract")
+}
+
+fn graphs(export: &Path) -> BTreeMap<String, GraphSummary> {
+    OnnxPackage::open(export)
+        .expect("package")
+        .submodels
+        .into_iter()
+        .map(|(role, file)| (role, GraphSummary::load(&file).expect("graph")))
+        .collect()
+}
+
+fn protocol_of(g: &BTreeMap<String, GraphSummary>) -> ExportProtocol {
+    let decoder = g.get("decoder").or_else(|| g.get("model")).expect("decoder");
+    ExportProtocol::read(decoder, g.get("embedding"))
+}
+
+/// Kills: the CUDA head_dim guard not applied or applied to every layer: the CUDA f16 build
+/// passes with its own config (head_dim 16 / 32); with full layers of head_dim 512 (Gemma 4's)
+/// its GroupQueryAttention on layers 2 and 5 breaks the 256 limit, each named.
+#[test]
+fn cuda_gqa_head_dim_over_256_is_a_violation() {
+    let export = repo("fixtures/unified-text-kvshare/variants/cuda-f16");
+    let g = graphs(&export);
+    let p = protocol_of(&g);
+    let own = contract_with_global_head_dim("unified-text-kvshare", 32).for_protocol(&p);
+    assert!(ep::ep_violations(Ep::Cuda, &g, &own, &p, "1.31.1").violations.is_empty());
+    let wide = contract_with_global_head_dim("unified-text-kvshare", 512).for_protocol(&p);
+    let v = ep::ep_violations(Ep::Cuda, &g, &wide, &p, "1.31.1").violations;
+    assert_eq!(v.len(), 2, "{v:?}");
+    assert!(v[0].contains("runs a layer of head_dim 512, above the 256 ONNX Runtime's cuda GroupQueryAttention kernel supports"), "{v:?}");
+    assert!(v.iter().any(|m| m.contains("layers.5")) && v.iter().any(|m| m.contains("layers.2")), "{v:?}");
+}
+
+/// Kills: the opset ceiling applied for every ORT release, or for none: an opset-24 CUDA build
+/// breaks it for ONNX Runtime 1.24 (mobius's MOBIUS_ORT_LOWER_OPSET_FOR_EP case) and is a note for
+/// 1.31.1, the runtime this harness runs.
+#[test]
+fn cuda_opset_ceiling_depends_on_the_runtime() {
+    let export = repo("fixtures/unified-text-kvshare/variants/cuda-f16");
+    let g = graphs(&export);
+    let p = protocol_of(&g);
+    let c = ExportContract::from_config_file(&config("unified-text-kvshare")).expect("contract").for_protocol(&p);
+    let old = ep::ep_violations(Ep::Cuda, &g, &c, &p, "1.24.4");
+    assert_eq!(old.violations.len(), 1, "{old:?}");
+    assert!(old.violations[0].contains("declares opset 24, and ONNX Runtime ≤ 1.24's cuda EP has kernels only up to opset 23"));
+    let new = ep::ep_violations(Ep::Cuda, &g, &c, &p, "1.31.1");
+    assert!(new.violations.is_empty() && new.notes.iter().any(|n| n.contains("not a violation with ONNX Runtime 1.31.1")), "{new:?}");
+}
+
+/// Kills: the bool-mask guard not applied: the portable build's Attention takes an additive
+/// float mask (passes for CUDA); typed as bool, it is a violation naming the node and the mask.
+#[test]
+fn cuda_attention_needs_a_float_mask() {
+    let export = repo("fixtures/unified-text-kvshare/onnx");
+    let cuda = pin(Some(Ep::Cuda), Some("float32"), Some(false));
+    assert_passes(&interface("unified-text-kvshare", &export, "float32", Some(&cuda)));
+    let boolean = edited(&export, |_, m| {
+        let g = m.graph.as_mut().expect("graph");
+        let mask = g.node.iter().find(|n| n.op_type == "Attention").and_then(|n| n.input.get(3).cloned()).expect("a masked Attention");
+        let info = g.value_info.iter_mut().find(|v| v.name == mask).expect("the mask is typed");
+        info.r#type.as_mut().and_then(|t| t.tensor_type.as_mut()).expect("tensor").elem_type = 9;
+    });
+    assert_fails_with(&interface("unified-text-kvshare", boolean.path(), "float32", Some(&cuda)), "takes a bool attn_mask");
+}
+
+/// Kills: a pin that is never compared: the GQA build pinned as mobius's portable one, as a
+/// static-cache build or as f16 fails, each saying what differs; pinned as what it is, it passes.
+#[test]
+fn pins_are_compared_with_the_export() {
+    let export = repo("fixtures/unified-text-kvshare/variants/gqa");
+    let as_is = pin(Some(Ep::Cpu), Some("float32"), Some(false));
+    assert_passes(&interface("unified-text-kvshare", &export, "float32", Some(&as_is)));
+    let cases: [(ExportPin, &str, &str); 3] = [
+        (pin(Some(Ep::Default), None, None), "float32", "the case pins ep default but this is not mobius's default build"),
+        (pin(None, None, Some(true)), "float32", "the case pins static_cache: true but the export has a dynamic KV cache"),
+        (pin(None, Some("float16"), None), "float16", "the case pins dtype float16 but the export's activations are float32"),
+    ];
+    for (p, dtype, needle) in cases {
+        assert_fails_with(&interface("unified-text-kvshare", &export, dtype, Some(&p)), needle);
+    }
+}
+
+/// Kills: the ORT load gate missing or misclassifying: a graph ORT's type check rejects (mobius's
+/// portable bf16 build) is an L1 failure naming the node; a valid graph with no CPU kernel for
+/// its dtype (the CUDA bf16 build) passes with the note; the GQA build loads.
+#[test]
+fn ort_load_gate_names_the_node() {
+    let bf16 = l1::check_with(L1Inputs {
+        config: &config("unified-text-kvshare"),
+        export: &repo("fixtures/unified-text-kvshare/variants/bf16"),
+        float_dtype: "bfloat16",
+        pin: None,
+    });
+    assert_fails_with(&bf16, "ONNX Runtime rejects the graph at node `model/layers.0/Add_node_82` (Add of `val_2` untyped");
+    assert_eq!(bf16.metrics.get("violations").and_then(|v| v.as_u64()), Some(1), "{}", bf16.message);
+    let cuda_bf16 = l1::check_with(L1Inputs {
+        config: &config("unified-text-kvshare"),
+        export: &repo("fixtures/unified-text-kvshare/variants/cuda-bf16"),
+        float_dtype: "bfloat16",
+        pin: None,
+    });
+    assert_passes(&cuda_bf16);
+    assert!(cuda_bf16.message.contains("model: not runnable on the CPU EP: no bfloat16 kernel for"), "{}", cuda_bf16.message);
+    assert!(!cuda_bf16.message.contains("loaded by ONNX Runtime"), "{}", cuda_bf16.message);
+    let gqa = l1::check(&config("unified-text-kvshare"), &repo("fixtures/unified-text-kvshare/variants/gqa"), "float32");
+    assert_passes(&gqa);
+    assert!(gqa.message.contains("loaded by ONNX Runtime on the CPU EP"), "{}", gqa.message);
+}
+
+/// Kills: the static-cache capacity taken from somewhere else than the graph, or checked after
+/// running: the hybrid static build (capacity 64) refuses a prompt of 60 tokens with 10 new ones
+/// before running, naming the numbers; 60 + 5 fits.
+#[test]
+fn static_cache_capacity_is_checked_before_running() {
+    use onnx_parity::inputs::ModelInputs;
+    use onnx_parity::onnx::pipeline::{DecoderGraph, OnnxPipeline};
+    use onnx_parity::onnx::session::SessionOptions;
+    let mut p =
+        OnnxPipeline::open_with(&repo("fixtures/gemma4-text-moe/variants/static"), &SessionOptions::default(), DecoderGraph::Original)
+            .expect("opens");
+    let inputs = ModelInputs::from_ids((0..60).map(|i| 2 + i % 100).collect());
+    let e = p.greedy(&inputs, 10, &[], None, false).map(drop).expect_err("over capacity").to_string();
+    assert!(e.contains("the static KV cache holds 64 positions, and the prompt (60 tokens) with 10 new tokens needs 69"), "{e}");
+    let (_, gen) = p.greedy(&inputs, 5, &[], None, false).expect("fits");
+    assert_eq!(gen.tokens.len(), 5);
+}
+
+/// Kills: L2's WebGPU arithmetic missing or wrong: E2B's fused per-layer table, 262144 × 35·256
+/// in bf16, is 4.7 GB and must be split; its embed_tokens (768 MiB) is over the limit too; an
+/// E2B case pinned to the CPU EP has no buffer plan.
+#[test]
+fn l2_webgpu_buffer_arithmetic_at_full_size() {
+    use onnx_parity::tiers::l2;
+    let config = repo("cases/configs/gemma-4-E2B-it.json");
+    let webgpu = pin(Some(Ep::Webgpu), Some("bfloat16"), None);
+    let out = l2::check(l2::L2Inputs {
+        config: &config,
+        checkpoint: None,
+        export: None,
+        published_parameters: None,
+        float_dtype: "float32",
+        pin: Some(&webgpu),
+    });
+    assert!(
+        out.message.contains("webgpu (256 MiB buffers) at bfloat16: `model.language_model.embed_tokens_per_layer.weight` [262144, 8960] is 4.38 GiB (4,697,620,480 bytes at bfloat16): must be split"),
+        "{}",
+        out.message
+    );
+    assert!(out.message.contains("`model.language_model.embed_tokens.weight` [262144, 1536] is 0.75 GiB"), "{}", out.message);
+    assert_eq!(out.metrics.get("ep_oversize_tensors").and_then(|v| v.as_u64()), Some(2), "{}", out.message);
+    let cpu = pin(Some(Ep::Cpu), None, None);
+    let out = l2::check(l2::L2Inputs {
+        config: &config,
+        checkpoint: None,
+        export: None,
+        published_parameters: None,
+        float_dtype: "float32",
+        pin: Some(&cpu),
+    });
+    assert!(!out.metrics.contains_key("ep_oversize_tensors"), "{}", out.message);
+}
+
+/// Runs `levels` of a case on the unified-text-kvshare fixture (`extra` appended to it) with
+/// `ONNX_PARITY_EP=ep` in a fresh process (the EP is read once per process) and returns each
+/// level's (status, message).
+fn run_on_ep(ep: &str, onnx: &str, extra: &str, levels: &str) -> Vec<(String, String, String)> {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let fixture = repo("fixtures/unified-text-kvshare");
+    let case = dir.path().join("unified-text.yaml");
+    std::fs::write(
+        &case,
+        format!(
+            "model_id: \"onnx-parity/tiny-gemma4-unified-text-kvshare\"\nmodel_type: \"gemma4_unified_text\"\ndtype: \"float32\"\n\
+             checkpoint: {}\nonnx: {}\ninputs:\n  tensors: {}\nlevels: [L1, L3]\n{extra}",
+            fixture.join("checkpoint").display(),
+            fixture.join(onnx).display(),
+            fixture.join("inputs.safetensors").display()
+        ),
+    )
+    .expect("case");
+    let report = dir.path().join("report.json");
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_onnx-parity"))
+        .args(["run", "--levels", levels, "--report"])
+        .arg(&report)
+        .arg(&case)
+        .current_dir(support::root())
+        .env("ONNX_PARITY_LOG", "error")
+        .env("ONNX_PARITY_EP", ep)
+        .output()
+        .expect("runs the onnx-parity binary");
+    let out = format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    let r: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&report).unwrap_or_else(|e| panic!("no report ({e}): {out}"))).expect("json");
+    r["cases"][0]["levels"]
+        .as_array()
+        .expect("levels")
+        .iter()
+        .map(|l| {
+            let s = |k: &str| l[k].as_str().unwrap_or_default().to_string();
+            (s("level"), s("status"), s("message"))
+        })
+        .collect()
+}
+
+/// Kills: a silent CPU run when the asked-for EP has no device (ORT's own behaviour): with
+/// ONNX_PARITY_EP=webgpu on this machine (no GPU) L3 fails saying which device was not found
+/// and what ORT lists; L1, which loads on the CPU EP by design, checks the WebGPU contract
+/// implied by the run's EP.
+#[test]
+fn webgpu_without_a_device_says_which_device_is_missing() {
+    let levels = run_on_ep("webgpu", "variants/webgpu-f16", "", "L1,L3");
+    let (_, status, message) = &levels[1];
+    assert_eq!(status, "fail", "{message}");
+    assert!(
+        message.contains("ONNX_PARITY_EP=webgpu: no WebGPU adapter (Vulkan on Linux) found: ONNX Runtime lists no WebGpuExecutionProvider device on this machine (it lists: CPUExecutionProvider"),
+        "{message}"
+    );
+    assert!(levels[0].2.contains("checked against the webgpu EP contract (the EP of this run)"), "{}", levels[0].2);
+}
+
+/// Kills: nodes that land on the CPU EP going unreported: OpenVINO's plugin EP (which runs on this
+/// machine's CPU as an OpenVINO device) claims no RMSNormalization / RotaryEmbedding / opset-24
+/// Attention, and L3 fails listing them instead of reporting CPU numbers as OpenVINO's.
+#[test]
+fn nodes_falling_back_to_the_cpu_are_an_error_listing_them() {
+    let levels = run_on_ep("openvino", "onnx", "", "L3");
+    let (_, status, message) = &levels[0];
+    assert_eq!(status, "fail", "{message}");
+    assert!(message.contains("of its nodes compute on the CPU EP although ONNX_PARITY_EP=openvino asked for OpenVINOExecutionProvider: RMSNormalization `model/layers.0/input_layernorm/RMSNormalization_node_37`"), "{message}");
+}
+
+/// Kills: an unknown EP name taken for the CPU: it fails every ONNX tier, naming the variable and
+/// the accepted values.
+#[test]
+fn unknown_ep_is_an_error() {
+    let levels = run_on_ep("rocm", "onnx", "", "L3");
+    assert_eq!(levels[0].1, "fail", "{}", levels[0].2);
+    assert!(
+        levels[0].2.contains("ONNX_PARITY_EP=rocm: expected one of cpu, cuda, cuda:N, webgpu, openvino, tensorrt-rtx"),
+        "{}",
+        levels[0].2
+    );
+}
