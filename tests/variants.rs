@@ -130,8 +130,13 @@ fn int32_indices_are_int32_throughout() {
 
 /// The contract of `fixture` with its full-attention layers' head_dim set to `head_dim`.
 fn contract_with_global_head_dim(fixture: &str, head_dim: i64) -> ExportContract {
+    contract_with(fixture, "global_head_dim", head_dim)
+}
+
+/// The contract of `fixture` with one integer field of its config changed.
+fn contract_with(fixture: &str, field: &str, value: i64) -> ExportContract {
     let mut cfg: serde_json::Value = serde_json::from_slice(&std::fs::read(config(fixture)).expect("config")).expect("json");
-    cfg["global_head_dim"] = head_dim.into();
+    cfg[field] = value.into();
     let file = tempfile::NamedTempFile::new().expect("temp file");
     std::fs::write(file.path(), cfg.to_string()).expect("write");
     ExportContract::from_config_file(file.path()).expect("contract")
@@ -166,6 +171,23 @@ fn cuda_gqa_head_dim_over_256_is_a_violation() {
     assert_eq!(v.len(), 2, "{v:?}");
     assert!(v[0].contains("runs a layer of head_dim 512, above the 256 ONNX Runtime's cuda GroupQueryAttention kernel supports"), "{v:?}");
     assert!(v.iter().any(|m| m.contains("layers.5")) && v.iter().any(|m| m.contains("layers.2")), "{v:?}");
+}
+
+/// Kills: the GroupQueryAttention head-size check never applied, or applied to standard
+/// Attention: ORT's GQA kernels need head sizes that are multiples of 16 (measured: a GQA build of
+/// a head_dim-8 fixture loads and fails at its first run); with the sliding layers' head_dim 8
+/// the GQA build's four sliding layers are named, the portable build's Attention is not.
+#[test]
+fn gqa_head_size_must_be_a_multiple_of_16() {
+    let gqa = graphs(&repo("fixtures/unified-text-kvshare/variants/gqa"));
+    let narrow = contract_with("unified-text-kvshare", "head_dim", 8);
+    let v = ep::gqa_kernel_violations(&gqa, &narrow);
+    assert_eq!(v.len(), 4, "{v:?}");
+    assert!(v[0].contains("runs a layer of head_dim 8; ONNX Runtime's GroupQueryAttention kernel needs a multiple of 16"), "{v:?}");
+    let own = ExportContract::from_config_file(&config("unified-text-kvshare")).expect("contract");
+    assert!(ep::gqa_kernel_violations(&gqa, &own).is_empty());
+    let portable = graphs(&repo("fixtures/unified-text-kvshare/onnx"));
+    assert!(ep::gqa_kernel_violations(&portable, &narrow).is_empty());
 }
 
 /// Kills: the opset ceiling applied for every ORT release, or for none: an opset-24 CUDA build
@@ -377,4 +399,30 @@ fn unknown_ep_is_an_error() {
         "{}",
         levels[0].2
     );
+}
+
+/// Kills: a reference run per variant: the unified-text-kvshare case and its seven builds run
+/// the reference once, and ONNX Runtime once per build that can run here (the two bf16 builds
+/// are skipped on the CPU EP), each build its own export.
+#[test]
+fn one_reference_run_for_all_variants() {
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_onnx-parity"))
+        .args(["run", "--levels", "L3,L4,L5", "cases/causal-lm/unified-text-kvshare.yaml"])
+        .current_dir(support::root())
+        .env("ONNX_PARITY_LOG", "onnx_parity::evaluation=info")
+        .env("NO_COLOR", "1")
+        .output()
+        .expect("runs the onnx-parity binary");
+    let log = String::from_utf8_lossy(&o.stderr).to_string();
+    let runs: Vec<&str> = log.lines().filter(|l| l.contains(" ran in ")).collect();
+    let reference = runs.iter().filter(|l| l.contains("candle reference")).count();
+    assert_eq!(reference, 1, "{log}");
+    let exports: std::collections::BTreeSet<&str> = runs
+        .iter()
+        .filter(|l| l.contains("ONNX Runtime"))
+        .filter_map(|l| l.split("fixtures/unified-text-kvshare/").nth(1)?.split(',').next())
+        .collect();
+    let expected = ["onnx", "variants/cuda-f16", "variants/gqa", "variants/static", "variants/webgpu", "variants/webgpu-f16"];
+    assert_eq!(exports.into_iter().collect::<Vec<_>>(), expected, "{log}");
+    assert_eq!(runs.len(), 1 + expected.len(), "one run per build: {log}");
 }

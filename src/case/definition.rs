@@ -364,6 +364,27 @@ bidirectional: sliding-windowed
         assert!(parse(&format!("{MINIMAL}xfail:\n  L9: x\n")).is_err());
     }
 
+    /// Guards the variant's xfail over the case's: its own levels win, the others are inherited,
+    /// a string xfail replaces them all; the variant's dtype comes from its pin.
+    #[test]
+    fn variant_xfail_over_the_case() {
+        let yaml = format!(
+            "{MINIMAL}onnx: e\nxfail:\n  L3: case-wide bug\n  L5: case-wide drift\nvariants:\n  f16:\n    onnx: v\n    export: {{dtype: float16}}\n    \
+             xfail:\n      L5: its own drift\n  all:\n    onnx: w\n    xfail: broken\n  plain:\n    onnx: x\n"
+        );
+        let c = parse(&yaml).unwrap();
+        let f16 = c.for_variant("f16").unwrap();
+        assert_eq!(f16.xfail_for(Level::L3).map(|e| e.reason.as_str()), Some("case-wide bug"));
+        assert_eq!(f16.xfail_for(Level::L5).map(|e| e.reason.as_str()), Some("its own drift"));
+        assert_eq!((f16.dtype, f16.id()), (Dtype::Float16, "causal-lm/demo@f16".to_string()));
+        let all = c.for_variant("all").unwrap();
+        assert_eq!(all.xfail_for(Level::L3).map(|e| e.reason.as_str()), Some("broken"));
+        let plain = c.for_variant("plain").unwrap();
+        assert_eq!(plain.xfail_for(Level::L3), c.xfail_for(Level::L3));
+        assert_eq!(plain.xfail_for(Level::L4), None);
+        assert!(c.for_variant("missing").is_none());
+    }
+
     /// Guards: an unknown key is an error naming the file and the key (top level and nested).
     #[test]
     fn unknown_key_is_named() {

@@ -64,6 +64,18 @@ pub enum PleSource {
     Decoder,
 }
 
+/// How the gemma4 per-layer embedding table is stored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PleTables {
+    /// No per-layer table in the package.
+    None,
+    /// One fused `[vocab, layers·ple_dim]` table.
+    Fused,
+    /// One `[vocab, ple_dim]` table per layer (mobius's `split_per_layer_embedding`, for EPs
+    /// whose buffers cannot hold the fused table).
+    Split(usize),
+}
+
 /// What an export's decoder (and embedding model) declare.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ExportProtocol {
@@ -78,6 +90,12 @@ pub struct ExportProtocol {
     pub kv: KvLayout,
     pub attention: AttentionOp,
     pub ple: PleSource,
+    pub ple_tables: PleTables,
+    /// Element type of the KV cache (`float32`, `float16`, …; `none` without a cache).
+    pub kv_dtype: &'static str,
+    /// The decoder's fused contrib ops (`GroupQueryAttention`, `SkipSimplifiedLayerNormalization`,
+    /// …), by name.
+    pub fused: Vec<String>,
     /// The default-domain opset.
     pub opset: i64,
 }
@@ -118,6 +136,20 @@ impl ExportProtocol {
             PleSource::None
         };
         let index = decoder.input("input_ids").or_else(|| embedding.and_then(|e| e.input("input_ids"))).map_or("int64", |t| t.dtype);
+        let tables = decoder
+            .initializer_bytes
+            .iter()
+            .chain(embedding.map_or(&[][..], |e| &e.initializer_bytes[..]))
+            .filter(|(n, _)| n.contains("embed_tokens_per_layer"))
+            .count();
+        let ple_tables = match tables {
+            0 => PleTables::None,
+            1 => PleTables::Fused,
+            n => PleTables::Split(n),
+        };
+        let kv_dtype =
+            decoder.inputs.iter().find(|t| t.name.starts_with(PAST) || t.name.starts_with(KEY_CACHE)).map_or("none", |t| t.dtype);
+        let fused = decoder.op_inventory.keys().filter_map(|op| op.strip_prefix("com.microsoft::")).map(str::to_string).collect();
         ExportProtocol {
             float: decoder.output("logits").map_or("unknown", |t| t.dtype),
             index,
@@ -128,6 +160,9 @@ impl ExportProtocol {
             kv,
             attention,
             ple,
+            ple_tables,
+            kv_dtype,
+            fused,
             opset: decoder.opsets.get("").or_else(|| decoder.opsets.get("ai.onnx")).copied().unwrap_or(0),
         }
     }
@@ -173,9 +208,17 @@ impl fmt::Display for ExportProtocol {
             PleSource::Embedding => ", per-layer inputs from the embedding model",
             PleSource::Decoder => ", per-layer inputs computed in the decoder",
         };
+        let tables = match self.ple_tables {
+            PleTables::None => String::new(),
+            PleTables::Fused => " (fused table)".to_string(),
+            PleTables::Split(n) => format!(" ({n} split tables)"),
+        };
+        let kv_dtype =
+            if self.kv_dtype == self.float || self.kv_dtype == "none" { String::new() } else { format!(", {} KV", self.kv_dtype) };
+        let fused = if self.fused.is_empty() { String::new() } else { format!(", fused {}", self.fused.join("/")) };
         write!(
             f,
-            "{} protocol: {attention}, {kv}, {} activations, {} ids, opset {}{ple}",
+            "{} protocol: {attention}, {kv}, {} activations, {} ids, opset {}{ple}{tables}{kv_dtype}{fused}",
             self.variant(),
             self.float,
             self.index,
@@ -225,7 +268,10 @@ mod tests {
         let p = protocol("unified-vision/onnx");
         assert_eq!((p.variant(), p.decoder_input_ids), ("portable", true));
         let p = protocol("gemma4-vision/onnx");
-        assert_eq!(p.ple, PleSource::Embedding);
+        assert_eq!((p.ple, p.ple_tables, p.kv_dtype), (PleSource::Embedding, PleTables::Fused, "float32"));
         assert!(p.to_string().starts_with("portable protocol: opset-24 Attention, dynamic KV"), "{p}");
+        let p = protocol("unified-text-kvshare/variants/gqa");
+        assert_eq!(p.fused, vec!["GroupQueryAttention".to_string(), "SkipSimplifiedLayerNormalization".to_string()]);
+        assert!(p.to_string().ends_with("opset 24, fused GroupQueryAttention/SkipSimplifiedLayerNormalization"), "{p}");
     }
 }

@@ -143,6 +143,31 @@ pub fn ep_violations(
     EpFindings { violations: v, notes }
 }
 
+/// ONNX Runtime's GroupQueryAttention kernels take head sizes that are multiples of 16 (1.31.1,
+/// CPU: "head_size shall be a multiple of 16"), whatever the EP the build was made for.
+pub const GQA_HEAD_SIZE_MULTIPLE: i64 = 16;
+
+/// Each GroupQueryAttention node on a layer whose head_dim ONNX Runtime's kernel refuses: the
+/// graph loads, and fails at its first run.
+pub fn gqa_kernel_violations(graphs: &BTreeMap<String, GraphSummary>, contract: &ExportContract) -> Vec<String> {
+    let Some(decoder) = graphs.get(DECODER).or_else(|| graphs.get(TEXT_MODEL)) else { return Vec::new() };
+    decoder
+        .nodes
+        .iter()
+        .filter(|n| n.op == "com.microsoft::GroupQueryAttention")
+        .filter_map(|n| {
+            let hd = *layer_of(&n.name).and_then(|l| contract.layer_head_dims.get(l))?;
+            (hd % GQA_HEAD_SIZE_MULTIPLE != 0).then(|| {
+                format!(
+                    "decoder: GroupQueryAttention `{}` runs a layer of head_dim {hd}; ONNX Runtime's GroupQueryAttention kernel needs a \
+                     multiple of {GQA_HEAD_SIZE_MULTIPLE} (\"head_size shall be a multiple of 16\" at run time)",
+                    n.name
+                )
+            })
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -137,6 +137,7 @@ fn interface(inputs: L1Inputs<'_>) -> Result<Interface, TierOutcome> {
         }
     }
     violations.extend(masks::mask_violations(&graphs, &contract, &protocol));
+    violations.extend(ep::gqa_kernel_violations(&graphs, &contract));
     if let Some(pin) = pin {
         violations.extend(ep::pin_violations(pin, &protocol));
     }
