@@ -3,6 +3,8 @@
 //! or of the tiers' scheduling (skip reasons, stand-ins, the live reference) that no other test
 //! observed. Public API only; the module's own unit tests cover the rest.
 
+mod support;
+
 use onnx_parity::expectation::{Expectation, Signature};
 use onnx_parity::tiers::outcome::TierOutcome;
 
@@ -310,22 +312,6 @@ fn graph_files(onnx: &std::path::Path) -> std::collections::BTreeMap<String, std
     onnx_parity::onnx::package::OnnxPackage::open(onnx).unwrap().submodels
 }
 
-/// A copy of the graph files of `onnx` in a temporary folder (same layout), each passed through
-/// `edit(role, model)` first.
-fn edited_export(onnx: &std::path::Path, edit: impl Fn(&str, &mut onnx_parity::onnx::proto::ModelProto)) -> tempfile::TempDir {
-    use prost::Message;
-    let dir = tempfile::tempdir().unwrap();
-    for (role, file) in graph_files(onnx) {
-        let mut model = onnx_parity::onnx::proto::ModelProto::decode(std::fs::read(&file).unwrap().as_slice()).unwrap();
-        edit(&role, &mut model);
-        let rel = file.strip_prefix(onnx).unwrap();
-        let out = dir.path().join(rel);
-        std::fs::create_dir_all(out.parent().unwrap()).unwrap();
-        std::fs::write(out, model.encode_to_vec()).unwrap();
-    }
-    dir
-}
-
 fn metric_u64(o: &TierOutcome, name: &str) -> u64 {
     o.metrics.get(name).and_then(|v| v.as_u64()).unwrap_or_else(|| panic!("metric {name} missing: {:?}", o.metrics))
 }
@@ -375,7 +361,7 @@ fn l1_violations_name_the_tensor_and_what_the_contract_expects() {
     use onnx_parity::tiers::{l1, outcome::Status};
     let onnx = repo("fixtures/unified-vision/onnx");
     let config = repo("fixtures/unified-vision/checkpoint/config.json");
-    let edited = edited_export(&onnx, |role, m| {
+    let edited = support::edited_export(&onnx, |role, m| {
         let g = m.graph.as_mut().unwrap();
         let find =
             |list: &[ValueInfoProto], name: &str| list.iter().position(|v| v.name == name).unwrap_or_else(|| panic!("{role}: {name}"));

@@ -46,3 +46,19 @@ pub fn run_l3(case: &Path, dir: &Path) -> (String, String, Value) {
     let l3 = r["cases"][0]["levels"].as_array().expect("levels").iter().find(|l| l["level"] == "L3").cloned().expect("an L3 verdict");
     (l3["status"].as_str().unwrap_or_default().to_string(), l3["message"].as_str().unwrap_or_default().to_string(), l3["metrics"].clone())
 }
+
+/// A copy of the graph files of the export at `onnx` in a temporary folder (same layout, no
+/// weights), each passed through `edit(role, model)` first. Re-encoded through the crate's
+/// partial ONNX schema: fit for the interface checks, not for ONNX Runtime.
+pub fn edited_export(onnx: &Path, edit: impl Fn(&str, &mut onnx_parity::onnx::proto::ModelProto)) -> tempfile::TempDir {
+    use prost::Message;
+    let dir = tempfile::tempdir().expect("temp dir");
+    for (role, file) in onnx_parity::onnx::package::OnnxPackage::open(onnx).expect("package").submodels {
+        let mut model = onnx_parity::onnx::proto::ModelProto::decode(fs::read(&file).expect("read").as_slice()).expect("decode");
+        edit(&role, &mut model);
+        let out = dir.path().join(file.strip_prefix(onnx).expect("inside the export"));
+        fs::create_dir_all(out.parent().expect("parent")).expect("mkdir");
+        fs::write(out, model.encode_to_vec()).expect("write");
+    }
+    dir
+}

@@ -12,11 +12,9 @@ use onnx_parity::onnx::contract::ExportContract;
 use onnx_parity::onnx::eps::Ep;
 use onnx_parity::onnx::graph::GraphSummary;
 use onnx_parity::onnx::package::OnnxPackage;
-use onnx_parity::onnx::proto::ModelProto;
 use onnx_parity::onnx::protocol::ExportProtocol;
 use onnx_parity::tiers::l1::{self, ep, L1Inputs};
 use onnx_parity::tiers::outcome::{Status, TierOutcome};
-use prost::Message;
 
 fn repo(rel: &str) -> PathBuf {
     support::root().join(rel)
@@ -33,19 +31,6 @@ fn pin(ep: Option<Ep>, dtype: Option<&str>, static_cache: Option<bool>) -> Expor
 /// The interface check (no weights read) of `export` against `fixture`'s config, with `pin`.
 fn interface(fixture: &str, export: &Path, dtype: &str, pin: Option<&ExportPin>) -> TierOutcome {
     l1::check_interface(L1Inputs { config: &config(fixture), export, float_dtype: dtype, pin })
-}
-
-/// A copy of the graph files of `onnx` (same layout, no weights), each passed through `edit`.
-fn edited(onnx: &Path, edit: impl Fn(&str, &mut ModelProto)) -> tempfile::TempDir {
-    let dir = tempfile::tempdir().expect("temp dir");
-    for (role, file) in OnnxPackage::open(onnx).expect("package").submodels {
-        let mut model = ModelProto::decode(std::fs::read(&file).expect("read").as_slice()).expect("decode");
-        edit(&role, &mut model);
-        let out = dir.path().join(file.strip_prefix(onnx).expect("inside"));
-        std::fs::create_dir_all(out.parent().expect("parent")).expect("mkdir");
-        std::fs::write(out, model.encode_to_vec()).expect("write");
-    }
-    dir
 }
 
 fn assert_fails_with(out: &TierOutcome, needle: &str) {
@@ -66,7 +51,7 @@ fn webgpu_buffer_limit_names_the_oversized_initializer() {
     let good = repo("fixtures/unified-text-kvshare/variants/webgpu-f16");
     let webgpu = pin(Some(Ep::Webgpu), Some("float16"), Some(false));
     assert_passes(&interface("unified-text-kvshare", &good, "float16", Some(&webgpu)));
-    let big = edited(&good, |_, m| {
+    let big = support::edited_export(&good, |_, m| {
         let g = m.graph.as_mut().expect("graph");
         let t = g.initializer.iter_mut().find(|t| t.name == "model.embed_tokens.weight").expect("embed_tokens");
         t.dims = vec![262_144, 1536];
@@ -89,7 +74,7 @@ fn graph_capture_builds_must_be_shape_free() {
         "webgpu: graph capture cannot execute Shape / ConstantOfShape, and the decoder has 4: model/layers.4/self_attn/Shape_node_181",
     );
     let f16_build = repo("fixtures/unified-text-kvshare/variants/webgpu-f16");
-    let with_shape = edited(&f16_build, |_, m| {
+    let with_shape = support::edited_export(&f16_build, |_, m| {
         let g = m.graph.as_mut().expect("graph");
         let mut shape = g.node[0].clone();
         shape.op_type = "Shape".into();
@@ -110,7 +95,7 @@ fn graph_capture_builds_must_be_shape_free() {
 fn int32_indices_are_int32_throughout() {
     let f16_build = repo("fixtures/unified-text-kvshare/variants/webgpu-f16");
     let retyped = |names: &'static [&'static str]| {
-        edited(&f16_build, move |_, m| {
+        support::edited_export(&f16_build, move |_, m| {
             let g = m.graph.as_mut().expect("graph");
             for i in g.input.iter_mut().filter(|i| names.contains(&i.name.as_str())) {
                 i.r#type.as_mut().and_then(|t| t.tensor_type.as_mut()).expect("tensor").elem_type = 6;
@@ -213,7 +198,7 @@ fn cuda_attention_needs_a_float_mask() {
     let export = repo("fixtures/unified-text-kvshare/onnx");
     let cuda = pin(Some(Ep::Cuda), Some("float32"), Some(false));
     assert_passes(&interface("unified-text-kvshare", &export, "float32", Some(&cuda)));
-    let boolean = edited(&export, |_, m| {
+    let boolean = support::edited_export(&export, |_, m| {
         let g = m.graph.as_mut().expect("graph");
         let mask = g.node.iter().find(|n| n.op_type == "Attention").and_then(|n| n.input.get(3).cloned()).expect("a masked Attention");
         let info = g.value_info.iter_mut().find(|v| v.name == mask).expect("the mask is typed");
