@@ -4,7 +4,7 @@
 //! The policy:
 //! - `NVIDIA_TF32_OVERRIDE=0` for the process unless the user set it ([`crate::tf32`]);
 //! - ONNX Runtime's CUDA EP: `use_tf32=0` and `error_on_failure` (no silent CPU fallback),
-//!   configured once in [`crate::onnx::session::builder`] for every session, the probe's too.
+//!   configured once in [`crate::onnx::session::open`] for every session, the probe's too.
 //! - candle's cuBLAS reduced-precision switches (f32 TF32, f16, bf16) off before the first kernel
 //!   ([`onnx_parity_reference::device::DeviceSpec::open`]).
 //! - The probe ([`probe_candle`], [`probe_ort`]) multiplies matrices whose exact product TF32

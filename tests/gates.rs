@@ -376,7 +376,7 @@ fn l1_violations_name_the_tensor_and_what_the_contract_expects() {
                 let mut extra = g.input[find(&g.input, "attention_mask")].clone();
                 extra.name = "past_key_values.99.key".into();
                 g.input.push(extra);
-                g.initializer.push(TensorProto { dims: vec![2], data_type: 1, name: "unused.weight".into() });
+                g.initializer.push(TensorProto { dims: vec![2], data_type: 1, name: "unused.weight".into(), ..Default::default() });
             }
             "embedding" => {
                 let i = find(&g.input, "input_ids");

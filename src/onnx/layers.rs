@@ -20,6 +20,7 @@ use std::path::{Path, PathBuf};
 use prost::Message;
 
 use super::proto::{GraphProto, ModelProto, TensorTypeProto, TypeProto, ValueInfoProto};
+use super::wire;
 
 /// Why the layer outputs of an export are not available.
 #[derive(Debug, thiserror::Error)]
@@ -52,24 +53,7 @@ pub enum BoundaryError {
     OutsideLayer { tensor: String, what: String, made_by: String, layer: usize },
 }
 
-/// A `ModelProto` this module cannot edit at the wire level.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum WireError {
-    #[error("truncated field key")]
-    TruncatedKey,
-    #[error("truncated varint")]
-    TruncatedVarint,
-    #[error("truncated length")]
-    TruncatedLength,
-    #[error("a field runs past the end of the file")]
-    PastEnd,
-    #[error("the model has more than one graph field")]
-    TwoGraphs,
-    #[error("unsupported wire type {wire_type} at byte {at}")]
-    WireType { wire_type: u64, at: usize },
-    #[error("the model has no graph")]
-    NoGraph,
-}
+pub use super::wire::WireError;
 
 /// One decoder layer's output tensor in the graph.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -80,12 +64,12 @@ pub struct LayerBoundary {
 }
 
 /// The `i` of the first `layers.<i>/` path segment of a node name (`decoder/model/layers.3/mlp/…`).
-fn layer_index(name: &str) -> Option<usize> {
+pub(crate) fn layer_index(name: &str) -> Option<usize> {
     segment_layer(name).map(|(i, _)| i)
 }
 
 /// `(i, rest after "layers.<i>/")` of the first `layers.<i>/` segment.
-fn segment_layer(name: &str) -> Option<(usize, &str)> {
+pub(crate) fn segment_layer(name: &str) -> Option<(usize, &str)> {
     let mut from = 0;
     while let Some(at) = name[from..].find("layers.") {
         let start = from + at;
@@ -101,7 +85,7 @@ fn segment_layer(name: &str) -> Option<(usize, &str)> {
 }
 
 /// The layer whose `input_layernorm` this node belongs to.
-fn input_norm_layer(name: &str) -> Option<usize> {
+pub(crate) fn input_norm_layer(name: &str) -> Option<usize> {
     segment_layer(name).filter(|(_, rest)| rest.starts_with("input_layernorm/")).map(|(i, _)| i)
 }
 
@@ -141,7 +125,7 @@ pub fn boundaries(graph: &GraphProto) -> Result<Vec<LayerBoundary>, BoundaryErro
 /// The element type to declare for the residual stream: the graph's own `value_info` when it has
 /// one, else the type of `inputs_embeds` (multimodal decoders), else of the token embedding
 /// table (text-only models), else float32.
-fn residual_elem_type(graph: &GraphProto, tensor: &str) -> i32 {
+pub(crate) fn residual_elem_type(graph: &GraphProto, tensor: &str) -> i32 {
     let typed = |v: &ValueInfoProto| v.r#type.as_ref().and_then(|t| t.tensor_type.as_ref()).map(|t| t.elem_type).filter(|&t| t != 0);
     graph
         .value_info
@@ -153,80 +137,24 @@ fn residual_elem_type(graph: &GraphProto, tensor: &str) -> i32 {
         .unwrap_or(1)
 }
 
-/// Reads one varint at `*pos`.
-fn varint(bytes: &[u8], pos: &mut usize) -> Option<u64> {
-    let mut v = 0u64;
-    for shift in (0..64).step_by(7) {
-        let b = *bytes.get(*pos)?;
-        *pos += 1;
-        v |= u64::from(b & 0x7f) << shift;
-        if b & 0x80 == 0 {
-            return Some(v);
-        }
-    }
-    None
-}
-
-fn put_varint(out: &mut Vec<u8>, mut v: u64) {
-    while v >= 0x80 {
-        out.push((v as u8) | 0x80);
-        v >>= 7;
-    }
-    out.push(v as u8);
-}
-
 /// `model` with `outputs` (name, ONNX element type) appended to its graph's outputs, every other
 /// byte kept.
 pub fn with_extra_outputs(model: &[u8], outputs: &[(String, i32)]) -> Result<Vec<u8>, WireError> {
-    const GRAPH: u64 = 7;
     const GRAPH_OUTPUT: u64 = 12;
-    let mut pos = 0;
-    let mut graph_field: Option<(usize, usize, usize)> = None; // (field start, payload start, payload end)
-    while pos < model.len() {
-        let start = pos;
-        let key = varint(model, &mut pos).ok_or(WireError::TruncatedKey)?;
-        match key & 7 {
-            0 => {
-                varint(model, &mut pos).ok_or(WireError::TruncatedVarint)?;
-            }
-            1 => pos += 8,
-            5 => pos += 4,
-            2 => {
-                let len = varint(model, &mut pos).ok_or(WireError::TruncatedLength)? as usize;
-                let payload = pos;
-                pos = pos.checked_add(len).filter(|&e| e <= model.len()).ok_or(WireError::PastEnd)?;
-                if key >> 3 == GRAPH {
-                    if graph_field.is_some() {
-                        return Err(WireError::TwoGraphs);
-                    }
-                    graph_field = Some((start, payload, pos));
-                }
-            }
-            w => return Err(WireError::WireType { wire_type: w, at: start }),
-        }
-        if pos > model.len() {
-            return Err(WireError::PastEnd);
-        }
-    }
-    let (start, payload, end) = graph_field.ok_or(WireError::NoGraph)?;
-    let mut graph = model[payload..end].to_vec();
+    let (_, payload) = wire::graph_field(model)?;
+    let mut graph = model[payload].to_vec();
     for (name, elem_type) in outputs {
-        let info = ValueInfoProto {
-            name: name.clone(),
-            r#type: Some(TypeProto { tensor_type: Some(TensorTypeProto { elem_type: *elem_type, shape: None }) }),
-        };
-        let bytes = info.encode_to_vec();
-        put_varint(&mut graph, (GRAPH_OUTPUT << 3) | 2);
-        put_varint(&mut graph, bytes.len() as u64);
-        graph.extend_from_slice(&bytes);
+        wire::put_len_field(&mut graph, GRAPH_OUTPUT, &value_info(name, *elem_type).encode_to_vec());
     }
-    let mut out = Vec::with_capacity(model.len() + graph.len() - (end - payload) + 16);
-    out.extend_from_slice(&model[..start]);
-    put_varint(&mut out, (GRAPH << 3) | 2);
-    put_varint(&mut out, graph.len() as u64);
-    out.extend_from_slice(&graph);
-    out.extend_from_slice(&model[end..]);
-    Ok(out)
+    wire::with_graph(model, &graph)
+}
+
+/// A graph input or output `name` of element type `elem_type` (no shape stated).
+pub(crate) fn value_info(name: &str, elem_type: i32) -> ValueInfoProto {
+    ValueInfoProto {
+        name: name.into(),
+        r#type: Some(TypeProto { tensor_type: Some(TensorTypeProto { elem_type, shape: None }) }),
+    }
 }
 
 /// An instrumented copy of a decoder graph, in memory: ORT loads it with its external data
@@ -263,6 +191,7 @@ pub fn instrument(model_path: &Path) -> Result<InstrumentedDecoder, LayersError>
 mod tests {
     use super::*;
     use crate::onnx::proto::NodeProto;
+    use crate::onnx::wire::put_varint;
 
     fn node(name: &str, inputs: &[&str], outputs: &[&str]) -> NodeProto {
         NodeProto {

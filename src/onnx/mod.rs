@@ -4,6 +4,7 @@
 pub mod contract;
 pub mod eps;
 pub mod graph;
+pub mod cut;
 pub mod layers;
 pub mod package;
 pub mod pipeline;
@@ -14,4 +15,5 @@ pub mod provider;
 pub mod runtime;
 pub mod session;
 pub mod shapes;
+pub mod wire;
 pub mod wheel;

@@ -91,6 +91,19 @@ pub struct TensorProto {
     pub data_type: i32,
     #[prost(string, tag = "8")]
     pub name: String,
+    /// Where the payload lives when `data_location` is EXTERNAL (1): `location`, `offset`, `length`.
+    #[prost(message, repeated, tag = "13")]
+    pub external_data: Vec<StringStringEntryProto>,
+    #[prost(int32, tag = "14")]
+    pub data_location: i32,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct StringStringEntryProto {
+    #[prost(string, tag = "1")]
+    pub key: String,
+    #[prost(string, tag = "2")]
+    pub value: String,
 }
 
 #[derive(Clone, PartialEq, prost::Message)]

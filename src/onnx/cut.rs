@@ -1,0 +1,371 @@
+//! Decoder layers cut out of an export, so each can be judged where it stands: fed the
+//! reference's residual stream instead of the export's own.
+//!
+//! The cut uses the layer boundaries of [`super::layers`] (the residual stream entering each
+//! layer's `input_layernorm`). Every consumer of the stream entering layer `k` is rewired to a new
+//! graph input `onnx_parity.local_in.k`; the graph's outputs become the layer outputs (and the
+//! outputs of the modules inside each layer: `self_attn`, `mlp`, the norms); whatever is not
+//! needed for them is pruned (the final norm, `lm_head`, unused inputs and initializers). A
+//! KV-shared layer keeps the key/value path of its source layer, which then reads the reference's
+//! stream entering the source layer: the shared-KV sources are inputs of the cut too. Rotary
+//! tables, masks and per-layer-input slices are computed from the graph's own inputs as in the
+//! export.
+//!
+//! The edit is made on the wire ([`super::wire`]): kept nodes, initializers and value infos are
+//! copied byte for byte (a renamed input re-encodes only that node's input fields).
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::ops::Range;
+
+use prost::Message;
+
+use super::layers::{self, BoundaryError, LayerBoundary};
+use super::proto::{GraphProto, ModelProto, NodeProto, TensorProto};
+use super::wire::{self, WireError};
+
+/// Prefix of the inputs that carry the reference's residual stream into a layer.
+pub const LOCAL_INPUT: &str = "onnx_parity.local_in.";
+
+/// The input carrying the residual stream into layer `k`.
+pub fn local_input(k: usize) -> String {
+    format!("{LOCAL_INPUT}{k}")
+}
+
+/// The layer a local input feeds (`onnx_parity.local_in.3` → 3).
+pub fn local_input_layer(name: &str) -> Option<usize> {
+    name.strip_prefix(LOCAL_INPUT)?.parse().ok()
+}
+
+/// The modules of a decoder layer whose outputs are compared inside a blamed layer, in forward
+/// order, spelt as HF (and the reference) name them.
+pub const MODULES: [&str; 6] =
+    ["input_layernorm", "self_attn", "post_attention_layernorm", "pre_feedforward_layernorm", "mlp", "post_feedforward_layernorm"];
+
+/// Why a decoder cannot be cut.
+#[derive(Debug, thiserror::Error)]
+pub enum CutError {
+    #[error("not a valid ONNX ModelProto: {0}")]
+    Decode(#[from] prost::DecodeError),
+    #[error("not a valid ONNX ModelProto: {0}")]
+    Wire(#[from] WireError),
+    #[error("decoder layer boundaries not identifiable: {0}")]
+    Boundaries(#[from] BoundaryError),
+    #[error("layer {layer} does not exist (the decoder has {layers})")]
+    NoLayer { layer: usize, layers: usize },
+    #[error("node `{node}` holds a subgraph (control flow), whose outer-scope inputs the cut cannot follow")]
+    Subgraph { node: String },
+}
+
+/// A module's output tensor inside a layer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ModuleOutput {
+    pub layer: usize,
+    pub module: &'static str,
+    pub tensor: String,
+}
+
+/// A cut of a decoder graph, as a complete `ModelProto`.
+#[derive(Debug)]
+pub struct CutModel {
+    /// The edited model (initializers still point at the original's external data).
+    pub bytes: Vec<u8>,
+    /// Its graph inputs, in order.
+    pub inputs: Vec<String>,
+    /// Layer outputs in layer order (the cut's first outputs).
+    pub layers: Vec<LayerBoundary>,
+    /// Module outputs the cut also returns, and for every `(layer, module)` it could not
+    /// identify, why.
+    pub modules: Vec<ModuleOutput>,
+    pub unidentified: BTreeMap<(usize, &'static str), String>,
+    /// Names of the kept nodes and initializers (what the cut holds).
+    pub nodes: Vec<String>,
+    pub initializers: Vec<String>,
+}
+
+/// Which module of which layer a node belongs to: from its name (`model/layers.3/mlp/…`), else
+/// from its first output's name (`v_model.layers.3.pre_feedforward_layernorm.…`: fused nodes such
+/// as SkipSimplifiedLayerNormalization carry no layer in their own name).
+fn place(node: &NodeProto) -> (Option<usize>, Option<&'static str>) {
+    if let Some((layer, rest)) = layers::segment_layer(&node.name) {
+        let module = rest.split('/').next().and_then(|m| MODULES.iter().find(|&&x| x == m).copied());
+        return (Some(layer), module);
+    }
+    match node.output.first().and_then(|o| dotted_layer(o)) {
+        Some((layer, module)) => (Some(layer), module),
+        None => (None, None),
+    }
+}
+
+/// `(layer, module)` of a dotted tensor name `…layers.<i>.<module>.…`.
+fn dotted_layer(name: &str) -> Option<(usize, Option<&'static str>)> {
+    let at = name.find("layers.")?;
+    if at > 0 && !matches!(name.as_bytes()[at - 1], b'.' | b'_') {
+        return None;
+    }
+    let rest = &name[at + "layers.".len()..];
+    let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
+    if digits == 0 || rest.as_bytes().get(digits) != Some(&b'.') {
+        return None;
+    }
+    let layer = rest[..digits].parse().ok()?;
+    let module = rest[digits + 1..].split('.').next().and_then(|m| MODULES.iter().find(|&&x| x == m).copied());
+    Some((layer, module))
+}
+
+/// The residual stream entering each of the `boundaries.len()` layers: layer 0's
+/// `input_layernorm` input, then each earlier layer's output.
+pub fn layer_inputs(graph: &GraphProto, boundaries: &[LayerBoundary]) -> Result<Vec<String>, BoundaryError> {
+    let first = graph
+        .node
+        .iter()
+        .find(|n| layers::input_norm_layer(&n.name) == Some(0))
+        .ok_or_else(|| BoundaryError::NoEnd { what: "layers.0/input_layernorm".into(), layer: 0 })?;
+    let into0 = first.input.first().filter(|t| !t.is_empty()).ok_or_else(|| BoundaryError::NoInput { node: first.name.clone() })?;
+    Ok(std::iter::once(into0.clone()).chain(boundaries.iter().take(boundaries.len().saturating_sub(1)).map(|b| b.tensor.clone())).collect())
+}
+
+/// Every identifiable module output of every layer (a tensor made inside the module and read by
+/// another node of the same layer), and why the others are not identifiable.
+pub fn module_outputs(graph: &GraphProto, n_layers: usize) -> (Vec<ModuleOutput>, BTreeMap<(usize, &'static str), String>) {
+    let places: Vec<_> = graph.node.iter().map(place).collect();
+    let mut made_in: HashMap<&str, (Option<usize>, Option<&'static str>)> = HashMap::new();
+    for (n, p) in graph.node.iter().zip(&places) {
+        for o in &n.output {
+            made_in.insert(o.as_str(), *p);
+        }
+    }
+    // (layer, module) → tensors made there and read elsewhere in the layer.
+    let mut candidates: BTreeMap<(usize, &'static str), BTreeSet<&str>> = BTreeMap::new();
+    for (n, (layer, module)) in graph.node.iter().zip(&places) {
+        let Some(layer) = layer else { continue };
+        for i in &n.input {
+            if let Some((Some(l), Some(m))) = made_in.get(i.as_str()) {
+                if l == layer && Some(*m) != *module {
+                    candidates.entry((*l, m)).or_default().insert(i.as_str());
+                }
+            }
+        }
+    }
+    let mut found = Vec::new();
+    let mut why = BTreeMap::new();
+    for layer in 0..n_layers {
+        for module in MODULES {
+            let c = candidates.get(&(layer, module)).cloned().unwrap_or_default();
+            let named: Vec<&str> = c.iter().copied().filter(|t| t.contains(&format!(".{module}.")) || t.contains(&format!("/{module}/"))).collect();
+            let pick = match (c.len(), named.len()) {
+                (1, _) => c.iter().next().copied(),
+                (_, 1) => named.first().copied(),
+                _ => None,
+            };
+            match pick {
+                Some(t) => found.push(ModuleOutput { layer, module, tensor: t.to_string() }),
+                None if c.is_empty() => {
+                    why.insert((layer, module), format!("no node of layers.{layer}/{module} feeds the rest of the layer"));
+                }
+                None => {
+                    why.insert((layer, module), format!("layers.{layer}/{module} has {} outputs read by the layer: {:?}", c.len(), c));
+                }
+            }
+        }
+    }
+    (found, why)
+}
+
+/// The decoder `model` with every layer fed [`local_input`]`(k)` and returning its output (and
+/// its modules' outputs): all layers, or only `only` (then the cut holds that layer, the shared
+/// preprocessing and the key/value path of a KV-sharing source, and nothing else).
+pub fn local_model(model: &[u8], only: Option<usize>) -> Result<CutModel, CutError> {
+    let decoded = ModelProto::decode(model)?;
+    let graph = decoded.graph.as_ref().ok_or(BoundaryError::NoGraph)?;
+    let boundaries = layers::boundaries(graph)?;
+    let n = boundaries.len();
+    if let Some(k) = only.filter(|&k| k >= n) {
+        return Err(CutError::NoLayer { layer: k, layers: n });
+    }
+    let into = layer_inputs(graph, &boundaries)?;
+    let rewire: HashMap<&str, String> = into.iter().enumerate().map(|(k, t)| (t.as_str(), local_input(k))).collect();
+    let (all_modules, mut unidentified) = module_outputs(graph, n);
+    let wanted = |layer: usize| only.is_none_or(|k| k == layer);
+    let layer_outs: Vec<LayerBoundary> = boundaries.iter().filter(|b| wanted(b.layer)).cloned().collect();
+    let modules: Vec<ModuleOutput> = all_modules.into_iter().filter(|m| wanted(m.layer)).collect();
+    unidentified.retain(|(l, _), _| wanted(*l));
+
+    // Backward slice from the outputs, over the rewired graph.
+    let renamed = |t: &str| rewire.get(t).cloned().unwrap_or_else(|| t.to_string());
+    let mut needed: BTreeSet<String> = layer_outs.iter().map(|b| b.tensor.clone()).chain(modules.iter().map(|m| m.tensor.clone())).collect();
+    let mut keep = vec![false; graph.node.len()];
+    for (i, node) in graph.node.iter().enumerate().rev() {
+        if node.output.iter().any(|o| needed.contains(o)) {
+            if node.attribute.iter().any(|a| a.g.is_some() || !a.graphs.is_empty()) {
+                return Err(CutError::Subgraph { node: node.name.clone() });
+            }
+            keep[i] = true;
+            needed.extend(node.input.iter().filter(|t| !t.is_empty()).map(|t| renamed(t)));
+        }
+    }
+
+    // Rewrite the graph field by field.
+    const NODE: u64 = 1;
+    const INITIALIZER: u64 = 5;
+    const INPUT: u64 = 11;
+    const OUTPUT: u64 = 12;
+    const VALUE_INFO: u64 = 13;
+    let (_, payload) = wire::graph_field(model)?;
+    let g = &model[payload.clone()];
+    let mut out = Vec::with_capacity(g.len());
+    let (mut node_i, mut nodes, mut initializers, mut inputs) = (0, Vec::new(), Vec::new(), Vec::new());
+    for f in wire::fields(g)? {
+        let bytes = &g[f.all.clone()];
+        let body = &g[f.payload.clone()];
+        match f.number {
+            NODE if f.wire_type == wire::LEN => {
+                let i = node_i;
+                node_i += 1;
+                if !keep.get(i).copied().unwrap_or(false) {
+                    continue;
+                }
+                let node = &graph.node[i];
+                nodes.push(node.name.clone());
+                if node.input.iter().any(|t| rewire.contains_key(t.as_str())) {
+                    wire::put_len_field(&mut out, NODE, &rename_inputs(body, &rewire)?);
+                } else {
+                    out.extend_from_slice(bytes);
+                }
+            }
+            INITIALIZER => {
+                let t = TensorProto::decode(body)?;
+                if needed.contains(&t.name) {
+                    initializers.push(t.name);
+                    out.extend_from_slice(bytes);
+                }
+            }
+            INPUT | VALUE_INFO => {
+                let v = super::proto::ValueInfoProto::decode(body)?;
+                if needed.contains(&v.name) {
+                    if f.number == INPUT {
+                        inputs.push(v.name);
+                    }
+                    out.extend_from_slice(bytes);
+                }
+            }
+            OUTPUT => {}
+            _ => out.extend_from_slice(bytes),
+        }
+    }
+    for (k, t) in into.iter().enumerate() {
+        let name = local_input(k);
+        if needed.contains(&name) {
+            wire::put_len_field(&mut out, INPUT, &layers::value_info(&name, layers::residual_elem_type(graph, t)).encode_to_vec());
+            inputs.push(name);
+        }
+    }
+    for t in layer_outs.iter().map(|b| &b.tensor).chain(modules.iter().map(|m| &m.tensor)) {
+        wire::put_len_field(&mut out, OUTPUT, &layers::value_info(t, layers::residual_elem_type(graph, t)).encode_to_vec());
+    }
+    Ok(CutModel { bytes: wire::with_graph(model, &out)?, inputs, layers: layer_outs, modules, unidentified, nodes, initializers })
+}
+
+/// A node's bytes with its `input` fields renamed as `rewire` says (every other field kept).
+fn rename_inputs(node: &[u8], rewire: &HashMap<&str, String>) -> Result<Vec<u8>, WireError> {
+    const NODE_INPUT: u64 = 1;
+    let mut out = Vec::with_capacity(node.len() + 32);
+    for f in wire::fields(node)? {
+        let payload: Range<usize> = f.payload.clone();
+        match (f.number, std::str::from_utf8(&node[payload])) {
+            (NODE_INPUT, Ok(name)) if rewire.contains_key(name) => wire::put_len_field(&mut out, NODE_INPUT, rewire[name].as_bytes()),
+            _ => out.extend_from_slice(&node[f.all]),
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::onnx::proto::ValueInfoProto;
+
+    fn node(name: &str, inputs: &[&str], outputs: &[&str]) -> NodeProto {
+        NodeProto {
+            name: name.into(),
+            input: inputs.iter().map(|s| s.to_string()).collect(),
+            output: outputs.iter().map(|s| s.to_string()).collect(),
+            ..Default::default()
+        }
+    }
+
+    /// Three layers in mobius's layout; layer 2 reads layer 0's key (KV sharing), and a fused
+    /// norm outside every layer's name holds layer 1's residual add.
+    fn model() -> Vec<u8> {
+        let nodes = vec![
+            node("model/embed_tokens/Gather", &["table", "input_ids"], &["e"]),
+            node("model/rotary/Gather", &["cos", "position_ids"], &["cos_t"]),
+            node("model/layers.0/input_layernorm/RMS", &["e", "w0n"], &["n0"]),
+            node("model/layers.0/self_attn/k_proj/MatMul", &["n0", "w0k"], &["k0"]),
+            node("model/layers.0/self_attn/o_proj/MatMul", &["k0", "cos_t"], &["a0"]),
+            node("model/layers.0/Add", &["e", "a0"], &["h0"]),
+            node("model/layers.1/input_layernorm/RMS", &["h0", "w1n"], &["n1"]),
+            node("model/layers.1/mlp/down_proj/MatMul", &["n1", "w1d"], &["v_model.layers.1.mlp.down_proj.MatMul_9"]),
+            node("node_Skip_1", &["h0", "v_model.layers.1.mlp.down_proj.MatMul_9"], &["v_model.layers.1.post_feedforward_layernorm.RMS_3", "sum1"]),
+            node("model/layers.1/Add", &["sum1", "v_model.layers.1.post_feedforward_layernorm.RMS_3"], &["h1"]),
+            node("model/layers.2/input_layernorm/RMS", &["h1", "w2n"], &["n2"]),
+            node("model/layers.2/self_attn/o_proj/MatMul", &["n2", "k0"], &["a2"]),
+            node("model/layers.2/Add", &["h1", "a2"], &["h2"]),
+            node("model/norm/RMS", &["h2", "wn"], &["hn"]),
+            node("lm_head/MatMul", &["hn", "table"], &["logits"]),
+        ];
+        let init = |n: &str| TensorProto { name: n.into(), data_type: 1, dims: vec![1], ..Default::default() };
+        let vi = |n: &str| ValueInfoProto { name: n.into(), r#type: None };
+        ModelProto {
+            ir_version: 10,
+            graph: Some(GraphProto {
+                node: nodes,
+                initializer: ["table", "cos", "w0n", "w0k", "w1n", "w1d", "w2n", "wn"].iter().map(|n| init(n)).collect(),
+                input: vec![vi("input_ids"), vi("position_ids")],
+                output: vec![vi("logits")],
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+        .encode_to_vec()
+    }
+
+    fn graph(cut: &CutModel) -> GraphProto {
+        ModelProto::decode(cut.bytes.as_slice()).unwrap().graph.unwrap()
+    }
+
+    /// Guards the all-layers cut: every consumer of a layer's incoming stream reads its local
+    /// input (the fused norm too), the outputs are the layer and module outputs, and lm_head, the
+    /// final norm and the embedding table are pruned.
+    #[test]
+    fn all_layers_read_local_inputs() {
+        let cut = local_model(&model(), None).unwrap();
+        let g = graph(&cut);
+        let outputs: Vec<&str> = g.output.iter().map(|o| o.name.as_str()).collect();
+        assert_eq!(&outputs[..3], ["h0", "h1", "h2"]);
+        assert!(cut.modules.contains(&ModuleOutput { layer: 0, module: "self_attn", tensor: "a0".into() }), "{:?}", cut.modules);
+        assert!(cut.modules.contains(&ModuleOutput { layer: 1, module: "mlp", tensor: "v_model.layers.1.mlp.down_proj.MatMul_9".into() }));
+        assert!(cut.modules.iter().any(|m| m.layer == 1 && m.module == "post_feedforward_layernorm"));
+        let skip = g.node.iter().find(|n| n.name == "node_Skip_1").unwrap();
+        assert_eq!(skip.input[0], "onnx_parity.local_in.1");
+        let add0 = g.node.iter().find(|n| n.name == "model/layers.0/Add").unwrap();
+        assert_eq!(add0.input[0], "onnx_parity.local_in.0");
+        assert!(!cut.nodes.iter().any(|n| n.contains("lm_head") || n.contains("model/norm") || n.contains("embed_tokens")), "{:?}", cut.nodes);
+        assert!(!cut.initializers.contains(&"table".to_string()));
+        assert_eq!(cut.inputs, ["position_ids", "onnx_parity.local_in.0", "onnx_parity.local_in.1", "onnx_parity.local_in.2"]);
+    }
+
+    /// Guards the one-layer cut: layer 1 alone holds no other layer's nodes or weights; layer 2
+    /// (KV-shared with layer 0) keeps layer 0's key path, fed layer 0's local input.
+    #[test]
+    fn one_layer_cuts() {
+        let cut = local_model(&model(), Some(1)).unwrap();
+        assert!(cut.nodes.iter().all(|n| n.contains("layers.1/") || n == "node_Skip_1"), "{:?}", cut.nodes);
+        assert_eq!(cut.initializers, ["w1n", "w1d"]);
+        assert_eq!(cut.inputs, ["onnx_parity.local_in.1"]);
+        let cut = local_model(&model(), Some(2)).unwrap();
+        assert!(cut.nodes.contains(&"model/layers.0/self_attn/k_proj/MatMul".to_string()));
+        assert!(!cut.nodes.contains(&"model/layers.0/Add".to_string()));
+        assert_eq!(cut.inputs, ["onnx_parity.local_in.0", "onnx_parity.local_in.2"]);
+        assert!(local_model(&model(), Some(3)).unwrap_err().to_string().contains("layer 3 does not exist"));
+    }
+}
