@@ -32,6 +32,16 @@ pub const LAYERS_LOCALISED: &str = "layers_localised";
 /// Per decoder layer, in layer order.
 pub const LAYER_MAX_ABS_DIFF: &str = "layer_max_abs_diff";
 pub const FIRST_DIVERGENT_LAYER: &str = "first_divergent_layer";
+/// Per layer: the layer fed the reference's residual stream entering it.
+pub const LAYER_LOCAL_MAX_ABS_DIFF: &str = "layer_local_max_abs_diff";
+/// The part of the blamed layer where it starts ("layer 3 mlp"), or why it is not identifiable.
+pub const DIVERGENT_MODULE: &str = "divergent_module";
+/// Each sub-model on the reference's own inputs for it.
+pub const VISION_ENCODER_ISOLATED_MAX_ABS_DIFF: &str = "vision_encoder_isolated_max_abs_diff";
+pub const EMBEDDING_ISOLATED_MAX_ABS_DIFF: &str = "embedding_isolated_max_abs_diff";
+pub const DECODER_ISOLATED_MAX_ABS_DIFF: &str = "decoder_isolated_max_abs_diff";
+/// Whether the decoder alone agrees with the reference on the reference's inputs.
+pub const DECODER_ISOLATED_PASS: &str = "decoder_isolated_pass";
 
 /// `<component>_max_abs_diff` (L3: `image_features_max_abs_diff`, …; also `logits_max_abs_diff`).
 pub fn stage_max_abs_diff(stage: &str) -> String {

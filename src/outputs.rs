@@ -59,7 +59,13 @@ pub struct Prefill {
     pub components: BTreeMap<Component, Dense<f32>>,
     /// Each decoder layer's output, when asked for.
     pub layers: LayerOutputs,
+    /// With the layer outputs (the reference): each layer's module outputs by HF module name
+    /// (`self_attn`, `mlp`, the norms), which name the part of a blamed layer that differs.
+    pub modules: Vec<ModuleOutputs>,
 }
+
+/// One layer's module outputs, by HF module name.
+pub type ModuleOutputs = BTreeMap<String, Dense<f32>>;
 
 /// Every decoder layer's prefill output `[1, S, hidden]` (the residual stream after the layer,
 /// before the final norm), which localises a divergence inside the decoder.
@@ -86,6 +92,48 @@ impl Prefill {
 pub struct Run {
     pub prefill: Prefill,
     pub generation: GeneratedTokens,
+    /// With the layer outputs (the reference): the decoder's inputs at the first cached decode
+    /// step (`inputs_embeds`, `per_layer_inputs` of the first generated token, `[1, 1, …]`), on
+    /// which an export's decoder is judged in isolation.
+    pub step_inputs: BTreeMap<Component, Dense<f32>>,
+}
+
+/// A candidate's sub-models judged on the reference's own inputs (see
+/// [`crate::backend::Backend::isolated`]): each output is what that sub-model alone computes,
+/// free of upstream error.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Isolated {
+    /// The vision encoder on the pixel values (`image_features`), when the prompt has images.
+    pub image_features: Option<Dense<f32>>,
+    /// The embedding model on the ids and the reference's image features (multimodal packages).
+    pub embedding: BTreeMap<Component, Dense<f32>>,
+    /// The decoder on the reference's `inputs_embeds` (and `per_layer_inputs`): prefill logits
+    /// `[1, S, V]`.
+    pub logits: Dense<f32>,
+    /// The decoder's first cached decode step on the reference's inputs for it, when the
+    /// reference generated one.
+    pub step_logits: Option<Vec<f32>>,
+    /// Each layer's output in the isolated decoder run (error propagated inside the decoder only).
+    pub layers: LayerOutputs,
+    /// Each layer's output when fed the reference's residual stream entering it (local error).
+    pub local: LayerOutputs,
+    /// The local run's module outputs per layer (those the export's node names identify).
+    pub modules: Vec<ModuleOutputs>,
+    /// `(layer, module)` pairs the export's node names do not identify, and why.
+    pub unidentified: BTreeMap<(usize, String), String>,
+    /// The package is one text-only model (the decoder embeds the ids itself).
+    pub text_only: bool,
+}
+
+/// Whether a candidate's sub-models were judged in isolation.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub enum Isolation {
+    /// Not asked for (no L3), or the implementation has no sub-models.
+    #[default]
+    NotRun,
+    /// It could not be done, and why (the verdict still stands on the whole pipeline).
+    Failed(String),
+    Done(Box<Isolated>),
 }
 
 /// A NaN or infinity in a run. In the reference, the oracle, it is a broken checkpoint or a
@@ -130,7 +178,7 @@ mod tests {
     fn run_with(logits: Vec<f32>, component: Vec<f32>, step: Vec<f32>) -> Run {
         let mut prefill = Prefill { logits: Dense::new(vec![1, 1, logits.len()], logits), ..Default::default() };
         prefill.components.insert(Component::InputsEmbeds, Dense::new(vec![1, 1, component.len()], component));
-        Run { prefill, generation: GeneratedTokens { tokens: vec![0], step_logits: vec![step] } }
+        Run { prefill, generation: GeneratedTokens { tokens: vec![0], step_logits: vec![step] }, ..Default::default() }
     }
 
     /// Guards: NaN or ±Inf anywhere in a run (logits, a component, a step) is an error naming it.

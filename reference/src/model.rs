@@ -74,6 +74,12 @@ pub struct Run {
     pub logits: Tensor,
     /// Each decoder layer's prefill output `[S, hidden]` (empty unless asked for).
     pub layers: Vec<Tensor>,
+    /// With the layer outputs: each layer's module outputs `[S, hidden]` (HF names, forward order).
+    pub modules: Vec<crate::text::ModuleOutputs>,
+    /// With the layer outputs: what the decoder received at the first cached decode step, the
+    /// embeddings `[1, hidden]` and PLE inputs `[1, L, P]` of the first generated token (an
+    /// export's decoder is judged on them in isolation).
+    pub step_inputs: Option<(Tensor, Option<Tensor>)>,
     pub generation: GeneratedTokens,
 }
 
@@ -325,11 +331,13 @@ impl Gemma4 {
         let seq = embeds.dim(0)?;
         let rule = self.mask_rule(&prepared, opts.scope);
         let mut cache = self.text.new_cache(seq + opts.max_new_tokens)?;
-        let (hidden, layers) = if opts.layer_outputs {
-            self.text.forward_collect(&embeds, ple.as_ref(), &rule, &mut cache)?
+        let (hidden, layers, modules) = if opts.layer_outputs {
+            let (h, c) = self.text.forward_collect_modules(&embeds, ple.as_ref(), &rule, &mut cache)?;
+            (h, c.states, c.modules)
         } else {
-            (self.text.forward_hidden(&embeds, ple.as_ref(), &rule, &mut cache)?, Vec::new())
+            (self.text.forward_hidden(&embeds, ple.as_ref(), &rule, &mut cache)?, Vec::new(), Vec::new())
         };
+        let mut step_inputs = None;
         let logits =
             if opts.all_position_logits { self.text.logits(&hidden)? } else { self.text.logits(&hidden.narrow(0, seq - 1, 1)?)? };
         let mut row: Vec<f32> = logits.get(logits.dim(0)? - 1)?.to_dtype(DType::F32)?.to_vec1()?;
@@ -348,10 +356,13 @@ impl Gemma4 {
             let ids = self.llm_ids(&[next])?;
             let e = self.text.embed(&ids)?;
             let p = self.text.per_layer_inputs(&ids, &e)?;
+            if opts.layer_outputs && step == 0 {
+                step_inputs = Some((e.clone(), p.clone()));
+            }
             let l = self.text.forward(&e, p.as_ref(), &rule, &mut cache)?;
             row = l.get(0)?.to_dtype(DType::F32)?.to_vec1()?;
         }
-        Ok(Run { prepared, logits: logits.unsqueeze(0)?, layers, generation })
+        Ok(Run { prepared, logits: logits.unsqueeze(0)?, layers, modules, step_inputs, generation })
     }
 }
 

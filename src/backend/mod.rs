@@ -8,7 +8,7 @@ pub mod onnx;
 pub mod reference;
 
 use crate::inputs::ModelInputs;
-use crate::outputs::{NonFinite, Run};
+use crate::outputs::{Isolation, NonFinite, Run};
 use onnx_parity_reference::BidirectionalScope;
 
 /// What to generate after the prefill.
@@ -53,5 +53,14 @@ pub trait Backend {
     /// reference does, per case); `None` for an export, whose mask is built into its graph.
     fn bidirectional_scope(&self) -> Option<BidirectionalScope> {
         None
+    }
+
+    /// Each sub-model judged on the reference's own inputs for it (`reference`: the
+    /// reference's run of `inputs`, with layer outputs), so L3 blames the component that
+    /// diverges, not its downstream. The last call on a back end (it may release sessions).
+    /// Implementations without sub-models keep the default.
+    fn isolated(&mut self, inputs: &ModelInputs, reference: &Run) -> Result<Isolation, BackendError> {
+        let _ = (inputs, reference);
+        Ok(Isolation::NotRun)
     }
 }

@@ -3,7 +3,7 @@
 use super::{Backend, BackendError, GenerationRequest};
 use crate::inputs::ModelInputs;
 use crate::onnx::pipeline::OnnxPipeline;
-use crate::outputs::Run;
+use crate::outputs::{Isolation, Run};
 
 impl Backend for OnnxPipeline {
     fn describe(&self) -> String {
@@ -22,6 +22,10 @@ impl Backend for OnnxPipeline {
     /// them ([`crate::onnx::pipeline::DecoderGraph::WithLayerOutputs`]).
     fn run(&mut self, inputs: &ModelInputs, request: &GenerationRequest<'_>) -> Result<Run, BackendError> {
         let (prefill, generation) = self.greedy(inputs, request.max_new_tokens, request.eos, request.forced, request.layer_outputs)?;
-        Ok(Run { prefill, generation })
+        Ok(Run { prefill, generation, step_inputs: Default::default() })
+    }
+
+    fn isolated(&mut self, inputs: &ModelInputs, reference: &Run) -> Result<Isolation, BackendError> {
+        Ok(Isolation::Done(Box::new(self.isolate(inputs, reference)?)))
     }
 }

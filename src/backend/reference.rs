@@ -8,7 +8,8 @@ use onnx_parity_reference::{BidirectionalScope, Gemma4, GenerateOptions};
 
 use super::{Backend, BackendError, GenerationRequest};
 use crate::inputs::{Dense, ModelInputs};
-use crate::outputs::{Component, LayerOutputs, Prefill, Run};
+use crate::outputs::{Component, LayerOutputs, ModuleOutputs, Prefill, Run};
+use std::collections::BTreeMap;
 
 /// A loaded reference model.
 #[derive(Debug)]
@@ -72,8 +73,25 @@ impl Backend for ReferenceBackend {
             // [S, hidden] per layer → [1, S, hidden], the export's layout.
             let layers = run.layers.iter().map(|t| t.unsqueeze(0).and_then(|t| dense(&t))).collect::<candle_core::Result<Vec<_>>>();
             prefill.layers = LayerOutputs::Tensors(layers.map_err(onnx_parity_reference::Error::from)?);
+            for layer in &run.modules {
+                let mut m = ModuleOutputs::new();
+                for (name, t) in layer {
+                    m.insert(name.to_string(), d(&t.unsqueeze(0).map_err(onnx_parity_reference::Error::from)?)?);
+                }
+                prefill.modules.push(m);
+            }
         }
-        let run = Run { prefill, generation: run.generation };
+        let mut step_inputs = BTreeMap::new();
+        if let Some((e, p)) = &run.step_inputs {
+            let e = e.unsqueeze(0).map_err(onnx_parity_reference::Error::from)?;
+            step_inputs.insert(Component::InputsEmbeds, d(&e)?);
+            if let Some(p) = p {
+                // [1, L, P] → [1, 1, L·P].
+                let (s, l, w) = p.dims3().map_err(onnx_parity_reference::Error::from)?;
+                step_inputs.insert(Component::PerLayerInputs, d(&p.reshape((1, s, l * w)).map_err(onnx_parity_reference::Error::from)?)?);
+            }
+        }
+        let run = Run { prefill, generation: run.generation, step_inputs };
         run.require_finite("the candle reference")?;
         Ok(run)
     }

@@ -22,7 +22,7 @@ use crate::case::{Case, Level};
 use crate::inputs::replay::{IdsDrift, ReplayError};
 use crate::inputs::{InputsError, ModelInputs};
 use crate::metrics::greedy_token;
-use crate::outputs::{GeneratedTokens, Run};
+use crate::outputs::{GeneratedTokens, Isolation, Run};
 use implementations::Implementation;
 use onnx_parity_reference::BidirectionalScope;
 
@@ -71,6 +71,8 @@ pub struct CandidateRun {
     pub forced: Run,
     /// Its own greedy decode.
     pub free: GeneratedTokens,
+    /// Its sub-models on the reference's inputs (L3, when the reference ran).
+    pub isolation: Isolation,
 }
 
 /// One candidate and its run, computed on first use.
@@ -154,13 +156,13 @@ impl CaseEvaluation {
         c.run
             .get_or_init(|| {
                 let inputs = self.inputs(case)?;
-                let forced = self.reference(case).ok().map(|r| r.run.generation.tokens.clone());
-                let (run, _) = run_once(&c.implementation, case, |backend| candidate_runs(case, backend, inputs, forced.as_deref()))?;
+                let reference = self.reference(case).ok().map(|r| &r.run);
+                let (run, _) = run_once(&c.implementation, case, |backend| candidate_runs(case, backend, inputs, reference))?;
                 let label = match &c.variant {
                     None => c.implementation.label.to_string(),
                     Some(v) => format!("{}@{v}", c.implementation.label),
                 };
-                Ok(CandidateRun { label, forced: run.0, free: run.1 })
+                Ok(CandidateRun { label, forced: run.0, free: run.1, isolation: run.2 })
             })
             .as_ref()
             .map_err(Arc::clone)
@@ -267,20 +269,22 @@ fn request<'a>(case: &Case, eos: &'a [i64], forced: Option<&'a [i64]>) -> Genera
     GenerationRequest { max_new_tokens: max_new_tokens(case), eos, forced, all_position_logits: l3, layer_outputs: l3 }
 }
 
-/// A candidate's forced run and its free-running decode (the same run when they agree).
+/// A candidate's forced run, its free-running decode (the same run when they agree) and, with
+/// L3, its sub-models judged on the reference's inputs.
 fn candidate_runs(
     case: &Case,
     backend: &mut dyn Backend,
     inputs: &ModelInputs,
-    forced: Option<&[i64]>,
-) -> Result<(Run, GeneratedTokens), BackendError> {
+    reference: Option<&Run>,
+) -> Result<(Run, GeneratedTokens, Isolation), BackendError> {
     let eos = eos_ids(case);
     let max_new = max_new_tokens(case);
+    let forced = reference.map(|r| r.generation.tokens.as_slice());
     let forced_run = backend.run(inputs, &request(case, &eos, forced))?;
-    let Some(f) = forced else {
+    let (Some(f), Some(reference)) = (forced, reference) else {
         // Without reference tokens the run above already decoded freely.
         let free = forced_run.generation.clone();
-        return Ok((forced_run, free));
+        return Ok((forced_run, free, Isolation::NotRun));
     };
     // The forced run already is the candidate's own greedy decode if at every step its argmax
     // equals the forced token (and stopping agrees); otherwise decode freely.
@@ -294,5 +298,16 @@ fn candidate_runs(
         // Only the forced run's prefill is compared per layer.
         backend.run(inputs, &GenerationRequest { layer_outputs: false, ..request(case, &eos, None) })?.generation
     };
-    Ok((forced_run, free))
+    let isolation = if case.levels.contains(&Level::L3) {
+        let t = std::time::Instant::now();
+        let isolation = backend.isolated(inputs, reference).unwrap_or_else(|e| {
+            tracing::warn!("{}: the sub-models could not be judged in isolation: {e}", case.name);
+            Isolation::Failed(e.to_string())
+        });
+        tracing::info!("{}: isolation and local layer runs took {:.2} s", case.name, t.elapsed().as_secs_f64());
+        isolation
+    } else {
+        Isolation::NotRun
+    };
+    Ok((forced_run, free, isolation))
 }

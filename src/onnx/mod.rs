@@ -3,6 +3,7 @@
 
 pub mod contract;
 pub mod eps;
+pub mod feed;
 pub mod graph;
 pub mod cut;
 pub mod layers;

@@ -81,7 +81,7 @@ fn run_l3(case: &Case, eval: &CaseEvaluation) -> TierOutcome {
         Ok(r) => r,
         Err(e) => return TierOutcome::fail(e.to_string()),
     };
-    per_candidate(eval.candidates(case), |c| l3::compare(&reference.run, &c.forced, reference.scope, &tol))
+    per_candidate(eval.candidates(case), |c| l3::compare(&reference.run, &c.forced, &c.isolation, reference.scope, &tol))
 }
 
 /// The evaluation L4/L5 run on: the real one on the golden's `input_ids` (`golden_ids`, from the

@@ -77,18 +77,31 @@ impl DecoderLayer {
         rope: (&Tensor, &Tensor),
         mask: Option<&Tensor>,
         cache: &mut KvCache,
+        mut modules: Option<&mut ModuleOutputs>,
     ) -> Result<Tensor> {
+        let mut keep = |name: &'static str, t: &Tensor| {
+            if let Some(m) = modules.as_deref_mut() {
+                m.push((name, t.clone()));
+            }
+        };
         let h = self.input_layernorm.forward(x)?;
+        keep("input_layernorm", &h);
         let h = self.attn.forward(&h, rope.0, rope.1, mask, cache)?;
+        keep("self_attn", &h);
         let h = self.post_attention_layernorm.forward(&h)?;
+        keep("post_attention_layernorm", &h);
         let x = (x + h)?;
-        let h = self.mlp.forward(&self.pre_feedforward_layernorm.forward(&x)?)?;
+        let h = self.pre_feedforward_layernorm.forward(&x)?;
+        keep("pre_feedforward_layernorm", &h);
+        let h = self.mlp.forward(&h)?;
+        keep("mlp", &h);
         // The experts read the residual itself, not the dense MLP's pre-norm input.
         let h = match &self.moe {
             Some(moe) => moe.forward(&x, &h)?,
             None => h,
         };
         let h = self.post_feedforward_layernorm.forward(&h)?;
+        keep("post_feedforward_layernorm", &h);
         let mut x = (x + h)?;
         match (&self.per_layer, per_layer_input) {
             (Some(gate), Some(p)) => x = gate.forward(&x, p)?,
@@ -98,6 +111,17 @@ impl DecoderLayer {
         }
         Ok(x.broadcast_mul(&self.layer_scalar)?)
     }
+}
+
+/// One layer's module outputs `[seq, hidden]`, by HF module name, in forward order.
+pub type ModuleOutputs = Vec<(&'static str, Tensor)>;
+
+/// What a collecting forward kept: each layer's output, and with `keep_modules` its modules'.
+#[derive(Debug, Default)]
+pub struct Collected {
+    pub states: Vec<Tensor>,
+    pub modules: Vec<ModuleOutputs>,
+    keep_modules: bool,
 }
 
 /// Vocabulary columns per `lm_head` call in a prefill (see [`TextModel::logits`]).
@@ -242,9 +266,24 @@ impl TextModel {
         mask_rule: &MaskRule,
         cache: &mut KvCache,
     ) -> Result<(Tensor, Vec<Tensor>)> {
-        let mut states = Vec::with_capacity(self.layers.len());
-        let h = self.forward_layers(embeds, per_layer_inputs, mask_rule, cache, Some(&mut states))?;
-        Ok((h, states))
+        let mut c = Collected::default();
+        let h = self.forward_layers(embeds, per_layer_inputs, mask_rule, cache, Some(&mut c))?;
+        Ok((h, c.states))
+    }
+
+    /// Like [`Self::forward_collect`], also keeping each layer's module outputs (HF names, in
+    /// forward order: `input_layernorm`, `self_attn`, … `post_feedforward_layernorm`), which
+    /// name the part of a layer where a divergence starts.
+    pub fn forward_collect_modules(
+        &self,
+        embeds: &Tensor,
+        per_layer_inputs: Option<&Tensor>,
+        mask_rule: &MaskRule,
+        cache: &mut KvCache,
+    ) -> Result<(Tensor, Collected)> {
+        let mut c = Collected { keep_modules: true, ..Default::default() };
+        let h = self.forward_layers(embeds, per_layer_inputs, mask_rule, cache, Some(&mut c))?;
+        Ok((h, c))
     }
 
     fn forward_layers(
@@ -253,7 +292,7 @@ impl TextModel {
         per_layer_inputs: Option<&Tensor>,
         mask_rule: &MaskRule,
         cache: &mut KvCache,
-        mut collect: Option<&mut Vec<Tensor>>,
+        mut collect: Option<&mut Collected>,
     ) -> Result<Tensor> {
         let seq = embeds.dim(0)?;
         let start = cache.len();
@@ -280,9 +319,11 @@ impl TextModel {
                 per_type.iter().find(|(t, ..)| t == lt).ok_or_else(|| Error::Internal(format!("no RoPE for {}", lt.as_str())))?;
             // `per_layer_inputs[:, :, i, :]`, contiguous for the fused gate kernel.
             let ple_i = per_layer_inputs.map(|p| p.narrow(1, i, 1).and_then(|t| t.squeeze(1)?.contiguous())).transpose()?;
-            x = layer.forward(&x, ple_i.as_ref(), (cos, sin), mask.as_ref(), cache)?;
-            if let Some(states) = collect.as_deref_mut() {
-                states.push(x.clone());
+            let mut modules = collect.as_ref().filter(|c| c.keep_modules).map(|_| ModuleOutputs::new());
+            x = layer.forward(&x, ple_i.as_ref(), (cos, sin), mask.as_ref(), cache, modules.as_mut())?;
+            if let Some(c) = collect.as_deref_mut() {
+                c.states.push(x.clone());
+                c.modules.extend(modules);
             }
         }
         cache.advance();

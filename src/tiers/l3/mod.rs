@@ -5,6 +5,7 @@
 //! names where divergence starts.
 
 pub mod allclose;
+mod isolated;
 mod layers;
 mod stage;
 
@@ -12,17 +13,22 @@ use super::outcome::{Status, TierOutcome};
 use crate::metric_keys as key;
 use crate::metric_keys::Metrics;
 use crate::metrics::argmax;
-use crate::outputs::{Run, Stage};
+use crate::outputs::{Isolation, LayerOutputs, Run, Stage};
 use crate::tolerance::L3Tolerance;
 use allclose::{allclose, AllcloseReport};
-use layers::layer_localisation;
+use layers::{layer_localisation, module_blame};
 pub use layers::layer_sparkline;
 use onnx_parity_reference::BidirectionalScope;
 use stage::{describe, stage, StageError};
 
 /// L3 verdict: `actual` (an implementation's prefill and teacher-forced decode) against
 /// `expected` (the reference's, computed in `scope`).
-pub fn compare(expected: &Run, actual: &Run, scope: BidirectionalScope, tol: &L3Tolerance) -> TierOutcome {
+///
+/// With `isolation` ([`Isolation::Done`]) the first divergence is the first component that
+/// differs *in isolation* (each sub-model on the reference's own inputs), the layer profile comes
+/// from the isolated decoder run, and the blamed layer is the first whose local error (fed the
+/// reference's stream) exceeds the tolerance, with the part inside it that differs first.
+pub fn compare(expected: &Run, actual: &Run, isolation: &Isolation, scope: BidirectionalScope, tol: &L3Tolerance) -> TierOutcome {
     let mut lines = Vec::new();
     let mut first_divergence: Option<Stage> = None;
     let mut metrics = Metrics::new();
@@ -89,16 +95,36 @@ pub fn compare(expected: &Run, actual: &Run, scope: BidirectionalScope, tol: &L3
     }
     pass &= decode_pass;
 
-    // Layers after the components (the closure above holds `lines` until here); blame goes to a
-    // layer only when no stage before the decoder diverged.
-    let upstream = first_divergence.filter(|s| s.is_before_decoder()).map(|s| s.to_string());
+    // Isolation, then the layers, said right after the components (before the logits and
+    // decode steps); the closure above holds `lines` until here.
+    let n_components = expected.prefill.components.keys().filter(|c| actual.prefill.components.contains_key(c)).count();
     let before = lines.len();
-    layer_localisation(&expected.prefill.layers, &actual.prefill.layers, upstream.as_deref(), tol, &mut lines, &mut metrics);
-    if lines.len() > before {
-        // Said right after the components, before the logits and decode steps.
-        let n_components = expected.prefill.components.keys().filter(|c| actual.prefill.components.contains_key(c)).count();
-        let line = lines.remove(before);
-        lines.insert(n_components.min(before), line);
+    let iso = match isolation {
+        Isolation::Done(iso) => Some(iso.as_ref()),
+        Isolation::Failed(why) => {
+            lines.push(format!("in isolation: not judged ({why})"));
+            None
+        }
+        Isolation::NotRun => None,
+    };
+    if let Some(iso) = iso {
+        if let Some(at) = isolated::judge(expected, iso, tol, &mut lines, &mut metrics) {
+            first_divergence = Some(at);
+        }
+    }
+    // Without isolation, blame goes to a layer only when no stage before the decoder diverged.
+    let upstream = first_divergence.filter(|s| s.is_before_decoder() && iso.is_none()).map(|s| s.to_string());
+    let (layers, local) = match iso {
+        Some(iso) => (&iso.layers, Some(&iso.local)),
+        None => (&actual.prefill.layers, None),
+    };
+    let blamed = layer_localisation(&expected.prefill.layers, layers, local, upstream.as_deref(), tol, &mut lines, &mut metrics);
+    if let (Some(k), Some(iso)) = (blamed, iso.filter(|i| matches!(i.local, LayerOutputs::Tensors(_)))) {
+        module_blame(k, &expected.prefill.modules, &iso.modules, &iso.unidentified, tol, &mut lines, &mut metrics);
+    }
+    let said: Vec<String> = lines.drain(before..).collect();
+    for (i, line) in said.into_iter().enumerate() {
+        lines.insert(n_components.min(before) + i, line);
     }
 
     let status = if pass { Status::Pass } else { Status::Fail };
@@ -140,7 +166,7 @@ mod tests {
     }
 
     fn compare(r: &ReferenceRun, o: &OnnxRun, tol: &L3Tolerance) -> TierOutcome {
-        super::compare(&r.run, &o.forced, r.scope, tol)
+        super::compare(&r.run, &o.forced, &Isolation::NotRun, r.scope, tol)
     }
 
     fn runs(onnx_logits: Vec<f32>, onnx_step: Vec<f32>) -> (ReferenceRun, OnnxRun) {
@@ -152,8 +178,10 @@ mod tests {
                     logits: Dense::new(vec![1, 2, 3], vec![0.0, 1.0, 2.0, 3.0, 4.0, 5.0]),
                     components: [(Component::InputsEmbeds, embeds.clone())].into(),
                     layers: LayerOutputs::NotRequested,
+                    modules: Vec::new(),
                 },
                 generation: GeneratedTokens { tokens: vec![2, 2], step_logits: vec![vec![3.0, 4.0, 5.0], vec![1.0, 1.0, 9.0]] },
+                step_inputs: Default::default(),
             },
         };
         let onnx = OnnxRun {
@@ -162,8 +190,10 @@ mod tests {
                     logits: Dense::new(vec![1, 2, 3], onnx_logits),
                     components: [(Component::InputsEmbeds, embeds)].into(),
                     layers: LayerOutputs::NotRequested,
+                    modules: Vec::new(),
                 },
                 generation: GeneratedTokens { tokens: vec![2, 2], step_logits: vec![vec![3.0, 4.0, 5.0], onnx_step] },
+                step_inputs: Default::default(),
             },
         };
         (reference, onnx)

@@ -18,6 +18,8 @@ use half::f16;
 use ort::session::{Session, SessionInputValue};
 use ort::value::{DynValue, Tensor, TensorElementType, ValueType};
 
+mod isolation;
+
 use super::layers::{self, LayerBoundary, LayersError};
 use super::package::{Layout, OnnxPackage, PackageError, DECODER, EMBEDDING, TEXT_MODEL, VISION_ENCODER};
 use super::protocol::{KEY_CACHE, NONPAD_KV_SEQLEN, PAST, PRESENT, UPDATED_KEY_CACHE, UPDATED_VALUE_CACHE, VALUE_CACHE, WRITE_INDICES};
@@ -103,7 +105,10 @@ enum CacheLayout {
 /// before the decoder runs, its output kept for a second prefill of the same images.
 pub struct OnnxPipeline {
     root: PathBuf,
-    decoder: Session,
+    /// The decoder session; released for the local layer runs ([`isolation`]), after which the
+    /// pipeline cannot decode any more.
+    decoder: Option<Session>,
+    decoder_path: PathBuf,
     decoder_role: &'static str,
     embedding: Option<Session>,
     vision_path: Option<PathBuf>,
@@ -215,7 +220,8 @@ impl OnnxPipeline {
         };
         Ok(OnnxPipeline {
             root: dir.into(),
-            decoder,
+            decoder: Some(decoder),
+            decoder_path: decoder_path.to_path_buf(),
             decoder_role,
             embedding,
             vision_path,
@@ -339,7 +345,7 @@ impl OnnxPipeline {
                 LayerOutputs::Unavailable(self.layer_outputs_unavailable().map_or_else(|| "not exposed".to_string(), |e| e.to_string()))
             }
         };
-        Ok((Prefill { logits: out.logits, components, layers }, out.present))
+        Ok((Prefill { logits: out.logits, components, layers, modules: Vec::new() }, out.present))
     }
 
     /// The vision encoder's `image_features` for these images: the memo of the last call when
@@ -440,6 +446,32 @@ impl OnnxPipeline {
         })
     }
 
+    /// The value of a decoder input the pipeline itself builds for a call over `ids` with
+    /// `total` = past + S positions (ids, mask, positions, static-cache indices); `None` for
+    /// the others (KV, embedding outputs, …).
+    fn protocol_value(&self, name: &str, ids: &[i64], total: usize) -> Result<Option<DynValue>, ort::Error> {
+        let (s, past) = (ids.len(), total - ids.len());
+        Ok(Some(match name {
+            "input_ids" => self.index_value(name, vec![1, s], ids.to_vec())?,
+            "attention_mask" => self.index_value(name, vec![1, total], vec![1; total])?,
+            "position_ids" => self.index_value(name, vec![1, s], (past as i64..total as i64).collect())?,
+            // Static cache: the new positions are written from `past` on; `total` are valid.
+            WRITE_INDICES => self.index_value(name, vec![1], vec![past as i64])?,
+            NONPAD_KV_SEQLEN => self.index_value(name, vec![1], vec![total as i64])?,
+            _ => return Ok(None),
+        }))
+    }
+
+    /// The error for a decoder input outside the protocol.
+    fn unknown_input(&self, name: &str) -> PipelineError {
+        let message = if name == "inputs_embeds" {
+            "needs `inputs_embeds` but the package has no embedding model".to_string()
+        } else {
+            format!("input `{name}` is neither part of the decoder protocol nor an output of the embedding model")
+        };
+        PipelineError::Contract { role: self.decoder_role, message }
+    }
+
     /// One decoder call over `ids` (S new positions) with `total` = past + S positions: logits
     /// [1, S, V] as f32, the `present` values in KV order (moved out of the outputs), and with
     /// `capture_layers` each layer's output when the decoder exposes them.
@@ -455,28 +487,17 @@ impl OnnxPipeline {
         let run = |source| PipelineError::Run { role, source };
         let contract = |message: String| PipelineError::Contract { role, message };
         let s = ids.len();
-        let past = total - s;
         let mut feed: Vec<(String, SessionInputValue<'_>)> = Vec::with_capacity(self.decoder_inputs.len());
         for name in &self.decoder_inputs {
             if self.kv.iter().any(|slot| name == &slot.past_key || name == &slot.past_value) {
                 continue;
             }
-            let value: DynValue = match name.as_str() {
-                "input_ids" => self.index_value(name, vec![1, s], ids.to_vec()).map_err(run)?,
-                "attention_mask" => self.index_value(name, vec![1, total], vec![1; total]).map_err(run)?,
-                "position_ids" => self.index_value(name, vec![1, s], (past as i64..total as i64).collect()).map_err(run)?,
-                // Static cache: the new positions are written from `past` on; `total` are valid.
-                WRITE_INDICES => self.index_value(name, vec![1], vec![past as i64]).map_err(run)?,
-                NONPAD_KV_SEQLEN => self.index_value(name, vec![1], vec![total as i64]).map_err(run)?,
-                other if self.routed.contains(other) => embedded
-                    .remove(other)
-                    .ok_or_else(|| contract(format!("input `{other}` comes from the embedding model, which did not produce it")))?,
-                "inputs_embeds" => return Err(contract("needs `inputs_embeds` but the package has no embedding model".into())),
-                other => {
-                    return Err(contract(format!(
-                        "input `{other}` is neither part of the decoder protocol nor an output of the embedding model"
-                    )))
-                }
+            let value: DynValue = match self.protocol_value(name, ids, total).map_err(run)? {
+                Some(v) => v,
+                None if self.routed.contains(name) => embedded
+                    .remove(name)
+                    .ok_or_else(|| contract(format!("input `{name}` comes from the embedding model, which did not produce it")))?,
+                None => return Err(self.unknown_input(name)),
             };
             feed.push((name.clone(), value.into()));
         }
@@ -488,7 +509,8 @@ impl OnnxPipeline {
             feed.push((slot.past_key.clone(), k.into()));
             feed.push((slot.past_value.clone(), v.into()));
         }
-        let mut out = self.decoder.run(feed).map_err(run)?;
+        let decoder = self.decoder.as_mut().ok_or_else(|| contract("the decoder session was released for the local layer runs".into()))?;
+        let mut out = decoder.run(feed).map_err(run)?;
         let logits = out.remove("logits").ok_or_else(|| contract("no output `logits`".into()))?;
         let logits = to_dense_f32(&logits, role, "logits")?;
         let layers = match (&self.layers, capture_layers) {

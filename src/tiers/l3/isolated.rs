@@ -1,0 +1,140 @@
+//! L3's sub-models in isolation: each ONNX sub-model's output on the reference's own inputs
+//! against the reference's, so the first divergence names the component that makes it (an
+//! upstream difference no longer smears over a correct decoder, nor hides a wrong one).
+
+use super::allclose::{allclose, AllcloseReport};
+use super::stage::{describe, stage, StageError};
+use crate::metric_keys as key;
+use crate::metric_keys::Metrics;
+use crate::outputs::{Component, Isolated, Run, Stage};
+use crate::tolerance::L3Tolerance;
+
+/// One sub-model's verdict in isolation: its largest difference and the first of its outputs
+/// that differs.
+#[derive(Default)]
+struct Verdict {
+    max_abs_diff: f64,
+    first: Option<Stage>,
+    parts: Vec<String>,
+}
+
+impl Verdict {
+    fn note(&mut self, at: Stage, name: &str, r: Result<AllcloseReport, StageError>) {
+        match r {
+            Ok(r) => {
+                // NaN never agrees: a non-finite difference is the largest.
+                self.max_abs_diff = if r.max_abs_diff.is_nan() { f64::NAN } else { self.max_abs_diff.max(r.max_abs_diff) };
+                if !r.pass && self.first.is_none() {
+                    self.first = Some(at);
+                }
+                self.parts.push(describe(name, &r));
+            }
+            Err(e) => {
+                self.max_abs_diff = f64::NAN;
+                self.first.get_or_insert(at);
+                self.parts.push(e.to_string());
+            }
+        }
+    }
+
+    fn line(&self, component: &str) -> String {
+        let state = if self.first.is_some() { "differs" } else { "agrees" };
+        format!("{component} in isolation {state} ({})", self.parts.join(", "))
+    }
+}
+
+/// Judges `iso` against `expected` (the reference's run): one line per sub-model, the metrics
+/// `vision_encoder_isolated_max_abs_diff`, `embedding_isolated_max_abs_diff`,
+/// `decoder_isolated_max_abs_diff` (and `decoder_isolated_pass`), and the first stage that
+/// differs in isolation, in pipeline order.
+pub(super) fn judge(expected: &Run, iso: &Isolated, tol: &L3Tolerance, lines: &mut Vec<String>, metrics: &mut Metrics) -> Option<Stage> {
+    let mut first = None;
+    if let (Some(a), Some(e)) = (&iso.image_features, expected.prefill.components.get(&Component::ImageFeatures)) {
+        let mut v = Verdict::default();
+        v.note(Stage::Component(Component::ImageFeatures), "image_features", stage("image_features", a, e, tol));
+        metrics.insert(key::VISION_ENCODER_ISOLATED_MAX_ABS_DIFF.into(), v.max_abs_diff.into());
+        lines.push(v.line("vision_encoder"));
+        first = first.or(v.first);
+    }
+    if !iso.text_only {
+        let mut v = Verdict::default();
+        for (c, a) in &iso.embedding {
+            if let Some(e) = expected.prefill.components.get(c) {
+                v.note(Stage::Component(*c), c.as_str(), stage(c.as_str(), a, e, tol));
+            }
+        }
+        if !v.parts.is_empty() {
+            metrics.insert(key::EMBEDDING_ISOLATED_MAX_ABS_DIFF.into(), v.max_abs_diff.into());
+            lines.push(v.line("embedding (on the reference's image features)"));
+            first = first.or(v.first);
+        }
+    }
+    let mut v = Verdict::default();
+    v.note(Stage::Logits, "logits", stage("logits", &iso.logits, &expected.prefill.logits, tol));
+    if let (Some(a), Some(e)) = (&iso.step_logits, expected.generation.step_logits.get(1)) {
+        v.note(Stage::DecodeStep(1), "decode step 1", allclose(a, e, &[a.len()], tol.atol, tol.rtol).map_err(|source| StageError::Metric { stage: "decode step 1".into(), source }));
+    }
+    metrics.insert(key::DECODER_ISOLATED_MAX_ABS_DIFF.into(), v.max_abs_diff.into());
+    metrics.insert(key::DECODER_ISOLATED_PASS.into(), v.first.is_none().into());
+    let what = if iso.text_only { "decoder (the whole text-only model)" } else { "decoder (on the reference's inputs_embeds)" };
+    lines.push(v.line(what));
+    first.or(v.first)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::inputs::Dense;
+    use crate::outputs::{GeneratedTokens, Prefill};
+
+    const TOL: L3Tolerance = L3Tolerance { atol: 1e-3, rtol: 1e-3 };
+
+    fn reference() -> Run {
+        let mut prefill = Prefill { logits: Dense::new(vec![1, 1, 2], vec![1.0, 2.0]), ..Default::default() };
+        prefill.components.insert(Component::ImageFeatures, Dense::new(vec![1, 2], vec![0.5, 0.5]));
+        prefill.components.insert(Component::InputsEmbeds, Dense::new(vec![1, 1, 2], vec![0.5, 0.5]));
+        Run { prefill, generation: GeneratedTokens { tokens: vec![1, 1], step_logits: vec![vec![1.0, 2.0], vec![3.0, 4.0]] }, ..Default::default() }
+    }
+
+    fn isolated() -> Isolated {
+        Isolated {
+            image_features: Some(Dense::new(vec![1, 2], vec![0.5, 0.5])),
+            embedding: [(Component::InputsEmbeds, Dense::new(vec![1, 1, 2], vec![0.5, 0.5]))].into(),
+            logits: Dense::new(vec![1, 1, 2], vec![1.0, 2.0]),
+            step_logits: Some(vec![3.0, 4.0]),
+            ..Default::default()
+        }
+    }
+
+    fn judged(iso: &Isolated) -> (Option<Stage>, Metrics, Vec<String>) {
+        let (mut lines, mut metrics) = (Vec::new(), Metrics::new());
+        let first = judge(&reference(), iso, &TOL, &mut lines, &mut metrics);
+        (first, metrics, lines)
+    }
+
+    /// Guards: agreeing sub-models name no divergence; a vision encoder that differs is named
+    /// even though the decoder agrees (and the decoder is cleared); a decoder that differs only
+    /// at its isolated decode step is named there; NaN never agrees.
+    #[test]
+    fn first_component_that_differs_in_isolation() {
+        let (first, m, lines) = judged(&isolated());
+        assert_eq!(first, None, "{lines:?}");
+        assert_eq!(m.get("decoder_isolated_pass"), Some(&true.into()));
+        let mut iso = isolated();
+        iso.image_features = Some(Dense::new(vec![1, 2], vec![0.5, 0.6]));
+        let (first, m, lines) = judged(&iso);
+        assert_eq!(first, Some(Stage::Component(Component::ImageFeatures)));
+        assert_eq!(m.get("decoder_isolated_pass"), Some(&true.into()), "{lines:?}");
+        assert!(lines[0].starts_with("vision_encoder in isolation differs"), "{lines:?}");
+        let mut iso = isolated();
+        iso.step_logits = Some(vec![3.0, 4.5]);
+        let (first, m, _) = judged(&iso);
+        assert_eq!(first, Some(Stage::DecodeStep(1)));
+        assert_eq!(m.get("decoder_isolated_max_abs_diff").and_then(|v| v.as_f64()), Some(0.5));
+        let mut iso = isolated();
+        iso.logits = Dense::new(vec![1, 1, 2], vec![1.0, f32::NAN]);
+        let (first, m, _) = judged(&iso);
+        assert_eq!(first, Some(Stage::Logits));
+        assert_eq!(m.get("decoder_isolated_pass"), Some(&false.into()));
+    }
+}
