@@ -31,6 +31,7 @@ pub mod plan;
 pub mod python_json;
 pub mod regenerate;
 pub mod report;
+pub mod repro;
 pub mod tensor_file;
 pub mod tf32;
 pub mod tiers;

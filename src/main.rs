@@ -108,10 +108,46 @@ enum Command {
         #[arg(long)]
         markdown: Option<PathBuf>,
     },
+    /// Write a reproducer bundle for the first divergence of CASE's L3: the blamed decoder layer
+    /// cut out of the decoder (or the sub-model that differs in isolation), its inputs and the
+    /// reference's outputs in ONNX's test-data layout, `reproduce.py` (onnxruntime, onnx, numpy)
+    /// and a README. On a passing case it writes nothing and says so.
+    Repro {
+        case: PathBuf,
+        /// A variant of the case (`variants:` key) instead of its own export.
+        #[arg(long)]
+        variant: Option<String>,
+        #[arg(long, default_value = "L3", value_parser = parse_level)]
+        level: Level,
+        #[arg(long)]
+        out: PathBuf,
+    },
     /// The TF32 probe: a matmul TF32 cannot compute within 1e-5 (relative), through candle on the
     /// reference's device (ONNX_PARITY_DEVICE) and through ONNX Runtime with this build's
     /// execution provider, each against f64 on the CPU. Exits 1 if either is TF32-like.
     Tf32Probe,
+}
+
+fn repro(path: PathBuf, variant: Option<String>, level: Level, out: PathBuf) -> anyhow::Result<ExitCode> {
+    let case = onnx_parity::case::Case::load(&path)?;
+    let case = match &variant {
+        None => case,
+        Some(v) => case.for_variant(v).with_context(|| format!("{}: no variant `{v}` under `variants:`", path.display()))?,
+    };
+    let command = std::env::args().collect::<Vec<_>>().join(" ");
+    match onnx_parity::repro::make(&case, level, &out, &command)? {
+        onnx_parity::repro::ReproOutcome::Passes(o) => {
+            println!("{} {level} passes: no divergence to reproduce, nothing written ({})", case.id(), o.message);
+        }
+        onnx_parity::repro::ReproOutcome::Written { dir, part, measured, reproduces } => {
+            println!("wrote {} for {}: {part}", dir.display(), case.id());
+            for (name, d, bad, all) in measured {
+                println!("  {name}: max_abs_diff {d:.3e}, {bad} of {all} outside the tolerance");
+            }
+            println!("  the mismatch {} in the bundle alone", if reproduces { "reproduces" } else { "does not reproduce" });
+        }
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 /// `onnx-parity logits`.
@@ -478,6 +514,7 @@ fn main() -> ExitCode {
         Command::Inputs { case, out, synthetic, replay, goldens } => inputs(case, out, synthetic, replay, goldens),
         Command::Logits(args) => logits(args),
         Command::Compare { a, b, max_abs } => compare(a, b, max_abs),
+        Command::Repro { case, variant, level, out } => repro(case, variant, level, out),
         Command::Tf32Probe => tf32_probe(),
         Command::Report { dirs, report, markdown } => merge_reports(dirs, report, markdown),
     };

@@ -102,8 +102,10 @@ impl Default for CaseEvaluation {
 impl CaseEvaluation {
     /// The evaluation of `case` and its variants: one reference, the candidates for the case's
     /// own export and for each variant's.
+    /// (A variant's case, [`Case::for_variant`], gets its own build's candidates.)
     pub fn for_case(case: &Case) -> Self {
-        CaseEvaluation::with_variants(&case.variants.keys().cloned().collect::<Vec<_>>())
+        let variants: Vec<String> = case.variants.keys().cloned().chain(case.variant.clone()).collect();
+        CaseEvaluation::with_variants(&variants)
     }
 
     fn with_variants(variants: &[String]) -> Self {
