@@ -147,7 +147,9 @@ fn broken_layer_bundle_holds_only_layer_3_and_reproduces() {
 
     let model = ModelProto::decode(std::fs::read(out.join("model.onnx")).unwrap().as_slice()).unwrap();
     let g = model.graph.unwrap();
-    let layer_of = |name: &str| name.split(['/', '.']).collect::<Vec<_>>().windows(2).find(|w| w[0] == "layers").and_then(|w| w[1].parse::<usize>().ok());
+    let layer_of = |name: &str| {
+        name.split(['/', '.']).collect::<Vec<_>>().windows(2).find(|w| w[0] == "layers").and_then(|w| w[1].parse::<usize>().ok())
+    };
     for t in &g.initializer {
         assert!(layer_of(&t.name).is_none_or(|l| l == 3), "initializer {} of another layer", t.name);
     }

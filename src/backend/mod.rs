@@ -59,8 +59,7 @@ pub trait Backend {
     /// reference's run of `inputs`, with layer outputs), so L3 blames the component that
     /// diverges, not its downstream. The last call on a back end (it may release sessions).
     /// Implementations without sub-models keep the default.
-    fn isolated(&mut self, inputs: &ModelInputs, reference: &Run) -> Result<Isolation, BackendError> {
-        let _ = (inputs, reference);
+    fn isolated(&mut self, _inputs: &ModelInputs, _oracle: &Run) -> Result<Isolation, BackendError> {
         Ok(Isolation::NotRun)
     }
 }

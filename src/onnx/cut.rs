@@ -56,6 +56,15 @@ pub enum CutError {
     Subgraph { node: String },
 }
 
+/// Why the decoder cannot be cut at its layers.
+#[derive(Debug, thiserror::Error)]
+pub enum CutUnavailable {
+    #[error("reading {}: {source}", path.display())]
+    Read { path: std::path::PathBuf, source: std::io::Error },
+    #[error("{}: {source}", path.display())]
+    Cut { path: std::path::PathBuf, source: CutError },
+}
+
 /// A module's output tensor inside a layer.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ModuleOutput {
@@ -151,7 +160,8 @@ pub fn module_outputs(graph: &GraphProto, n_layers: usize) -> (Vec<ModuleOutput>
     for layer in 0..n_layers {
         for module in MODULES {
             let c = candidates.get(&(layer, module)).cloned().unwrap_or_default();
-            let named: Vec<&str> = c.iter().copied().filter(|t| t.contains(&format!(".{module}.")) || t.contains(&format!("/{module}/"))).collect();
+            let named: Vec<&str> =
+                c.iter().copied().filter(|t| t.contains(&format!(".{module}.")) || t.contains(&format!("/{module}/"))).collect();
             let pick = match (c.len(), named.len()) {
                 (1, _) => c.iter().next().copied(),
                 (_, 1) => named.first().copied(),
@@ -192,7 +202,8 @@ pub fn local_model(model: &[u8], only: Option<usize>) -> Result<CutModel, CutErr
 
     // Backward slice from the outputs, over the rewired graph.
     let renamed = |t: &str| rewire.get(t).cloned().unwrap_or_else(|| t.to_string());
-    let mut needed: BTreeSet<String> = layer_outs.iter().map(|b| b.tensor.clone()).chain(modules.iter().map(|m| m.tensor.clone())).collect();
+    let mut needed: BTreeSet<String> =
+        layer_outs.iter().map(|b| b.tensor.clone()).chain(modules.iter().map(|m| m.tensor.clone())).collect();
     let mut keep = vec![false; graph.node.len()];
     for (i, node) in graph.node.iter().enumerate().rev() {
         if node.output.iter().any(|o| needed.contains(o)) {
@@ -305,7 +316,11 @@ mod tests {
             node("model/layers.0/Add", &["e", "a0"], &["h0"]),
             node("model/layers.1/input_layernorm/RMS", &["h0", "w1n"], &["n1"]),
             node("model/layers.1/mlp/down_proj/MatMul", &["n1", "w1d"], &["v_model.layers.1.mlp.down_proj.MatMul_9"]),
-            node("node_Skip_1", &["h0", "v_model.layers.1.mlp.down_proj.MatMul_9"], &["v_model.layers.1.post_feedforward_layernorm.RMS_3", "sum1"]),
+            node(
+                "node_Skip_1",
+                &["h0", "v_model.layers.1.mlp.down_proj.MatMul_9"],
+                &["v_model.layers.1.post_feedforward_layernorm.RMS_3", "sum1"],
+            ),
             node("model/layers.1/Add", &["sum1", "v_model.layers.1.post_feedforward_layernorm.RMS_3"], &["h1"]),
             node("model/layers.2/input_layernorm/RMS", &["h1", "w2n"], &["n2"]),
             node("model/layers.2/self_attn/o_proj/MatMul", &["n2", "k0"], &["a2"]),
@@ -349,7 +364,11 @@ mod tests {
         assert_eq!(skip.input[0], "onnx_parity.local_in.1");
         let add0 = g.node.iter().find(|n| n.name == "model/layers.0/Add").unwrap();
         assert_eq!(add0.input[0], "onnx_parity.local_in.0");
-        assert!(!cut.nodes.iter().any(|n| n.contains("lm_head") || n.contains("model/norm") || n.contains("embed_tokens")), "{:?}", cut.nodes);
+        assert!(
+            !cut.nodes.iter().any(|n| n.contains("lm_head") || n.contains("model/norm") || n.contains("embed_tokens")),
+            "{:?}",
+            cut.nodes
+        );
         assert!(!cut.initializers.contains(&"table".to_string()));
         assert_eq!(cut.inputs, ["position_ids", "onnx_parity.local_in.0", "onnx_parity.local_in.1", "onnx_parity.local_in.2"]);
     }

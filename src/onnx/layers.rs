@@ -151,10 +151,7 @@ pub fn with_extra_outputs(model: &[u8], outputs: &[(String, i32)]) -> Result<Vec
 
 /// A graph input or output `name` of element type `elem_type` (no shape stated).
 pub(crate) fn value_info(name: &str, elem_type: i32) -> ValueInfoProto {
-    ValueInfoProto {
-        name: name.into(),
-        r#type: Some(TypeProto { tensor_type: Some(TensorTypeProto { elem_type, shape: None }) }),
-    }
+    ValueInfoProto { name: name.into(), r#type: Some(TypeProto { tensor_type: Some(TensorTypeProto { elem_type, shape: None }) }) }
 }
 
 /// An instrumented copy of a decoder graph, in memory: ORT loads it with its external data

@@ -2,10 +2,10 @@
 //! inference pipeline.
 
 pub mod contract;
+pub mod cut;
 pub mod eps;
 pub mod feed;
 pub mod graph;
-pub mod cut;
 pub mod layers;
 pub mod package;
 pub mod pipeline;
@@ -16,5 +16,5 @@ pub mod provider;
 pub mod runtime;
 pub mod session;
 pub mod shapes;
-pub mod wire;
 pub mod wheel;
+pub mod wire;

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 
 use prost::Message;
 
-use super::ReproError;
+use super::error::ReproError;
 use crate::onnx::feed::FeedTensor;
 use crate::onnx::proto::TensorProto;
 use crate::onnx::wire;
@@ -46,7 +46,8 @@ pub fn relocate_external_data(model: &[u8], src_dir: &Path) -> Result<(Vec<u8>, 
             continue;
         }
         let entry = |k: &str| t.external_data.iter().find(|e| e.key == k).map(|e| e.value.clone());
-        let location = entry("location").ok_or_else(|| ReproError::Model(format!("initializer `{}`: external data without a location", t.name)))?;
+        let location =
+            entry("location").ok_or_else(|| ReproError::Model(format!("initializer `{}`: external data without a location", t.name)))?;
         let number = |k: &str| entry(k).map(|v| v.parse::<u64>()).transpose();
         let (offset, length) = match (number("offset"), number("length")) {
             (Ok(o), Ok(Some(l))) => (o.unwrap_or(0), l as usize),

@@ -6,17 +6,20 @@
 //! spirit of Polygraphy's `debug reduce` and torch.onnx's `export_repro`.
 
 pub mod bundle;
+mod error;
+
+pub use error::ReproError;
 
 use std::path::{Path, PathBuf};
 
 use crate::artifacts::Artifacts;
 use crate::case::{Case, Level};
-use crate::evaluation::{CaseEvaluation, SharedError};
+use crate::evaluation::CaseEvaluation;
 use crate::inputs::Dense;
 use crate::metric_keys as key;
 use crate::onnx::feed::FeedTensor;
 use crate::onnx::package::{OnnxPackage, EMBEDDING, VISION_ENCODER};
-use crate::onnx::pipeline::{OnnxPipeline, PipelineError};
+use crate::onnx::pipeline::OnnxPipeline;
 use crate::onnx::session::{self, ModelSource, SessionOptions};
 use crate::outputs::{Component, Isolation, LayerOutputs};
 use crate::tiers::l3;
@@ -24,31 +27,6 @@ use crate::tiers::l3::allclose::allclose;
 use crate::tiers::outcome::{Status, TierOutcome};
 use crate::tolerance::{L3Tolerance, Tolerances};
 use bundle::Bundle;
-
-/// Why no bundle could be made.
-#[derive(Debug, thiserror::Error)]
-pub enum ReproError {
-    #[error("repro bundles an L3 divergence (the first divergence L4 and L5 inherit); {0} is not supported: use --level L3")]
-    Level(Level),
-    #[error("tolerances: {0}")]
-    Tolerance(String),
-    #[error(transparent)]
-    Eval(#[from] SharedError),
-    #[error(transparent)]
-    Pipeline(#[from] PipelineError),
-    #[error("the case has no candidate implementation that ran")]
-    NoCandidate,
-    #[error("the blamed part cannot be cut out: {0}")]
-    Cut(String),
-    #[error("{0}")]
-    Model(String),
-    #[error("{}: {source}", path.display())]
-    Io { path: PathBuf, source: std::io::Error },
-    #[error("{} exists and is not empty: give a new folder", .0.display())]
-    OutExists(PathBuf),
-    #[error("checking the bundle through ONNX Runtime: {0}")]
-    Check(String),
-}
 
 /// What `repro` did.
 #[derive(Debug)]
@@ -74,10 +52,7 @@ pub fn make(case: &Case, level: Level, out: &Path, command: &str) -> Result<Repr
     }
     let mut case = case.for_synthetic_tiers().into_owned();
     case.levels = [Level::L3].into();
-    let tol = case
-        .thresholds(&Tolerances::defaults())
-        .and_then(|t| t.require_l3())
-        .map_err(|e| ReproError::Tolerance(e.to_string()))?;
+    let tol = case.thresholds(&Tolerances::defaults()).and_then(|t| t.require_l3()).map_err(|e| ReproError::Tolerance(e.to_string()))?;
     let eval = CaseEvaluation::for_case(&case);
     let reference = eval.reference(&case)?;
     let candidate = eval.candidates(&case).into_iter().find_map(Result::ok).ok_or(ReproError::NoCandidate)?;
@@ -118,14 +93,20 @@ pub fn make(case: &Case, level: Level, out: &Path, command: &str) -> Result<Repr
                 ("image_features", Some(px), Some(pos), Some(path)) => {
                     let feed = vec![
                         ("pixel_values".to_string(), float(px)),
-                        ("pixel_position_ids".to_string(), FeedTensor { shape: pos.shape.clone(), data: crate::onnx::feed::FeedData::I64(pos.data.clone()) }),
+                        (
+                            "pixel_position_ids".to_string(),
+                            FeedTensor { shape: pos.shape.clone(), data: crate::onnx::feed::FeedData::I64(pos.data.clone()) },
+                        ),
                     ];
                     let e = ref_component(Component::ImageFeatures).ok_or(ReproError::NoCandidate)?;
                     (VISION_ENCODER.to_string(), read(path)?, parent(path), feed, vec![expected("image_features", e)])
                 }
                 ("inputs_embeds" | "per_layer_inputs", _, _, _) if package.submodel(EMBEDDING).is_some() => {
                     let path = package.submodel(EMBEDDING).unwrap_or(Path::new(""));
-                    let ids = FeedTensor { shape: vec![1, inputs.input_ids.len()], data: crate::onnx::feed::FeedData::I64(inputs.input_ids.clone()) };
+                    let ids = FeedTensor {
+                        shape: vec![1, inputs.input_ids.len()],
+                        data: crate::onnx::feed::FeedData::I64(inputs.input_ids.clone()),
+                    };
                     let mut feed = vec![("input_ids".to_string(), ids)];
                     if let Some(f) = ref_component(Component::ImageFeatures) {
                         feed.push(("image_features".to_string(), float(f)));
@@ -179,8 +160,9 @@ fn check(
     tol: &L3Tolerance,
 ) -> Result<(Vec<(String, f64, usize, usize)>, bool), ReproError> {
     let fail = |e: &dyn std::fmt::Display| ReproError::Check(e.to_string());
-    let mut session = session::open(ModelSource::Memory { path: src_dir, bytes: model, external_data_dir: src_dir }, &SessionOptions::from_env())
-        .map_err(|e| fail(&e))?;
+    let mut session =
+        session::open(ModelSource::Memory { path: src_dir, bytes: model, external_data_dir: src_dir }, &SessionOptions::from_env())
+            .map_err(|e| fail(&e))?;
     let values = feed.iter().map(|(n, t)| t.to_value().map(|v| (n.clone(), v))).collect::<Result<Vec<_>, _>>().map_err(|e| fail(&e))?;
     let got = session.run(values).map_err(|e| fail(&e))?;
     let mut measured = Vec::new();
@@ -225,10 +207,7 @@ fn readme(
         .and_then(|v| v.get("transformers_version").and_then(|s| s.as_str()).map(String::from))
         .unwrap_or_else(|| "not recorded in the checkpoint's config.json".into());
     let first = outcome.metrics.get(key::FIRST_DIVERGENCE).and_then(|v| v.as_str()).unwrap_or("none named");
-    let rows: String = measured
-        .iter()
-        .map(|(n, d, bad, all)| format!("| `{n}` | {d:.3e} | {bad} of {all} |\n"))
-        .collect();
+    let rows: String = measured.iter().map(|(n, d, bad, all)| format!("| `{n}` | {d:.3e} | {bad} of {all} |\n")).collect();
     let xfail = match case.xfail_for(Level::L3) {
         Some(x) => format!("expected failure: {}\n\nsignature: `{:?}`", x.reason, x.signature),
         None => "none (the case does not expect this failure)".into(),

@@ -14,7 +14,7 @@ use ort::value::DynValue;
 
 use super::{float_value, to_dense_f32, CacheLayout, Embedded, OnnxPipeline, PipelineError, EMBEDDING};
 use crate::inputs::ModelInputs;
-use crate::onnx::cut::{self, CutModel};
+use crate::onnx::cut::{self, CutModel, CutUnavailable};
 use crate::onnx::feed::{FeedData, FeedTensor};
 use crate::onnx::protocol::{NONPAD_KV_SEQLEN, WRITE_INDICES};
 use crate::onnx::session::{self, ModelSource, SessionError};
@@ -58,7 +58,9 @@ impl OnnxPipeline {
         iso.logits = prefill.logits;
         iso.layers = match prefill.layers {
             Some(layers) => LayerOutputs::Tensors(layers),
-            None => LayerOutputs::Unavailable(self.layer_outputs_unavailable().map_or_else(|| "not exposed".to_string(), |e| e.to_string())),
+            None => {
+                LayerOutputs::Unavailable(self.layer_outputs_unavailable().map_or_else(|| "not exposed".to_string(), |e| e.to_string()))
+            }
         };
         if let (Some(&token), true) = (reference.generation.tokens.first(), reference.generation.step_logits.len() > 1) {
             let embedded = self.reference_embedded(&reference.step_inputs)?;
@@ -95,7 +97,7 @@ impl OnnxPipeline {
         let cut = match self.cut(None) {
             Ok(c) => c,
             Err(why) => {
-                iso.local = LayerOutputs::Unavailable(why);
+                iso.local = LayerOutputs::Unavailable(why.to_string());
                 return Ok(());
             }
         };
@@ -137,10 +139,10 @@ impl OnnxPipeline {
     }
 
     /// The decoder cut at its layers ([`cut::local_model`]: all of them, or `only`), or why not.
-    pub fn cut(&self, only: Option<usize>) -> Result<CutModel, String> {
+    pub fn cut(&self, only: Option<usize>) -> Result<CutModel, CutUnavailable> {
         let path = &self.decoder_path;
-        let bytes = std::fs::read(path).map_err(|e| format!("reading {}: {e}", path.display()))?;
-        cut::local_model(&bytes, only).map_err(|e| format!("{}: {e}", path.display()))
+        let bytes = std::fs::read(path).map_err(|source| CutUnavailable::Read { path: path.clone(), source })?;
+        cut::local_model(&bytes, only).map_err(|source| CutUnavailable::Cut { path: path.clone(), source })
     }
 
     /// The decoder graph file.

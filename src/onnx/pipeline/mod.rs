@@ -16,49 +16,23 @@ use std::path::{Path, PathBuf};
 
 use half::f16;
 use ort::session::{Session, SessionInputValue};
-use ort::value::{DynValue, Tensor, TensorElementType, ValueType};
+use ort::value::{DynValue, Tensor, TensorElementType};
 
+mod error;
 mod isolation;
+mod kv;
+
+pub use error::PipelineError;
+use kv::{declared_shape, kv_slots, CacheLayout, KvSlot};
 
 use super::layers::{self, LayerBoundary, LayersError};
-use super::package::{Layout, OnnxPackage, PackageError, DECODER, EMBEDDING, TEXT_MODEL, VISION_ENCODER};
-use super::protocol::{KEY_CACHE, NONPAD_KV_SEQLEN, PAST, PRESENT, UPDATED_KEY_CACHE, UPDATED_VALUE_CACHE, VALUE_CACHE, WRITE_INDICES};
-use super::runtime::RuntimeError;
+use super::package::{Layout, OnnxPackage, DECODER, EMBEDDING, TEXT_MODEL, VISION_ENCODER};
+use super::protocol::{NONPAD_KV_SEQLEN, WRITE_INDICES};
 use super::session::{self, ModelSource, SessionError, SessionOptions};
 use super::shapes::{self, Axis, ShapeError, Source};
 use crate::inputs::{Dense, ModelInputs};
 use crate::metrics::greedy_token;
 use crate::outputs::{Component, GeneratedTokens, LayerOutputs, Prefill};
-
-/// Why the pipeline failed.
-#[derive(Debug, thiserror::Error)]
-pub enum PipelineError {
-    #[error(transparent)]
-    Runtime(#[from] RuntimeError),
-    #[error(transparent)]
-    Package(#[from] PackageError),
-    #[error(transparent)]
-    Session(#[from] SessionError),
-    /// ONNX Runtime failed while running a sub-model (its message says why).
-    #[error("{role}: ONNX Runtime failed: {source}")]
-    Run {
-        role: &'static str,
-        #[source]
-        source: ort::Error,
-    },
-    /// The export does not follow the protocol (names, ranks, dtypes, shapes).
-    #[error("{role}: {message}")]
-    Contract { role: &'static str, message: String },
-    #[error("the inputs have images but the package {0} has no vision_encoder")]
-    NoVision(PathBuf),
-    /// A static-cache export holds fewer positions than the run needs (said before running).
-    #[error("the static KV cache holds {capacity} positions, and the prompt ({prompt} tokens) with {new} new tokens needs {}; export with a larger --max-seq-len", prompt + new.saturating_sub(1))]
-    Capacity { capacity: usize, prompt: usize, new: usize },
-    /// A tensor a session declares or returns has the wrong rank or size (an empty vocabulary,
-    /// KV without static heads, ...): names the session, the tensor, the expected and found shape.
-    #[error(transparent)]
-    Shape(#[from] ShapeError),
-}
 
 /// Which graph the decoder session runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -70,34 +44,6 @@ pub enum DecoderGraph {
     /// that on every fixture export), which is why it can be *the* decoder session rather than a
     /// second one beside it: one copy of the weights in memory, one prefill.
     WithLayerOutputs,
-}
-
-/// Names and empty-cache geometry of one KV pair, in either cache layout.
-#[derive(Debug, Clone)]
-struct KvSlot {
-    layout: CacheLayout,
-    /// `past_key_values.N.key` / `key_cache.N`.
-    past_key: String,
-    past_value: String,
-    /// `present.N.key` / `updated_key_cache.N`.
-    present_key: String,
-    present_value: String,
-    /// Dynamic: `[heads, head_dim]` (cache `[1, heads, past, head_dim]`); static: `[capacity,
-    /// heads·head_dim]` (cache `[1, capacity, heads·head_dim]`). Static in the graph.
-    key_dims: [i64; 2],
-    value_dims: [i64; 2],
-}
-
-/// How one KV pair is carried between steps (read from the session). mobius's static-cache
-/// builds of gemma4_text are hybrid: sliding layers keep a dynamic cache (the window needs the
-/// mask), full-attention layers a static one (`mobius/tasks/_gemma4.py`,
-/// `_make_gemma4_static_cache_inputs`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum CacheLayout {
-    /// `present` grows by the new positions and is fed back as `past_key_values`.
-    Dynamic,
-    /// Buffers of `capacity` positions the graph writes at `write_indices`.
-    Static { capacity: usize },
 }
 
 /// Sessions of one export package: the decoder and the embedding model for the whole run (every
@@ -595,90 +541,6 @@ fn open_decoder(
     };
     tracing::debug!("decoder with {} layer outputs opened in {:.2} s", copy.layers.len(), t.elapsed().as_secs_f64());
     Ok((session, Ok(copy.layers)))
-}
-
-/// KV pairs in index order with their static geometry, and the cache layout: dynamic
-/// (`past_key_values.N.{key,value}` → `present.N.*`) or static (`key_cache.N` / `value_cache.N` →
-/// `updated_key_cache.N` / `updated_value_cache.N`, with `write_indices` and `nonpad_kv_seqlen`).
-fn kv_slots(decoder: &Session, role: &'static str) -> Result<(Vec<KvSlot>, Option<usize>), PipelineError> {
-    let contract = |m: String| PipelineError::Contract { role, message: m };
-    // Layer index → layout, from `past_key_values.N.key` / `key_cache.N`.
-    let mut indices: BTreeMap<usize, bool> = BTreeMap::new();
-    for i in decoder.inputs() {
-        let (is_static, index) = if let Some(rest) = i.name().strip_prefix(KEY_CACHE) {
-            (true, Some(rest))
-        } else if let Some(rest) = i.name().strip_prefix(PAST) {
-            (false, rest.split('.').next())
-        } else {
-            continue;
-        };
-        let idx = index
-            .and_then(|n| n.parse::<usize>().ok())
-            .ok_or_else(|| contract(format!("cannot read the layer index of input `{}`", i.name())))?;
-        if indices.insert(idx, is_static).is_some_and(|was| was != is_static) {
-            return Err(contract(format!("KV pair {idx} is declared both as past_key_values.{idx} and as key_cache.{idx}")));
-        }
-    }
-    let n = indices.len();
-    let mut slots = Vec::with_capacity(n);
-    let mut capacity = None;
-    for idx in 0..n {
-        let is_static = *indices.get(&idx).ok_or_else(|| contract(format!("KV inputs are not numbered 0..{n}: pair {idx} is missing")))?;
-        let dims_of = |name: &str| -> Result<[i64; 2], PipelineError> {
-            let ty = decoder
-                .inputs()
-                .iter()
-                .find(|o| o.name() == name)
-                .map(|o| o.dtype())
-                .ok_or_else(|| contract(format!("input `{name}` is missing")))?;
-            let shape = declared_shape(Some(ty)).ok_or_else(|| contract(format!("input `{name}` is not a tensor")))?;
-            if is_static {
-                let axes = [Axis::Is("batch", 1), Axis::Static("capacity"), Axis::Static("kv_heads · head_dim")];
-                shapes::check(role, "input", name, &axes, &shape, Source::Declared)?;
-                Ok([shape[1], shape[2]])
-            } else {
-                let axes = [Axis::Is("batch", 1), Axis::Static("kv_heads"), Axis::Any("past_sequence"), Axis::Static("head_dim")];
-                shapes::check(role, "input", name, &axes, &shape, Source::Declared)?;
-                Ok([shape[1], shape[3]])
-            }
-        };
-        let (past_key, past_value, present_key, present_value) = if is_static {
-            (
-                format!("{KEY_CACHE}{idx}"),
-                format!("{VALUE_CACHE}{idx}"),
-                format!("{UPDATED_KEY_CACHE}{idx}"),
-                format!("{UPDATED_VALUE_CACHE}{idx}"),
-            )
-        } else {
-            (format!("{PAST}{idx}.key"), format!("{PAST}{idx}.value"), format!("{PRESENT}{idx}.key"), format!("{PRESENT}{idx}.value"))
-        };
-        for name in [&present_key, &present_value] {
-            if !decoder.outputs().iter().any(|o| o.name() == name.as_str()) {
-                return Err(contract(format!("output `{name}` is missing")));
-            }
-        }
-        let (key_dims, value_dims) = (dims_of(&past_key)?, dims_of(&past_value)?);
-        let layout = if is_static {
-            if capacity.is_some_and(|c| c != key_dims[0] || c != value_dims[0]) {
-                return Err(contract(format!("`{past_key}` and the other caches declare different capacities")));
-            }
-            capacity = Some(key_dims[0]);
-            CacheLayout::Static { capacity: key_dims[0] as usize }
-        } else {
-            CacheLayout::Dynamic
-        };
-        slots.push(KvSlot { layout, key_dims, value_dims, past_key, past_value, present_key, present_value });
-    }
-    Ok((slots, capacity.map(|c| c as usize)))
-}
-
-/// The shape a graph declares for a tensor (-1 for a dynamic axis; empty when it states none);
-/// `None` for a non-tensor.
-fn declared_shape(ty: Option<&ValueType>) -> Option<Vec<i64>> {
-    match ty? {
-        ValueType::Tensor { shape, .. } => Some(shape.to_vec()),
-        _ => None,
-    }
 }
 
 /// [`shapes::check_returned`] of a value a session returned.

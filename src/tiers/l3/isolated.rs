@@ -72,7 +72,11 @@ pub(super) fn judge(expected: &Run, iso: &Isolated, tol: &L3Tolerance, lines: &m
     let mut v = Verdict::default();
     v.note(Stage::Logits, "logits", stage("logits", &iso.logits, &expected.prefill.logits, tol));
     if let (Some(a), Some(e)) = (&iso.step_logits, expected.generation.step_logits.get(1)) {
-        v.note(Stage::DecodeStep(1), "decode step 1", allclose(a, e, &[a.len()], tol.atol, tol.rtol).map_err(|source| StageError::Metric { stage: "decode step 1".into(), source }));
+        v.note(
+            Stage::DecodeStep(1),
+            "decode step 1",
+            allclose(a, e, &[a.len()], tol.atol, tol.rtol).map_err(|source| StageError::Metric { stage: "decode step 1".into(), source }),
+        );
     }
     metrics.insert(key::DECODER_ISOLATED_MAX_ABS_DIFF.into(), v.max_abs_diff.into());
     metrics.insert(key::DECODER_ISOLATED_PASS.into(), v.first.is_none().into());
@@ -93,7 +97,11 @@ mod tests {
         let mut prefill = Prefill { logits: Dense::new(vec![1, 1, 2], vec![1.0, 2.0]), ..Default::default() };
         prefill.components.insert(Component::ImageFeatures, Dense::new(vec![1, 2], vec![0.5, 0.5]));
         prefill.components.insert(Component::InputsEmbeds, Dense::new(vec![1, 1, 2], vec![0.5, 0.5]));
-        Run { prefill, generation: GeneratedTokens { tokens: vec![1, 1], step_logits: vec![vec![1.0, 2.0], vec![3.0, 4.0]] }, ..Default::default() }
+        Run {
+            prefill,
+            generation: GeneratedTokens { tokens: vec![1, 1], step_logits: vec![vec![1.0, 2.0], vec![3.0, 4.0]] },
+            ..Default::default()
+        }
     }
 
     fn isolated() -> Isolated {

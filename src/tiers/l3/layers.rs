@@ -4,24 +4,26 @@
 
 use super::allclose::AllcloseReport;
 use super::stage::{describe, stage};
+use crate::inputs::Dense;
 use crate::metric_keys as key;
 use crate::metric_keys::Metrics;
-use crate::inputs::Dense;
 use crate::onnx::cut::MODULES;
 use crate::outputs::{LayerOutputs, ModuleOutputs};
-use std::collections::BTreeMap;
 use crate::tolerance::L3Tolerance;
+use std::collections::BTreeMap;
 
 /// Each layer compared in layer order: the per-layer maximum differences and the first layer
 /// outside the tolerance (with its report), or why the lists cannot be compared.
-fn profile(expected: &LayerOutputs, actual: &LayerOutputs, tol: &L3Tolerance) -> Option<Result<Profile, String>> {
+fn profile(expected: &LayerOutputs, actual: &LayerOutputs, tol: &L3Tolerance) -> Option<Result<Profile, NotLocalised>> {
     let (e, a) = match (expected, actual) {
         (LayerOutputs::Tensors(e), LayerOutputs::Tensors(a)) => (e, a),
         (LayerOutputs::NotRequested, _) | (_, LayerOutputs::NotRequested) => return None,
-        (LayerOutputs::Unavailable(why), _) | (_, LayerOutputs::Unavailable(why)) => return Some(Err(why.clone())),
+        (LayerOutputs::Unavailable(why), _) | (_, LayerOutputs::Unavailable(why)) => {
+            return Some(Err(NotLocalised::Unavailable(why.clone())))
+        }
     };
     if e.len() != a.len() {
-        return Some(Err(format!("the export exposes {} layers, the reference has {}", a.len(), e.len())));
+        return Some(Err(NotLocalised::Count { export: a.len(), reference: e.len() }));
     }
     let mut p = Profile { diffs: Vec::with_capacity(e.len()), first: None };
     for (i, (e, a)) in e.iter().zip(a).enumerate() {
@@ -32,10 +34,21 @@ fn profile(expected: &LayerOutputs, actual: &LayerOutputs, tol: &L3Tolerance) ->
                     p.first = Some((i, r));
                 }
             }
-            Err(msg) => return Some(Err(msg.to_string())),
+            Err(e) => return Some(Err(NotLocalised::Stage(e))),
         }
     }
     Some(Ok(p))
+}
+
+/// Why two layer lists cannot be compared.
+#[derive(Debug, thiserror::Error)]
+enum NotLocalised {
+    #[error("{0}")]
+    Unavailable(String),
+    #[error("the export exposes {export} layers, the reference has {reference}")]
+    Count { export: usize, reference: usize },
+    #[error(transparent)]
+    Stage(super::stage::StageError),
 }
 
 /// What [`profile`] found.
@@ -73,7 +86,7 @@ pub(super) fn layer_localisation(
     let propagated = match profile(expected, actual, tol)? {
         Ok(p) => p,
         Err(why) => {
-            not_localised(why, lines, metrics);
+            not_localised(why.to_string(), lines, metrics);
             return None;
         }
     };
@@ -93,7 +106,10 @@ pub(super) fn layer_localisation(
         return match &l.first {
             Some((i, r)) => {
                 metrics.insert(key::FIRST_DIVERGENT_LAYER.into(), (*i).into());
-                lines.push(format!("first divergent decoder layer {i} (fed the reference's stream: {}); {both}", describe(&format!("layer {i}"), r)));
+                lines.push(format!(
+                    "first divergent decoder layer {i} (fed the reference's stream: {}); {both}",
+                    describe(&format!("layer {i}"), r)
+                ));
                 Some(*i)
             }
             None => {
@@ -133,7 +149,8 @@ pub(super) fn module_blame(
     metrics: &mut Metrics,
 ) {
     let (Some(e), Some(a)) = (expected.get(layer), actual.get(layer)) else {
-        let why = if expected.get(layer).is_none() { "the reference kept no module outputs" } else { "the export's node names name no module" };
+        let why =
+            if expected.get(layer).is_none() { "the reference kept no module outputs" } else { "the export's node names name no module" };
         lines.push(format!("inside layer {layer}: not identifiable ({why})"));
         metrics.insert(key::DIVERGENT_MODULE.into(), "not identifiable".into());
         return;
@@ -146,7 +163,11 @@ pub(super) fn module_blame(
         match r {
             Some(r) if !r.pass => {
                 let part = format!("layer {layer} {module}");
-                lines.push(format!("inside layer {layer}: {part} is the first part that differs ({}){}", describe(module, &r), agreed(&compared)));
+                lines.push(format!(
+                    "inside layer {layer}: {part} is the first part that differs ({}){}",
+                    describe(module, &r),
+                    agreed(&compared)
+                ));
                 metrics.insert(key::DIVERGENT_MODULE.into(), part.into());
                 return;
             }
@@ -156,7 +177,10 @@ pub(super) fn module_blame(
     }
     if compared.is_empty() {
         let why: Vec<&str> = unidentified.iter().filter(|((l, _), _)| *l == layer).map(|(_, w)| w.as_str()).collect();
-        lines.push(format!("inside layer {layer}: not identifiable ({})", if why.is_empty() { "no module output in common".to_string() } else { why.join("; ") }));
+        lines.push(format!(
+            "inside layer {layer}: not identifiable ({})",
+            if why.is_empty() { "no module output in common".to_string() } else { why.join("; ") }
+        ));
         metrics.insert(key::DIVERGENT_MODULE.into(), "not identifiable".into());
     } else {
         let part = format!("layer {layer} after its modules (residual adds, per-layer input, layer_scalar)");

@@ -16,8 +16,8 @@ use crate::metrics::argmax;
 use crate::outputs::{Isolation, LayerOutputs, Run, Stage};
 use crate::tolerance::L3Tolerance;
 use allclose::{allclose, AllcloseReport};
-use layers::{layer_localisation, module_blame};
 pub use layers::layer_sparkline;
+use layers::{layer_localisation, module_blame};
 use onnx_parity_reference::BidirectionalScope;
 use stage::{describe, stage, StageError};
 
@@ -283,6 +283,69 @@ mod tests {
         assert_eq!(out.metrics.get("layers_localised"), Some(&serde_json::Value::Bool(false)));
         o.forced.prefill.layers = layers(&[1.0]);
         assert!(compare(&r, &o, &TOL).message.contains("exposes 1 layers, the reference has 2"));
+    }
+
+    fn isolated(r: &ReferenceRun, layers: LayerOutputs, local: LayerOutputs) -> Isolation {
+        Isolation::Done(Box::new(crate::outputs::Isolated {
+            embedding: r.run.prefill.components.clone(),
+            logits: r.run.prefill.logits.clone(),
+            layers,
+            local,
+            ..Default::default()
+        }))
+    }
+
+    /// Guards the local blame: with isolation the blamed layer is the first whose *local* error
+    /// exceeds the tolerance, even when a component upstream differs (the old rule blamed none),
+    /// and a layer that only inherits an earlier layer's error is not blamed.
+    #[test]
+    fn local_error_blames_where_the_layer_stands() {
+        let (mut r, mut o) = runs(vec![0.0, 1.0, 2.0, 3.0, 4.0, 5.0], vec![1.0, 1.0, 9.0]);
+        o.forced.prefill.components.insert(Component::InputsEmbeds, Dense::new(vec![1, 2, 1], vec![0.5, 0.9]));
+        r.run.prefill.layers = layers(&[1.0, 2.0, 3.0]);
+        // Propagated: layers 1 and 2 off; locally only layer 1.
+        let iso = isolated(&r, layers(&[1.0, 2.5, 3.5]), layers(&[1.0, 2.5, 3.0]));
+        let out = super::compare(&r.run, &o.forced, &iso, r.scope, &TOL);
+        assert_eq!(out.metrics.get("first_divergent_layer").and_then(|v| v.as_u64()), Some(1), "{}", out.message);
+        assert_eq!(out.metrics.get("layer_local_max_abs_diff").and_then(|v| v.as_array()).map(|a| a.len()), Some(3));
+        assert!(out.message.contains("first divergent decoder layer 1 (fed the reference's stream"), "{}", out.message);
+        assert!(out.message.contains("propagated [0.0e0 5.0e-1 5.0e-1]; local [0.0e0 5.0e-1 0.0e0]"), "{}", out.message);
+        // The reference kept no module outputs: said, not guessed.
+        assert_eq!(out.metrics.get("divergent_module").and_then(|v| v.as_str()), Some("not identifiable"), "{}", out.message);
+        let iso = isolated(&r, layers(&[1.0, 2.5, 3.5]), layers(&[1.0, 2.0, 3.0]));
+        let out = super::compare(&r.run, &o.forced, &iso, r.scope, &TOL);
+        assert!(!out.metrics.contains_key("first_divergent_layer"), "{}", out.message);
+        assert!(out.message.contains("decoder layers agree where they stand"), "{}", out.message);
+        // Local runs unavailable: the isolated propagated profile blames, with the reason said.
+        let iso = isolated(&r, layers(&[1.0, 2.5, 3.5]), LayerOutputs::Unavailable("cut refused".into()));
+        let out = super::compare(&r.run, &o.forced, &iso, r.scope, &TOL);
+        assert!(out.message.contains("local layer runs: not available (cut refused)"), "{}", out.message);
+        assert_eq!(out.metrics.get("first_divergent_layer").and_then(|v| v.as_u64()), Some(1), "{}", out.message);
+        let out = super::compare(&r.run, &o.forced, &Isolation::Failed("boom".into()), r.scope, &TOL);
+        assert!(out.message.contains("in isolation: not judged (boom)"), "{}", out.message);
+    }
+
+    /// Guards the part named inside a blamed layer: the first module in forward order that
+    /// differs; when all agree, what is left after them.
+    #[test]
+    fn module_inside_the_blamed_layer() {
+        let (mut r, o) = runs(vec![0.0, 1.0, 2.0, 3.0, 4.0, 5.0], vec![1.0, 1.0, 9.0]);
+        r.run.prefill.layers = layers(&[1.0, 2.0]);
+        let m = |attn: f32, mlp: f32| -> crate::outputs::ModuleOutputs {
+            [("self_attn".to_string(), Dense::new(vec![1, 1, 1], vec![attn])), ("mlp".to_string(), Dense::new(vec![1, 1, 1], vec![mlp]))]
+                .into()
+        };
+        r.run.prefill.modules = vec![m(0.0, 0.0), m(1.0, 1.0)];
+        let with = |attn: f32, mlp: f32| {
+            let Isolation::Done(mut iso) = isolated(&r, layers(&[1.0, 2.5]), layers(&[1.0, 2.5])) else { unreachable!() };
+            iso.modules = vec![m(0.0, 0.0), m(attn, mlp)];
+            super::compare(&r.run, &o.forced, &Isolation::Done(iso), r.scope, &TOL)
+        };
+        let part = |out: &TierOutcome| out.metrics.get("divergent_module").and_then(|v| v.as_str()).map(String::from);
+        assert_eq!(part(&with(1.0, 1.5)).as_deref(), Some("layer 1 mlp"));
+        assert_eq!(part(&with(1.5, 1.5)).as_deref(), Some("layer 1 self_attn"));
+        let out = with(1.0, 1.0);
+        assert!(part(&out).is_some_and(|p| p.starts_with("layer 1 after its modules")), "{}", out.message);
     }
 
     /// Guards the table profile: a log-scale bar per layer and the blamed layer.
