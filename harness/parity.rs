@@ -55,7 +55,7 @@ fn main() {
                     // ONNX_PARITY_OUTCOMES=dir: one record per trial, merged by `onnx-parity report`.
                     if let Some(dir) = std::env::var_os("ONNX_PARITY_OUTCOMES") {
                         let record = onnx_parity::report::TrialRecord {
-                            case: format!("{}/{}", case.category, case.name),
+                            case: case.id(),
                             level: level.to_string(),
                             outcome: outcome.clone(),
                             execution_provider: onnx_parity::onnx::runtime::execution_provider().to_string(),

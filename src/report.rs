@@ -69,7 +69,7 @@ impl RunMetadata {
 /// Markdown reports that `onnx-parity run` writes.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct TrialRecord {
-    /// `<category>/<case>`.
+    /// `<category>/<case>`, with `@<variant>` for an export variant (each its own file).
     pub case: String,
     pub level: String,
     pub outcome: TierOutcome,
@@ -262,6 +262,23 @@ fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), ReportError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Guards: a case's variants write their own records (they used to overwrite the case's).
+    #[test]
+    fn variant_records_do_not_collide() {
+        let dir = tempfile::tempdir().unwrap();
+        let record = |case: &str| TrialRecord {
+            case: case.into(),
+            level: "L3".into(),
+            outcome: TierOutcome::new(crate::tiers::outcome::Status::Pass, "ok"),
+            execution_provider: "CPU".into(),
+            gpu: crate::gpu::GpuMetadata::current(),
+        };
+        let a = record("c/x").write(dir.path()).unwrap();
+        let b = record("c/x@gqa").write(dir.path()).unwrap();
+        assert_ne!(a, b);
+        assert_eq!(TrialRecord::read_all(&[dir.path().to_path_buf()]).unwrap().len(), 2);
+    }
 
     /// Guards the partitioned-run report: per-trial records written by separate processes merge
     /// into one report grouped by case, with xfail and skipped counted apart from passes, and the
