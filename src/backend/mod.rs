@@ -56,10 +56,11 @@ pub trait Backend {
     }
 
     /// Each sub-model judged on the reference's own inputs for it (`reference`: the
-    /// reference's run of `inputs`, with layer outputs), so L3 blames the component that
-    /// diverges, not its downstream. The last call on a back end (it may release sessions).
-    /// Implementations without sub-models keep the default.
-    fn isolated(&mut self, _inputs: &ModelInputs, _oracle: &Run) -> Result<Isolation, BackendError> {
+    /// reference's run of `inputs`, with layer outputs; `own`: this back end's teacher-forced
+    /// run of them, reused where the isolated run would be the same), so L3 blames the component
+    /// that diverges, not its downstream. The last call on a back end (it may release
+    /// sessions). Implementations without sub-models keep the default.
+    fn isolated(&mut self, _inputs: &ModelInputs, _oracle: &Run, _own: &Run) -> Result<Isolation, BackendError> {
         Ok(Isolation::NotRun)
     }
 }

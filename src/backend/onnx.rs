@@ -25,7 +25,7 @@ impl Backend for OnnxPipeline {
         Ok(Run { prefill, generation, step_inputs: Default::default() })
     }
 
-    fn isolated(&mut self, inputs: &ModelInputs, reference: &Run) -> Result<Isolation, BackendError> {
-        Ok(Isolation::Done(Box::new(self.isolate(inputs, reference)?)))
+    fn isolated(&mut self, inputs: &ModelInputs, reference: &Run, own: &Run) -> Result<Isolation, BackendError> {
+        Ok(Isolation::Done(Box::new(self.isolate(inputs, reference, Some(own))?)))
     }
 }

@@ -302,7 +302,7 @@ fn candidate_runs(
     };
     let isolation = if case.levels.contains(&Level::L3) {
         let t = std::time::Instant::now();
-        let isolation = backend.isolated(inputs, reference).unwrap_or_else(|e| {
+        let isolation = backend.isolated(inputs, reference, &forced_run).unwrap_or_else(|e| {
             tracing::warn!("{}: the sub-models could not be judged in isolation: {e}", case.name);
             Isolation::Failed(e.to_string())
         });

@@ -38,8 +38,19 @@ pub fn local_input_layer(name: &str) -> Option<usize> {
 
 /// The modules of a decoder layer whose outputs are compared inside a blamed layer, in forward
 /// order, spelt as HF (and the reference) name them.
-pub const MODULES: [&str; 6] =
-    ["input_layernorm", "self_attn", "post_attention_layernorm", "pre_feedforward_layernorm", "mlp", "post_feedforward_layernorm"];
+/// (MoE layers: the experts' path shows in `pre_feedforward_layernorm_2` and
+/// `post_feedforward_layernorm_2`, the dense MLP's in `post_feedforward_layernorm_1`.)
+pub const MODULES: [&str; 9] = [
+    "input_layernorm",
+    "self_attn",
+    "post_attention_layernorm",
+    "pre_feedforward_layernorm",
+    "mlp",
+    "post_feedforward_layernorm_1",
+    "pre_feedforward_layernorm_2",
+    "post_feedforward_layernorm_2",
+    "post_feedforward_layernorm",
+];
 
 /// Why a decoder cannot be cut.
 #[derive(Debug, thiserror::Error)]

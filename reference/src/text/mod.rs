@@ -97,7 +97,7 @@ impl DecoderLayer {
         keep("mlp", &h);
         // The experts read the residual itself, not the dense MLP's pre-norm input.
         let h = match &self.moe {
-            Some(moe) => moe.forward(&x, &h)?,
+            Some(moe) => moe.forward(&x, &h, &mut keep)?,
             None => h,
         };
         let h = self.post_feedforward_layernorm.forward(&h)?;

@@ -255,11 +255,15 @@ impl MoeBlock {
 
     /// `residual` `[T, hidden]` (the post-attention stream) and the dense MLP's output `mlp` →
     /// `post_ff_1(mlp) + post_ff_2(experts(pre_ff_2(residual)))`.
-    pub(crate) fn forward(&self, residual: &Tensor, mlp: &Tensor) -> Result<Tensor> {
+    /// With `keep`, the block's norm outputs by HF name (where a divergence inside it shows).
+    pub(crate) fn forward(&self, residual: &Tensor, mlp: &Tensor, mut keep: impl FnMut(&'static str, &Tensor)) -> Result<Tensor> {
         let h1 = self.post_feedforward_layernorm_1.forward(mlp)?;
+        keep("post_feedforward_layernorm_1", &h1);
         let routing = self.router.route(residual)?;
         let x = self.pre_feedforward_layernorm_2.forward(residual)?;
+        keep("pre_feedforward_layernorm_2", &x);
         let h2 = self.post_feedforward_layernorm_2.forward(&self.experts.forward(&x, &routing)?)?;
+        keep("post_feedforward_layernorm_2", &h2);
         Ok((h1 + h2)?)
     }
 }

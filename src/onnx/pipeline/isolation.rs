@@ -24,8 +24,10 @@ use ort::value::TensorElementType;
 impl OnnxPipeline {
     /// Runs each sub-model on the reference's inputs for it (see the module doc). `reference`
     /// is the reference's run of the same `inputs`, with its layer outputs and decode-step
-    /// inputs. Releases the decoder session: the pipeline decodes no more after this.
-    pub fn isolate(&mut self, inputs: &ModelInputs, reference: &Run) -> Result<Isolated, PipelineError> {
+    /// inputs; `own`, this pipeline's teacher-forced run of the same inputs, stands in for the
+    /// isolated decoder run of a text-only package (the same ids, the same graph). Releases the
+    /// decoder session: the pipeline decodes no more after this.
+    pub fn isolate(&mut self, inputs: &ModelInputs, reference: &Run, own: Option<&Run>) -> Result<Isolated, PipelineError> {
         let role = self.decoder_role;
         let contract = |message: String| PipelineError::Contract { role, message };
         let ids = &inputs.input_ids;
@@ -52,20 +54,32 @@ impl OnnxPipeline {
             }
         }
 
-        let embedded = self.reference_embedded(&reference.prefill.components)?;
-        let cache = self.empty_cache()?;
-        let prefill = self.run_decoder(ids, embedded, s, cache, true)?;
-        iso.logits = prefill.logits;
-        iso.layers = match prefill.layers {
-            Some(layers) => LayerOutputs::Tensors(layers),
-            None => {
-                LayerOutputs::Unavailable(self.layer_outputs_unavailable().map_or_else(|| "not exposed".to_string(), |e| e.to_string()))
+        match own.filter(|o| iso.text_only && matches!(o.prefill.layers, LayerOutputs::Tensors(_))) {
+            // A text-only package's isolated decoder sees the ids, as its own forced run did:
+            // that run (teacher-forced with the reference's tokens) is the isolated one.
+            Some(own) => {
+                iso.logits = own.prefill.logits.clone();
+                iso.layers = own.prefill.layers.clone();
+                iso.step_logits =
+                    (reference.generation.step_logits.len() > 1).then(|| own.generation.step_logits.get(1).cloned()).flatten();
             }
-        };
-        if let (Some(&token), true) = (reference.generation.tokens.first(), reference.generation.step_logits.len() > 1) {
-            let embedded = self.reference_embedded(&reference.step_inputs)?;
-            let step = self.run_decoder(&[token], embedded, s + 1, prefill.present, false)?;
-            iso.step_logits = Some(step.logits.data);
+            None => {
+                let embedded = self.reference_embedded(&reference.prefill.components)?;
+                let cache = self.empty_cache()?;
+                let prefill = self.run_decoder(ids, embedded, s, cache, true)?;
+                iso.logits = prefill.logits;
+                iso.layers = match prefill.layers {
+                    Some(layers) => LayerOutputs::Tensors(layers),
+                    None => LayerOutputs::Unavailable(
+                        self.layer_outputs_unavailable().map_or_else(|| "not exposed".to_string(), |e| e.to_string()),
+                    ),
+                };
+                if let (Some(&token), true) = (reference.generation.tokens.first(), reference.generation.step_logits.len() > 1) {
+                    let embedded = self.reference_embedded(&reference.step_inputs)?;
+                    let step = self.run_decoder(&[token], embedded, s + 1, prefill.present, false)?;
+                    iso.step_logits = Some(step.logits.data);
+                }
+            }
         }
         self.local_layers(ids, reference, &mut iso)?;
         Ok(iso)
