@@ -20,6 +20,7 @@ pub mod files;
 pub mod golden;
 pub mod gpu;
 pub mod hexfloat;
+pub mod html;
 pub mod hub;
 pub mod inputs;
 pub mod logits;

@@ -38,12 +38,8 @@ enum Command {
         /// Comma-separated tiers to run, e.g. `L1,L3` (default: all).
         #[arg(long, value_delimiter = ',', value_parser = parse_level)]
         levels: Vec<Level>,
-        /// Write the JSON report here.
-        #[arg(long)]
-        report: Option<PathBuf>,
-        /// Write a Markdown table here.
-        #[arg(long)]
-        markdown: Option<PathBuf>,
+        #[command(flatten)]
+        files: ReportFiles,
         /// Folder with `<category>/<case>.json` goldens.
         #[arg(long)]
         goldens: Option<PathBuf>,
@@ -103,10 +99,8 @@ enum Command {
     Report {
         #[arg(required = true)]
         dirs: Vec<PathBuf>,
-        #[arg(long)]
-        report: Option<PathBuf>,
-        #[arg(long)]
-        markdown: Option<PathBuf>,
+        #[command(flatten)]
+        files: ReportFiles,
     },
     /// Write a reproducer bundle for the first divergence of CASE's L3: the blamed decoder layer
     /// cut out of the decoder (or the sub-model that differs in isolation), its inputs and the
@@ -148,6 +142,20 @@ fn repro(path: PathBuf, variant: Option<String>, level: Level, out: PathBuf) -> 
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The report files `run` and `report` write.
+#[derive(clap::Args)]
+struct ReportFiles {
+    /// Write the JSON report here.
+    #[arg(long)]
+    report: Option<PathBuf>,
+    /// Write a Markdown table here.
+    #[arg(long)]
+    markdown: Option<PathBuf>,
+    /// Write one self-contained HTML page here (inline CSS and SVG plots, no network).
+    #[arg(long)]
+    html: Option<PathBuf>,
 }
 
 /// `onnx-parity logits`.
@@ -210,13 +218,7 @@ fn list(paths: Vec<PathBuf>) -> anyhow::Result<ExitCode> {
     Ok(if bad > 0 || found.is_empty() { ExitCode::FAILURE } else { ExitCode::SUCCESS })
 }
 
-fn run(
-    paths: Vec<PathBuf>,
-    levels: Vec<Level>,
-    report: Option<PathBuf>,
-    markdown: Option<PathBuf>,
-    goldens: Option<PathBuf>,
-) -> anyhow::Result<ExitCode> {
+fn run(paths: Vec<PathBuf>, levels: Vec<Level>, files: ReportFiles, goldens: Option<PathBuf>) -> anyhow::Result<ExitCode> {
     let levels = if levels.is_empty() { Level::ALL.to_vec() } else { levels };
     let mut opts = RunOptions::from_env();
     if let Some(g) = goldens {
@@ -250,7 +252,7 @@ fn run(
     }
     meta.wall_s = start.elapsed().as_secs_f64();
     let report_data = RunReport { cases, metadata: meta };
-    write_reports(&report_data, report, markdown)?;
+    write_reports(&report_data, &files)?;
     print!("{}", report_data.console_summary());
     let matrix = onnx_parity::variant_matrix::markdown(&report_data);
     if !matrix.is_empty() {
@@ -456,25 +458,29 @@ fn compare(a: PathBuf, b: PathBuf, max_abs: f64) -> anyhow::Result<ExitCode> {
 }
 
 /// The JSON report and the Markdown table, where asked for.
-fn write_reports(r: &RunReport, report: Option<PathBuf>, markdown: Option<PathBuf>) -> anyhow::Result<()> {
-    if let Some(p) = report {
-        r.write_json(&p)?;
+fn write_reports(r: &RunReport, files: &ReportFiles) -> anyhow::Result<()> {
+    if let Some(p) = &files.report {
+        r.write_json(p)?;
     }
-    if let Some(p) = markdown {
+    if let Some(p) = &files.html {
+        let page = onnx_parity::html::page(r);
+        onnx_parity::atomic::write_atomic(p, page.as_bytes()).with_context(|| format!("writing {}", p.display()))?;
+    }
+    if let Some(p) = &files.markdown {
         let matrix = onnx_parity::variant_matrix::markdown(r);
         let text = if matrix.is_empty() { r.markdown() } else { format!("{}\n## Variant matrix\n\n{matrix}", r.markdown()) };
-        onnx_parity::atomic::write_atomic(&p, text.as_bytes()).with_context(|| format!("writing {}", p.display()))?;
+        onnx_parity::atomic::write_atomic(p, text.as_bytes()).with_context(|| format!("writing {}", p.display()))?;
     }
     Ok(())
 }
 
-fn merge_reports(dirs: Vec<PathBuf>, report: Option<PathBuf>, markdown: Option<PathBuf>) -> anyhow::Result<ExitCode> {
+fn merge_reports(dirs: Vec<PathBuf>, files: ReportFiles) -> anyhow::Result<ExitCode> {
     let records = onnx_parity::report::TrialRecord::read_all(&dirs)?;
     if records.is_empty() {
         anyhow::bail!("no trial records under {dirs:?}");
     }
     let merged = RunReport::from_records(records);
-    write_reports(&merged, report, markdown)?;
+    write_reports(&merged, &files)?;
     print!("{}", onnx_parity::variant_matrix::markdown(&merged));
     println!("{}", merged.totals());
     Ok(if merged.ok() { ExitCode::SUCCESS } else { ExitCode::FAILURE })
@@ -508,7 +514,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::List { paths } => list(paths),
-        Command::Run { paths, levels, report, markdown, goldens } => run(paths, levels, report, markdown, goldens),
+        Command::Run { paths, levels, files, goldens } => run(paths, levels, files, goldens),
         Command::Golden { paths, force, goldens } => golden(paths, force, goldens),
         Command::Fetch { paths, weights } => fetch(paths, weights),
         Command::Inputs { case, out, synthetic, replay, goldens } => inputs(case, out, synthetic, replay, goldens),
@@ -516,7 +522,7 @@ fn main() -> ExitCode {
         Command::Compare { a, b, max_abs } => compare(a, b, max_abs),
         Command::Repro { case, variant, level, out } => repro(case, variant, level, out),
         Command::Tf32Probe => tf32_probe(),
-        Command::Report { dirs, report, markdown } => merge_reports(dirs, report, markdown),
+        Command::Report { dirs, files } => merge_reports(dirs, files),
     };
     match result {
         Ok(code) => code,

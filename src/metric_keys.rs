@@ -42,6 +42,20 @@ pub const EMBEDDING_ISOLATED_MAX_ABS_DIFF: &str = "embedding_isolated_max_abs_di
 pub const DECODER_ISOLATED_MAX_ABS_DIFF: &str = "decoder_isolated_max_abs_diff";
 /// Whether the decoder alone agrees with the reference on the reference's inputs.
 pub const DECODER_ISOLATED_PASS: &str = "decoder_isolated_pass";
+/// Per prompt position: the largest logit difference over the vocabulary (L3, the report's plot).
+pub const LOGITS_POSITION_MAX_ABS_DIFF: &str = "logits_position_max_abs_diff";
+/// `[[first, last], …]` prompt positions of each image block (the plot shades them).
+pub const IMAGE_BLOCKS: &str = "image_blocks";
+/// L4: the top-10 ids of the export, the golden and the live reference (the report's table).
+pub const TOP10: &str = "top10";
+pub const GOLDEN_TOP10: &str = "golden_top10";
+pub const REFERENCE_TOP10: &str = "reference_top10";
+/// L5: the export's, the golden's and the live reference's greedy tokens.
+pub const TOKENS: &str = "tokens";
+pub const GOLDEN_TOKENS: &str = "golden_tokens";
+pub const REFERENCE_TOKENS: &str = "reference_tokens";
+/// An xfail's signature, as the case states it (beside the measured values in reports).
+pub const XFAIL_SIGNATURE: &str = "xfail_signature";
 
 /// `<component>_max_abs_diff` (L3: `image_features_max_abs_diff`, …; also `logits_max_abs_diff`).
 pub fn stage_max_abs_diff(stage: &str) -> String {

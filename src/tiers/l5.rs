@@ -42,6 +42,10 @@ pub fn compare(onnx_tokens: &[i64], golden_tokens: &[i64], live_tokens: Option<&
             }
         }
     }
+    out = out.metric(key::TOKENS, onnx_tokens.to_vec()).metric(key::GOLDEN_TOKENS, golden_tokens.to_vec());
+    if let Some(live) = live_tokens {
+        out = out.metric(key::REFERENCE_TOKENS, live.to_vec());
+    }
     out.status = if pass { Status::Pass } else { Status::Fail };
     out.message = format!("onnx tokens {onnx_tokens:?}; {}", parts.join("; "));
     out

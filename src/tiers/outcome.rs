@@ -103,6 +103,10 @@ impl TierOutcome {
                 None => {
                     self.status = Status::Xfail;
                     self.message = format!("expected failure ({reason}): {}", self.message);
+                    if let Some(s) = &e.signature {
+                        // Reports show what was expected beside what was measured.
+                        self.metrics.insert(crate::metric_keys::XFAIL_SIGNATURE.into(), s.describe().into());
+                    }
                 }
                 Some((s, diff)) => {
                     self.message = format!(

@@ -81,7 +81,29 @@ fn run_l3(case: &Case, eval: &CaseEvaluation) -> TierOutcome {
         Ok(r) => r,
         Err(e) => return TierOutcome::fail(e.to_string()),
     };
-    per_candidate(eval.candidates(case), |c| l3::compare(&reference.run, &c.forced, &c.isolation, reference.scope, &tol))
+    let mut out = per_candidate(eval.candidates(case), |c| l3::compare(&reference.run, &c.forced, &c.isolation, reference.scope, &tol));
+    if let Some(types) = eval.inputs(case).ok().and_then(|i| i.mm_token_type_ids.as_ref()) {
+        let blocks = image_blocks(types);
+        if !blocks.is_empty() {
+            out = out.metric(key::IMAGE_BLOCKS, blocks);
+        }
+    }
+    out
+}
+
+/// `[[first, last], …]` of each run of image tokens (`mm_token_type_ids` 1).
+fn image_blocks(types: &[i64]) -> Vec<Vec<usize>> {
+    let mut out: Vec<Vec<usize>> = Vec::new();
+    for (i, &t) in types.iter().enumerate() {
+        if t != 1 {
+            continue;
+        }
+        match out.last_mut() {
+            Some(b) if b[1] + 1 == i => b[1] = i,
+            _ => out.push(vec![i, i]),
+        }
+    }
+    out
 }
 
 /// The evaluation L4/L5 run on: the real one on the golden's `input_ids` (`golden_ids`, from the

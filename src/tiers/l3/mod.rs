@@ -145,7 +145,36 @@ pub fn compare(expected: &Run, actual: &Run, isolation: &Isolation, scope: Bidir
     if let Some(d) = first_divergence {
         out = out.metric(key::FIRST_DIVERGENCE, d.to_string());
     }
+    if let Some(p) = position_profile(&actual.prefill.logits, &expected.prefill.logits) {
+        out = out.metric(key::LOGITS_POSITION_MAX_ABS_DIFF, p);
+    }
     out
+}
+
+/// Per prompt position, the largest `|actual − expected|` over the vocabulary (NaN where either is
+/// not finite), when both logits are `[1, S, V]` of one shape.
+fn position_profile(actual: &crate::inputs::Dense<f32>, expected: &crate::inputs::Dense<f32>) -> Option<Vec<serde_json::Value>> {
+    if actual.shape != expected.shape || actual.shape.len() != 3 || actual.shape[2] == 0 {
+        return None;
+    }
+    let v = actual.shape[2];
+    Some(
+        actual
+            .data
+            .chunks(v)
+            .zip(expected.data.chunks(v))
+            .map(|(a, e)| {
+                let worst = a.iter().zip(e).map(|(a, e)| (f64::from(*a) - f64::from(*e)).abs()).fold(0.0f64, |m, d| {
+                    if d.is_nan() || m.is_nan() {
+                        f64::NAN
+                    } else {
+                        m.max(d)
+                    }
+                });
+                serde_json::Value::from(worst)
+            })
+            .collect(),
+    )
 }
 
 #[cfg(test)]

@@ -42,7 +42,11 @@ pub fn compare(
                 .metric(key::GOLDEN_TOP1, v.golden_top1)
                 .metric(key::TOP1_GAP, v.gap)
                 .metric(key::TOP10_JACCARD, v.jaccard)
-                .metric(key::ARGMAX_MATCH, v.top1 == v.golden_top1);
+                .metric(key::ARGMAX_MATCH, v.top1 == v.golden_top1)
+                .metric(key::GOLDEN_TOP10, golden.top10_ids.clone());
+            if let Ok(own) = Golden::from_logits(onnx_last_logits, input_ids) {
+                out = out.metric(key::TOP10, own.top10_ids);
+            }
         }
     }
     if let Some(live_logits) = live_logits {
@@ -68,7 +72,10 @@ pub fn compare(
             Ok(v) => {
                 out_status = out_status.worse(v.status);
                 parts.push(format!("live reference: {} ({})", v.status, v.reason));
-                out = out.metric(key::REFERENCE_TOP1, v.golden_top1).metric(key::REFERENCE_TOP10_JACCARD, v.jaccard);
+                out = out
+                    .metric(key::REFERENCE_TOP1, v.golden_top1)
+                    .metric(key::REFERENCE_TOP10_JACCARD, v.jaccard)
+                    .metric(key::REFERENCE_TOP10, live.top10_ids.clone());
             }
         }
         if live.top1_id != golden.top1_id {

@@ -1,0 +1,304 @@
+//! One self-contained HTML page per run (`run --html`, `report --html`): inline CSS and SVG, no
+//! script, no fetch, no external URL, so it opens from a file path or a CI artifact viewer.
+//! Header (versions, EP, reference device, TF32 state and probe), the counts (each status apart:
+//! a skip is never a pass), a case × tier matrix linking to each tier's detail, and per tier the
+//! plots ([`svg`]) and tables its metrics allow.
+
+pub mod svg;
+
+use std::fmt::Write;
+
+use crate::metric_keys as key;
+use crate::metric_keys::Metrics;
+use crate::report::{LevelReport, RunReport};
+use crate::tiers::outcome::Status;
+
+/// Escapes text for HTML content and attribute values.
+pub fn esc(s: &str) -> String {
+    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
+}
+
+/// The statuses counted in the header, in order, with "ignored" last: trials the test harness
+/// did not run (they leave no record, so a report of records counts 0 and says so).
+const COUNTED: [Status; 5] = [Status::Pass, Status::Fail, Status::Xfail, Status::Ambiguous, Status::Skipped];
+
+const CSS: &str = r#"
+body{font:14px/1.45 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px;color:#1d232b;background:#fafbfc}
+h1{font-size:22px;margin:0 0 4px}h2{font-size:17px;margin:28px 0 8px}h3{font-size:15px;margin:18px 0 6px}
+.meta{color:#555;font-size:13px}.meta td{padding:1px 12px 1px 0}
+.counts{display:flex;gap:10px;margin:16px 0}.count{padding:8px 14px;border-radius:6px;font-weight:600;min-width:74px;text-align:center}
+.count b{display:block;font-size:22px}
+.pass{background:#d8f3dc;color:#1b4332}.fail{background:#ffd6d6;color:#7a0b0b}.xfail{background:#ffe8c2;color:#7a4a00}
+.ambiguous{background:#e7dcff;color:#3c1e7a}.skipped{background:#e9ecef;color:#495057}.ignored{background:#f1f3f5;color:#868e96}
+table.matrix{border-collapse:collapse}table.matrix td,table.matrix th{border:1px solid #dee2e6;padding:4px 8px;text-align:center}
+table.matrix td.case{text-align:left;font-family:ui-monospace,monospace;font-size:12.5px}
+table.matrix a{display:block;color:inherit;text-decoration:none;font-weight:600}
+section.detail{background:#fff;border:1px solid #dee2e6;border-radius:8px;padding:10px 16px;margin:12px 0}
+.badge{display:inline-block;padding:1px 8px;border-radius:10px;font-size:12px;font-weight:600}
+.msg{font-family:ui-monospace,monospace;font-size:12px;white-space:pre-wrap;color:#333;max-height:12em;overflow:auto;background:#f8f9fa;padding:6px;border-radius:4px}
+.warning{background:#fff3bf;border-left:4px solid #f59f00;padding:4px 8px;margin:6px 0}
+.signature{background:#fff4e6;border-left:4px solid #fd7e14;padding:4px 8px;margin:6px 0}
+table.kv td{padding:1px 10px 1px 0;font-size:13px}table.kv td:first-child{color:#555}
+table.tokens td{font-family:ui-monospace,monospace;font-size:12px;padding:1px 5px;border:1px solid #eee}
+td.diff{background:#ffd6d6;font-weight:700}
+svg.plot{background:#fff;display:block;margin:6px 0}
+svg .grid{stroke:#eee}svg .tick{font-size:10px;fill:#666}svg .tolerance{stroke:#e8590c;stroke-dasharray:5 3}
+svg .series{fill:none;stroke-width:2}svg .propagated{stroke:#1971c2}svg .local{stroke:#2f9e44}
+svg circle.propagated{fill:#1971c2}svg circle.local{fill:#2f9e44}svg .swatch.propagated{fill:#1971c2}svg .swatch.local{fill:#2f9e44}
+svg .first-divergent{fill:none;stroke:#c92a2a;stroke-width:2.5}svg .bar{fill:#74c0fc}svg .bar.over{fill:#ff8787}
+svg .image-block{fill:#fff3bf}
+"#;
+
+/// The page for `report`.
+pub fn page(report: &RunReport) -> String {
+    let mut h = String::with_capacity(64 * 1024);
+    h.push_str("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>onnx-parity report</title><style>");
+    h.push_str(CSS);
+    h.push_str("</style></head><body>\n");
+    header(&mut h, report);
+    counts(&mut h, report);
+    matrix(&mut h, report);
+    h.push_str("<h2>Details</h2>\n");
+    for c in &report.cases {
+        for l in &c.levels {
+            detail(&mut h, &c.name, l);
+        }
+    }
+    h.push_str("</body></html>\n");
+    h
+}
+
+fn header(h: &mut String, r: &RunReport) {
+    let m = &r.metadata;
+    let g = &m.gpu;
+    let probe = if g.tf32_probe.is_empty() {
+        "not run (CPU)".to_string()
+    } else {
+        g.tf32_probe
+            .iter()
+            .map(|p| format!("{} max rel err {:.1e}{}", p.backend, p.max_rel_err, if p.tf32_like { " TF32-LIKE" } else { "" }))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let date = unix_date(m.started_unix_s);
+    let _ = write!(
+        h,
+        "<h1>onnx-parity report</h1><table class=\"meta\"><tr><td>onnx-parity</td><td>{}</td><td>ONNX Runtime</td><td>{} ({})</td></tr>\
+<tr><td>reference</td><td>{}</td><td>device</td><td>{}</td></tr>\
+<tr><td>TF32</td><td>NVIDIA_TF32_OVERRIDE={} (set by {})</td><td>TF32 probe</td><td>{}</td></tr>\
+<tr><td>exporter, transformers</td><td>as each golden and export records them (the L4/L5 and reproducer details)</td><td>date</td><td>{date} (wall {:.1} s)</td></tr></table>",
+        esc(m.onnx_parity_version),
+        esc(m.onnxruntime_version),
+        esc(&m.execution_provider),
+        esc(&m.reference),
+        esc(&g.reference_device),
+        esc(g.tf32_env.nvidia_tf32_override.as_deref().unwrap_or("unset")),
+        esc(&g.tf32_env.set_by.to_string()),
+        esc(&probe),
+        m.wall_s
+    );
+}
+
+/// `YYYY-MM-DD HH:MM UTC` of a Unix time (civil-from-days, no calendar crate).
+fn unix_date(t: u64) -> String {
+    let days = (t / 86_400) as i64;
+    let (hh, mm) = ((t % 86_400) / 3600, (t % 3600) / 60);
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!("{y:04}-{m:02}-{d:02} {hh:02}:{mm:02} UTC")
+}
+
+fn counts(h: &mut String, r: &RunReport) {
+    h.push_str("<div class=\"counts\">");
+    for s in COUNTED {
+        let _ = write!(h, "<div class=\"count {0}\" data-status=\"{0}\"><b>{1}</b>{0}</div>", s.as_str(), r.count(s));
+    }
+    h.push_str("<div class=\"count ignored\" data-status=\"ignored\"><b>0</b><span title=\"trials the test harness did not run leave no record\">ignored</span></div></div>\n");
+}
+
+fn anchor(case: &str, level: &str) -> String {
+    format!("t-{}-{level}", case.replace(['/', '@'], "-"))
+}
+
+fn matrix(h: &mut String, r: &RunReport) {
+    let mut levels: Vec<&str> = r.cases.iter().flat_map(|c| c.levels.iter().map(|l| l.level.as_str())).collect();
+    levels.sort();
+    levels.dedup();
+    h.push_str("<h2>Case × tier</h2><table class=\"matrix\"><tr><th>case</th>");
+    for l in &levels {
+        let _ = write!(h, "<th>{l}</th>");
+    }
+    h.push_str("</tr>\n");
+    for c in &r.cases {
+        let _ = write!(h, "<tr data-case=\"{0}\"><td class=\"case\">{0}</td>", esc(&c.name));
+        for lv in &levels {
+            match c.levels.iter().find(|l| l.level == *lv) {
+                Some(l) => {
+                    let s = l.outcome.status.as_str();
+                    let _ = write!(
+                        h,
+                        "<td class=\"{s}\" data-level=\"{lv}\" data-status=\"{s}\"><a href=\"#{}\">{s}</a></td>",
+                        anchor(&c.name, lv)
+                    );
+                }
+                None => h.push_str("<td></td>"),
+            }
+        }
+        h.push_str("</tr>\n");
+    }
+    h.push_str("</table>\n");
+}
+
+fn floats(m: &Metrics, k: &str) -> Option<Vec<f64>> {
+    m.get(k)?.as_array().map(|a| a.iter().map(|v| v.as_f64().unwrap_or(f64::NAN)).collect())
+}
+
+fn ints(m: &Metrics, k: &str) -> Option<Vec<i64>> {
+    m.get(k)?.as_array().map(|a| a.iter().filter_map(|v| v.as_i64()).collect())
+}
+
+fn detail(h: &mut String, case: &str, l: &LevelReport) {
+    let o = &l.outcome;
+    let m = &o.metrics;
+    let s = o.status.as_str();
+    let _ = write!(
+        h,
+        "<section class=\"detail\" id=\"{}\" data-case=\"{}\" data-level=\"{}\"><h3>{} · {} <span class=\"badge {s}\">{s}</span></h3>",
+        anchor(case, &l.level),
+        esc(case),
+        l.level,
+        esc(case),
+        l.level
+    );
+    for w in &o.warnings {
+        let _ = write!(h, "<div class=\"warning\">warning: {}</div>", esc(w));
+    }
+    if let Some(sig) = m.get(key::XFAIL_SIGNATURE).and_then(|v| v.as_str()) {
+        let _ = write!(h, "<div class=\"signature\">expected failure signature: {}</div>", esc(sig));
+    }
+    let tol = m.get(key::ATOL).and_then(|v| v.as_f64());
+    if let Some(prop) = floats(m, key::LAYER_MAX_ABS_DIFF) {
+        let local = floats(m, key::LAYER_LOCAL_MAX_ABS_DIFF);
+        let mut series = vec![svg::Series { name: "propagated", class: "propagated", values: &prop }];
+        if let Some(l) = &local {
+            series.push(svg::Series { name: "local (fed the reference's stream)", class: "local", values: l });
+        }
+        let first = m.get(key::FIRST_DIVERGENT_LAYER).and_then(|v| v.as_u64()).map(|v| v as usize);
+        h.push_str("<div>decoder layers");
+        if let Some(k) = first {
+            let part = m.get(key::DIVERGENT_MODULE).and_then(|v| v.as_str()).map(|p| format!(" ({})", esc(p))).unwrap_or_default();
+            let _ = write!(h, ": first divergent layer <b>{k}</b>{part}");
+        }
+        h.push_str("</div>");
+        h.push_str(&svg::layer_plot(&series, tol, first));
+    }
+    let components: Vec<(String, f64)> = [
+        ("image_features", "image_features_max_abs_diff"),
+        ("inputs_embeds", "inputs_embeds_max_abs_diff"),
+        ("per_layer_inputs", "per_layer_inputs_max_abs_diff"),
+        ("vision_encoder alone", key::VISION_ENCODER_ISOLATED_MAX_ABS_DIFF),
+        ("embedding alone", key::EMBEDDING_ISOLATED_MAX_ABS_DIFF),
+        ("decoder alone", key::DECODER_ISOLATED_MAX_ABS_DIFF),
+        ("logits", key::MAX_ABS_DIFF),
+        ("worst decode step", key::DECODE_MAX_ABS_DIFF),
+    ]
+    .iter()
+    .filter_map(|(label, k)| m.get(*k).map(|v| (label.to_string(), v.as_f64().unwrap_or(f64::NAN))))
+    .collect();
+    if l.level == "L3" && !components.is_empty() {
+        h.push_str("<div>max abs diff per component</div>");
+        h.push_str(&svg::bars(&components, tol));
+    }
+    if let Some(p) = floats(m, key::LOGITS_POSITION_MAX_ABS_DIFF) {
+        let blocks: Vec<(usize, usize)> = m
+            .get(key::IMAGE_BLOCKS)
+            .and_then(|v| v.as_array())
+            .map(|a| a.iter().filter_map(|b| Some((b.get(0)?.as_u64()? as usize, b.get(1)?.as_u64()? as usize))).collect())
+            .unwrap_or_default();
+        h.push_str("<div>logits max abs diff per prompt position (image blocks shaded)</div>");
+        h.push_str(&svg::positions(&p, tol, &blocks));
+    }
+    if let Some(golden) = ints(m, key::GOLDEN_TOP10) {
+        top10(h, m, &golden);
+    }
+    if let Some(golden) = ints(m, key::GOLDEN_TOKENS) {
+        tokens(h, m, &golden);
+    }
+    let scalars: Vec<String> = m
+        .iter()
+        .filter(|(k, v)| !v.is_array() && !v.is_object() && k.as_str() != key::XFAIL_SIGNATURE)
+        .map(|(k, v)| format!("<tr><td>{}</td><td>{}</td></tr>", esc(k), esc(&scalar(v))))
+        .collect();
+    if !scalars.is_empty() {
+        let _ = write!(h, "<table class=\"kv\">{}</table>", scalars.join(""));
+    }
+    let _ = writeln!(h, "<div class=\"msg\">{}</div></section>", esc(&o.message));
+}
+
+fn scalar(v: &serde_json::Value) -> String {
+    match v {
+        serde_json::Value::Number(n) if n.is_f64() => format!("{:.4e}", n.as_f64().unwrap_or(f64::NAN)),
+        serde_json::Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// L4: golden vs ONNX vs reference top-10, ids that differ from the golden's at a rank marked.
+fn top10(h: &mut String, m: &Metrics, golden: &[i64]) {
+    let onnx = ints(m, key::TOP10).unwrap_or_default();
+    let reference = ints(m, key::REFERENCE_TOP10).unwrap_or_default();
+    let gap = m.get(key::TOP1_GAP).and_then(|v| v.as_f64()).map(|g| format!(" (ONNX top-1 margin {g:.3e})")).unwrap_or_default();
+    let _ = write!(h, "<div>top-10 next tokens{gap}</div><table class=\"tokens top10\">");
+    for (name, row) in [("golden", golden), ("ONNX", onnx.as_slice()), ("reference", reference.as_slice())] {
+        if row.is_empty() {
+            continue;
+        }
+        let _ = write!(h, "<tr><td>{name}</td>");
+        for (i, t) in row.iter().enumerate() {
+            let cls = if golden.get(i) != Some(t) { " class=\"diff\"" } else { "" };
+            let _ = write!(h, "<td{cls}>{t}</td>");
+        }
+        h.push_str("</tr>");
+    }
+    h.push_str("</table>");
+}
+
+/// L5: golden, ONNX and reference greedy tokens aligned, the first difference marked.
+fn tokens(h: &mut String, m: &Metrics, golden: &[i64]) {
+    let onnx = ints(m, key::TOKENS).unwrap_or_default();
+    let reference = ints(m, key::REFERENCE_TOKENS).unwrap_or_default();
+    let first = onnx.iter().zip(golden).position(|(a, b)| a != b).or((onnx.len() != golden.len()).then(|| onnx.len().min(golden.len())));
+    h.push_str("<div>greedy tokens (ids; the first difference from the golden marked)</div><table class=\"tokens generated\">");
+    for (name, row) in [("golden", golden), ("ONNX", onnx.as_slice()), ("reference", reference.as_slice())] {
+        if row.is_empty() && name != "ONNX" {
+            continue;
+        }
+        let _ = write!(h, "<tr><td>{name}</td>");
+        for (i, t) in row.iter().enumerate() {
+            let cls = if name != "golden" && Some(i) == first { " class=\"diff\" data-first-difference=\"true\"" } else { "" };
+            let _ = write!(h, "<td{cls}>{t}</td>");
+        }
+        h.push_str("</tr>");
+    }
+    h.push_str("</table>");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Guards the calendar arithmetic of the header's date.
+    #[test]
+    fn dates() {
+        assert_eq!(unix_date(0), "1970-01-01 00:00 UTC");
+        assert_eq!(unix_date(1_796_089_020), "2026-12-01 01:37 UTC");
+        assert_eq!(esc("<a href=\"x\">&"), "&lt;a href=&quot;x&quot;&gt;&amp;");
+    }
+}
