@@ -54,8 +54,15 @@ pub const REFERENCE_TOP10: &str = "reference_top10";
 pub const TOKENS: &str = "tokens";
 pub const GOLDEN_TOKENS: &str = "golden_tokens";
 pub const REFERENCE_TOKENS: &str = "reference_tokens";
+/// L5, where the case has a tokenizer: the export's and the golden's tokens decoded.
+pub const TEXT: &str = "text";
+pub const GOLDEN_TEXT: &str = "golden_text";
 /// An xfail's signature, as the case states it (beside the measured values in reports).
 pub const XFAIL_SIGNATURE: &str = "xfail_signature";
+/// L1: the export's producer (`producer_name producer_version` of its graphs) and the
+/// `transformers_version` of the checkpoint's config.
+pub const EXPORTER: &str = "exporter";
+pub const TRANSFORMERS_VERSION: &str = "transformers_version";
 
 /// `<component>_max_abs_diff` (L3: `image_features_max_abs_diff`, …; also `logits_max_abs_diff`).
 pub fn stage_max_abs_diff(stage: &str) -> String {

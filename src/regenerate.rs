@@ -48,7 +48,7 @@ pub enum RegenerateError {
 
 /// Decodes generated tokens to text with the checkpoint's `tokenizer.json`, when there is one
 /// (HF `decode(..., skip_special_tokens=True)`); mobius omits the text when it has no tokenizer.
-fn decode_text(case: &Case, tokens: &[i64]) -> Option<String> {
+pub fn decode_text(case: &Case, tokens: &[i64]) -> Option<String> {
     let path = case.tokenizer.clone().or_else(|| crate::artifacts::Artifacts::of(case).checkpoint.map(|c| c.join("tokenizer.json")))?;
     if !path.is_file() {
         return None;

@@ -112,4 +112,5 @@ fn report_renders_in_chromium_and_matches_the_json() {
     let vision = section(&dom, "vision-language/unified-vision", "L3");
     assert!(vision.contains("image-block"), "the image block is not shaded");
     assert!(dom.contains("class=\"tokens generated\"") && dom.contains("class=\"tokens top10\""), "L5 tokens / L4 top-10 tables missing");
+    assert!(dom.contains("exporter: mobius-onnx") || dom.contains("exporter: mobius"), "the exporter's version is not in the header");
 }

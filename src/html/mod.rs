@@ -81,12 +81,24 @@ fn header(h: &mut String, r: &RunReport) {
             .join(", ")
     };
     let date = unix_date(m.started_unix_s);
+    let recorded = |k: &str| {
+        let mut v: Vec<&str> =
+            r.cases.iter().flat_map(|c| &c.levels).filter_map(|l| l.outcome.metrics.get(k)?.as_str()).filter(|s| !s.is_empty()).collect();
+        v.sort();
+        v.dedup();
+        if v.is_empty() {
+            "not recorded".to_string()
+        } else {
+            v.join("; ")
+        }
+    };
+    let versions = format!("exporter: {}; transformers: {}", recorded(key::EXPORTER), recorded(key::TRANSFORMERS_VERSION));
     let _ = write!(
         h,
         "<h1>onnx-parity report</h1><table class=\"meta\"><tr><td>onnx-parity</td><td>{}</td><td>ONNX Runtime</td><td>{} ({})</td></tr>\
 <tr><td>reference</td><td>{}</td><td>device</td><td>{}</td></tr>\
 <tr><td>TF32</td><td>NVIDIA_TF32_OVERRIDE={} (set by {})</td><td>TF32 probe</td><td>{}</td></tr>\
-<tr><td>exporter, transformers</td><td>as each golden and export records them (the L4/L5 and reproducer details)</td><td>date</td><td>{date} (wall {:.1} s)</td></tr></table>",
+<tr><td>recorded by the exports and checkpoints</td><td>{}</td><td>date</td><td>{date} (wall {:.1} s)</td></tr></table>",
         esc(m.onnx_parity_version),
         esc(m.onnxruntime_version),
         esc(&m.execution_provider),
@@ -95,6 +107,7 @@ fn header(h: &mut String, r: &RunReport) {
         esc(g.tf32_env.nvidia_tf32_override.as_deref().unwrap_or("unset")),
         esc(&g.tf32_env.set_by.to_string()),
         esc(&probe),
+        esc(&versions),
         m.wall_s
     );
 }
@@ -233,7 +246,7 @@ fn detail(h: &mut String, case: &str, l: &LevelReport) {
     }
     let scalars: Vec<String> = m
         .iter()
-        .filter(|(k, v)| !v.is_array() && !v.is_object() && k.as_str() != key::XFAIL_SIGNATURE)
+        .filter(|(k, v)| !v.is_array() && !v.is_object() && ![key::XFAIL_SIGNATURE, key::TEXT, key::GOLDEN_TEXT].contains(&k.as_str()))
         .map(|(k, v)| format!("<tr><td>{}</td><td>{}</td></tr>", esc(k), esc(&scalar(v))))
         .collect();
     if !scalars.is_empty() {
@@ -288,6 +301,11 @@ fn tokens(h: &mut String, m: &Metrics, golden: &[i64]) {
         h.push_str("</tr>");
     }
     h.push_str("</table>");
+    for (name, k) in [("golden", key::GOLDEN_TEXT), ("ONNX", key::TEXT)] {
+        if let Some(t) = m.get(k).and_then(|v| v.as_str()) {
+            let _ = write!(h, "<div class=\"decoded\"><b>{name}:</b> {}</div>", esc(t));
+        }
+    }
 }
 
 #[cfg(test)]

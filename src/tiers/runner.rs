@@ -192,8 +192,14 @@ fn run_l5(case: &Case, opts: &RunOptions, evals: &CaseEvaluations, artifacts: &A
         Ok(r) => r.map(|r| r.run.generation.tokens.as_slice()),
         Err(o) => return o,
     };
-    let outcome =
-        per_candidate(eval.candidates(case), |c| l5::compare(&c.free.tokens, &golden.generated_tokens, live, tol.min_token_match_ratio));
+    let outcome = per_candidate(eval.candidates(case), |c| {
+        let out = l5::compare(&c.free.tokens, &golden.generated_tokens, live, tol.min_token_match_ratio);
+        // The reports show the sequences decoded where the case has a tokenizer.
+        match (crate::regenerate::decode_text(case, &c.free.tokens), crate::regenerate::decode_text(case, &golden.generated_tokens)) {
+            (Some(a), Some(g)) => out.metric(key::TEXT, a).metric(key::GOLDEN_TEXT, g),
+            _ => out,
+        }
+    });
     with_replay(outcome, warning)
 }
 

@@ -158,7 +158,16 @@ fn interface(inputs: L1Inputs<'_>) -> Result<Interface, TierOutcome> {
 
 impl Interface {
     fn into_outcome(self, load: Option<load::LoadReport>) -> TierOutcome {
-        let Interface { contract, protocol, mut violations, mut notes, ops, n_initializers, config, .. } = self;
+        let Interface { contract, protocol, graphs, mut violations, mut notes, ops, n_initializers, config, .. } = self;
+        // Who made the export and which transformers wrote the checkpoint's config: what the
+        // verdict's numbers depend on besides this tool and ORT (reports show them).
+        let mut producers: Vec<&str> = graphs.values().map(|g| g.producer.as_str()).filter(|p| !p.is_empty()).collect();
+        producers.sort();
+        producers.dedup();
+        let transformers = std::fs::read_to_string(&config)
+            .ok()
+            .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
+            .and_then(|v| v.get("transformers_version").and_then(|s| s.as_str()).map(String::from));
         if let Some(load) = &load {
             violations.extend(load.failures.iter().cloned());
             notes.extend(load.notes.iter().cloned());
@@ -190,6 +199,8 @@ impl Interface {
             .metric(key::OP_INVENTORY, serde_json::to_value(&ops).unwrap_or_default())
             .metric(key::EXPORT_VARIANT, protocol.variant())
             .metric(key::ACTIVATIONS, protocol.float)
+            .metric(key::EXPORTER, producers.join(", "))
+            .metric(key::TRANSFORMERS_VERSION, transformers.unwrap_or_else(|| "not recorded".into()))
     }
 }
 
