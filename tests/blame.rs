@@ -3,29 +3,15 @@
 //! on the committed fixtures.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Command;
 
 use onnx_parity::onnx::feed::FeedTensor;
 use onnx_parity::onnx::proto::ModelProto;
 use onnx_parity::onnx::session::{self, ModelSource, SessionOptions};
 use prost::Message;
 
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
-fn cli(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_onnx-parity"))
-        .args(args)
-        .current_dir(root())
-        .env("ONNX_PARITY_LOG", "warn")
-        .output()
-        .expect("runs the onnx-parity binary")
-}
-
-fn text(o: &Output) -> String {
-    format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
-}
+mod support;
+use support::{cli, root, text};
 
 /// The L3 metrics of each trial `run --levels L3 --report` wrote for `case`, by trial id.
 fn l3_metrics(case: &str) -> Vec<(String, serde_json::Map<String, serde_json::Value>)> {

@@ -7,22 +7,8 @@ use std::process::{Command, Output};
 
 use safetensors::SafeTensors;
 
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
-fn cli(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_onnx-parity"))
-        .args(args)
-        .current_dir(root())
-        .env("ONNX_PARITY_LOG", "warn")
-        .output()
-        .expect("runs the onnx-parity binary")
-}
-
-fn text(o: &Output) -> String {
-    format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
-}
+mod support;
+use support::{cli, root, text};
 
 fn tmpdir() -> tempfile::TempDir {
     tempfile::tempdir().expect("temp dir")

@@ -12,6 +12,21 @@ pub fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
+/// The `onnx-parity` binary run in the repository root with `args` (warnings-only logs).
+pub fn cli(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_onnx-parity"))
+        .args(args)
+        .current_dir(root())
+        .env("ONNX_PARITY_LOG", "warn")
+        .output()
+        .expect("runs the onnx-parity binary")
+}
+
+/// A run's stdout and stderr together, for assertion messages.
+pub fn text(o: &std::process::Output) -> String {
+    format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
+}
+
 /// Files under `dir` (recursively) whose name ends with `suffix` (`""`: every file), sorted.
 pub fn files(dir: &Path, suffix: &str) -> Vec<PathBuf> {
     let mut out = Vec::new();

@@ -34,8 +34,9 @@ impl LogAxis {
         LogAxis { lo, hi: hi.max(lo + 1.0) }
     }
 
-    /// Pixel y of `v` (non-positive values sit on the floor, non-finite ones at the top).
-    fn y(&self, v: f64) -> f64 {
+    /// Where `v` lies on the axis, 0 (floor) to 1 (top): non-positive values sit on the floor,
+    /// non-finite ones at the top.
+    fn frac(&self, v: f64) -> f64 {
         let l = if !v.is_finite() {
             self.hi
         } else if v <= 0.0 {
@@ -43,7 +44,12 @@ impl LogAxis {
         } else {
             v.log10().clamp(self.lo, self.hi)
         };
-        MT + (H - MT - MB) * (1.0 - (l - self.lo) / (self.hi - self.lo))
+        (l - self.lo) / (self.hi - self.lo)
+    }
+
+    /// Pixel y of `v` in a line plot.
+    fn y(&self, v: f64) -> f64 {
+        MT + (H - MT - MB) * (1.0 - self.frac(v))
     }
 
     fn ticks(&self, out: &mut String) {
@@ -153,16 +159,7 @@ fn legend(out: &mut String, series: &[Series<'_>]) {
 pub fn bars(items: &[(String, f64)], tolerance: Option<f64>) -> String {
     let h = MT + 22.0 * items.len() as f64 + MB;
     let axis = LogAxis::covering(items.iter().map(|(_, v)| *v), tolerance);
-    let x = |v: f64| {
-        let l = if !v.is_finite() {
-            axis.hi
-        } else if v <= 0.0 {
-            axis.lo
-        } else {
-            v.log10().clamp(axis.lo, axis.hi)
-        };
-        150.0 + (W - 150.0 - 64.0) * (l - axis.lo) / (axis.hi - axis.lo)
-    };
+    let x = |v: f64| 150.0 + (W - 150.0 - 64.0) * axis.frac(v);
     let mut out = String::new();
     let _ = write!(
         out,
