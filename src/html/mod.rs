@@ -13,10 +13,7 @@ use crate::metric_keys::Metrics;
 use crate::report::{LevelReport, RunReport};
 use crate::tiers::outcome::Status;
 
-/// Escapes text for HTML content and attribute values.
-pub fn esc(s: &str) -> String {
-    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
-}
+pub use svg::esc;
 
 /// The statuses counted in the header, in order, with "ignored" last: trials the test harness
 /// did not run (they leave no record, so a report of records counts 0 and says so).

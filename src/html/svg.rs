@@ -5,6 +5,11 @@
 
 use std::fmt::Write;
 
+/// Escapes text for HTML content and attribute values (the page's and the plots' titles).
+pub fn esc(s: &str) -> String {
+    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
+}
+
 /// Plot size in CSS pixels.
 const W: f64 = 560.0;
 const H: f64 = 200.0;
@@ -70,11 +75,8 @@ impl LogAxis {
 }
 
 fn open(out: &mut String, class: &str, title: &str) {
-    let _ = write!(
-        out,
-        r#"<svg class="plot {class}" viewBox="0 0 {W} {H}" width="{W}" height="{H}" role="img"><title>{}</title>"#,
-        super::esc(title)
-    );
+    let _ =
+        write!(out, r#"<svg class="plot {class}" viewBox="0 0 {W} {H}" width="{W}" height="{H}" role="img"><title>{}</title>"#, esc(title));
 }
 
 /// One series of a line plot.
@@ -174,10 +176,10 @@ pub fn bars(items: &[(String, f64)], tolerance: Option<f64>) -> String {
             out,
             r#"<text x="144" y="{:.1}" class="tick" text-anchor="end">{}</text><rect class="bar{}" x="150" y="{y:.1}" width="{:.1}" height="16"><title>{}: {v:.3e}</title></rect><text x="{:.1}" y="{:.1}" class="tick">{v:.2e}</text>"#,
             y + 12.0,
-            super::esc(label),
+            esc(label),
             if over { " over" } else { "" },
             (x(*v) - 150.0).max(1.0),
-            super::esc(label),
+            esc(label),
             x(*v) + 4.0,
             y + 12.0
         );
