@@ -374,7 +374,8 @@ fn nodes_falling_back_to_the_cpu_are_an_error_listing_them() {
     let levels = run_on_ep("openvino", "onnx", "", "L3");
     let (_, status, message) = &levels[0];
     assert_eq!(status, "fail", "{message}");
-    let intel = std::fs::read_to_string("/proc/cpuinfo").is_ok_and(|c| c.lines().any(|l| l.starts_with("vendor_id") && l.contains("GenuineIntel")));
+    let intel =
+        std::fs::read_to_string("/proc/cpuinfo").is_ok_and(|c| c.lines().any(|l| l.starts_with("vendor_id") && l.contains("GenuineIntel")));
     if intel {
         assert!(message.contains("of its nodes compute on the CPU EP although ONNX_PARITY_EP=openvino asked for OpenVINOExecutionProvider: RMSNormalization `model/layers.0/input_layernorm/RMSNormalization_node_37`"), "{message}");
     } else {
