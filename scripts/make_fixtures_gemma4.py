@@ -8,6 +8,7 @@ Fixtures (each derived from the real config in shared/anchors/hf-configs/, only 
   gemma4-text-ple      E2B-like `gemma4_text` (Gemma4ForCausalLM): PLE, KV sharing from a sliding and a full
                        source layer, double-wide MLP, 1 KV head, head_dim 16 / global 32
   gemma4-text-moe      26B-A4B-like `gemma4_text`: MoE block (8 experts, top-3) beside the dense MLP, k_eq_v
+  gemma4-text-dense    plain `gemma4_text` (no PLE, KV sharing, MoE, k_eq_v): what candle-transformers' gemma4 runs
   gemma4-vision        E2B-like `gemma4` (Gemma4ForConditionalGeneration): the text-ple decoder + a vision tower
                        with clipped linears (bounds that bite), GQA, pooling 3; two images; HF processor fixture;
                        onnx/ is the export of the function-equivalent checkpoint with the vision K/V heads
@@ -61,7 +62,7 @@ from make_fixtures import (  # noqa: E402
 
 FIXTURES = mf.FIXTURES
 ROOT = mf.ROOT
-OWNED = ["gemma4-text-ple", "gemma4-text-moe", "gemma4-vision", "gemma4-vision-large"]
+OWNED = ["gemma4-text-ple", "gemma4-text-moe", "gemma4-text-dense", "gemma4-vision", "gemma4-vision-large"]
 
 # ---------------------------------------------------------------------------------------------
 # configs
@@ -106,6 +107,19 @@ def text_moe_config() -> dict:
              num_kv_shared_layers=0, use_double_wide_mlp=False, hidden_size_per_layer_input=0,
              enable_moe_block=True, num_experts=8, top_k_experts=3, moe_intermediate_size=16,
              use_bidirectional_attention="vision")
+    return c
+
+
+def text_dense_config() -> dict:
+    """The gemma4_text features every Gemma 4 runtime has: sliding + full layers (5:1), dual RoPE, GQA
+    (2 KV heads, 1 global), softcapping, layer_scalar; no PLE, KV sharing, MoE, k_eq_v or double-wide
+    MLP. No released config is this plain; it exists so candle-transformers' gemma4 (which has none of
+    those features) can be judged on a model it claims to run. Here 6 layers, sliding window 8."""
+    c = text_common()
+    c.update(num_hidden_layers=6, layer_types=[S_] * 5 + [F_], intermediate_size=48,
+             num_key_value_heads=2, num_global_key_value_heads=1, attention_k_eq_v=False,
+             num_kv_shared_layers=0, use_double_wide_mlp=False, hidden_size_per_layer_input=0,
+             enable_moe_block=False, use_bidirectional_attention=None)
     return c
 
 
@@ -1800,6 +1814,7 @@ def make_one_image_inputs(fdir: Path, proc, text_ids, img_paths, window: int) ->
 # main
 # ---------------------------------------------------------------------------------------------
 TEXT_PLE_SEEDS = range(3, 40)
+TEXT_DENSE_SEEDS = range(40, 80)
 TEXT_MOE_SEEDS = range(10, 80)  # (5-9: degenerate continuation or no separable routing after re-draws)
 VISION_SEED = 11
 VISION_LARGE_SEED = 13
@@ -1853,6 +1868,8 @@ def main() -> int:
         make_text("gemma4-text-ple", text_ple_config(), TEXT_PLE_SEEDS, summary, prompt_seed=21, prompt_len=32)
     if "gemma4-text-moe" in only:
         make_text("gemma4-text-moe", text_moe_config(), TEXT_MOE_SEEDS, summary, prompt_seed=31, prompt_len=24)
+    if "gemma4-text-dense" in only:
+        make_text("gemma4-text-dense", text_dense_config(), TEXT_DENSE_SEEDS, summary, prompt_seed=41, prompt_len=24)
     if "gemma4-vision" in only:
         make_vision("gemma4-vision", vision_config(), VISION_SEED, summary, processor=True)
     if "gemma4-vision-large" in only:

@@ -7,6 +7,7 @@ use std::time::Instant;
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 use onnx_parity::artifacts::Artifacts;
+use onnx_parity::backend::candle_transformers::CandleTransformersBackend;
 use onnx_parity::backend::reference::ReferenceBackend;
 use onnx_parity::backend::Backend;
 use onnx_parity::case::{discover, Level};
@@ -82,7 +83,8 @@ enum Command {
         goldens: Option<PathBuf>,
     },
     /// Dump `logits` [1,S,V] (all positions), `greedy_tokens` and `image_features` from the
-    /// reference (--checkpoint) or ONNX Runtime (--onnx) for an inputs safetensors file.
+    /// reference (--checkpoint), ONNX Runtime (--onnx) or candle-transformers' gemma4
+    /// (--implementation candle-transformers --checkpoint) for an inputs safetensors file.
     Logits(LogitsArgs),
     /// Compare two `logits` dumps tensor by tensor (e.g. the reference with ONNX_PARITY_DEVICE=cpu
     /// and =cuda). Exits 1 when a float tensor differs by more than --max-abs, an integer tensor
@@ -158,9 +160,23 @@ struct ReportFiles {
     html: Option<PathBuf>,
 }
 
+/// An implementation `onnx-parity logits` runs.
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum LogitsImplementation {
+    /// The candle reference on --checkpoint.
+    Reference,
+    /// The export in --onnx in ONNX Runtime.
+    Onnx,
+    /// candle-transformers' own gemma4 on --checkpoint.
+    CandleTransformers,
+}
+
 /// `onnx-parity logits`.
 #[derive(clap::Args)]
 struct LogitsArgs {
+    /// Which implementation runs (default: the reference with --checkpoint, ONNX Runtime with --onnx).
+    #[arg(long, value_enum)]
+    implementation: Option<LogitsImplementation>,
     #[arg(long, conflicts_with = "onnx", required_unless_present = "onnx")]
     checkpoint: Option<PathBuf>,
     #[arg(long)]
@@ -413,20 +429,26 @@ fn inputs(path: PathBuf, out: PathBuf, synthetic: bool, replay: bool, goldens: O
 }
 
 fn logits(args: LogitsArgs) -> anyhow::Result<ExitCode> {
-    let LogitsArgs { checkpoint, onnx, inputs, out, greedy, bidirectional: scope, eos, layers } = args;
+    let LogitsArgs { implementation, checkpoint, onnx, inputs, out, greedy, bidirectional: scope, eos, layers } = args;
+    use LogitsImplementation as I;
+    let implementation = implementation.unwrap_or(if onnx.is_some() { I::Onnx } else { I::Reference });
+    if scope.is_some() && implementation != I::Reference {
+        anyhow::bail!("--bidirectional applies to the reference only: an export has its mask built in, candle-transformers its own");
+    }
     let model_inputs = onnx_parity::inputs::load_safetensors(&inputs)?;
-    let mut backend: Box<dyn Backend> = match (&checkpoint, &onnx) {
-        (Some(c), _) => Box::new(ReferenceBackend::load(c, scope).with_context(|| format!("reference {}", c.display()))?),
-        (None, Some(d)) => {
-            if scope.is_some() {
-                anyhow::bail!("--bidirectional applies to the reference (--checkpoint) only: an export has its mask built in");
-            }
+    let mut backend: Box<dyn Backend> = match (implementation, &checkpoint, &onnx) {
+        (I::Reference, Some(c), _) => Box::new(ReferenceBackend::load(c, scope).with_context(|| format!("reference {}", c.display()))?),
+        (I::CandleTransformers, Some(c), _) => {
+            Box::new(CandleTransformersBackend::load(c).with_context(|| format!("candle-transformers {}", c.display()))?)
+        }
+        (I::Onnx, _, Some(d)) => {
             let graph = if layers { DecoderGraph::WithLayerOutputs } else { DecoderGraph::Original };
             Box::new(
                 OnnxPipeline::open_with(d, &SessionOptions::from_env(), graph).with_context(|| format!("ONNX export {}", d.display()))?,
             )
         }
-        (None, None) => anyhow::bail!("give --checkpoint or --onnx"),
+        (I::Onnx, _, None) => anyhow::bail!("--implementation onnx runs an export: give --onnx <export folder>"),
+        (_, None, _) => anyhow::bail!("the reference and candle-transformers load a checkpoint: give --checkpoint <HF folder>"),
     };
     let dump = logits::run(backend.as_mut(), &model_inputs, greedy, &eos, layers)?;
     dump.save(&out)?;

@@ -78,10 +78,13 @@ pub struct TrialRecord {
 }
 
 impl TrialRecord {
-    /// Writes `<dir>/<category>--<case>--<level>.json` (atomically).
+    /// Writes `<dir>/<category>--<case>--<level>.json` (atomically; `+<implementation>` after the case
+    /// for an implementation other than the export).
     pub fn write(&self, dir: &Path) -> Result<PathBuf, ReportError> {
         std::fs::create_dir_all(dir).map_err(|source| ReportError::Io { path: dir.into(), source })?;
-        let file = format!("{}--{}.json", self.case.replace('/', "--"), self.level);
+        // `causal-lm/x [candle-transformers]` → `causal-lm--x+candle-transformers--L3.json`.
+        let case = self.case.replace('/', "--").replace(" [", "+").replace(']', "");
+        let file = format!("{case}--{}.json", self.level);
         let path = dir.join(file);
         let mut text = serde_json::to_string_pretty(self)?;
         text.push('\n');

@@ -2,8 +2,10 @@
 //! families) and the exported graphs in ONNX Runtime. Tiers, logits dumps and golden
 //! regeneration see only [`Backend`], [`ModelInputs`] in and [`Run`] out, so a further
 //! implementation (ORT-CUDA against ORT-CPU, a recorded HF oracle, another runtime) is one more
-//! `impl Backend` and one entry in [`crate::evaluation::implementations`], not an edit of a tier.
+//! `impl Backend` and one entry in [`crate::evaluation::implementations`], not an edit of a tier
+//! (candle-transformers' own gemma4 is one: [`candle_transformers`]).
 
+pub mod candle_transformers;
 pub mod onnx;
 pub mod reference;
 
@@ -34,6 +36,8 @@ pub enum BackendError {
     Reference(#[from] onnx_parity_reference::Error),
     #[error(transparent)]
     Onnx(#[from] crate::onnx::pipeline::PipelineError),
+    #[error(transparent)]
+    CandleTransformers(#[from] candle_transformers::CandleTransformersError),
     #[error(transparent)]
     NonFinite(#[from] NonFinite),
     /// The reference's device (`ONNX_PARITY_DEVICE`) cannot be used.

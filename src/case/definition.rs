@@ -6,6 +6,7 @@ use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
+use super::implementations::{default_implementations, ImplementationEntry, ImplementationName};
 use super::error::CaseError;
 use super::level::{Dtype, Level};
 use super::schema::{ExportPin, GenerationSettings, Inputs, RawCase, Xfail};
@@ -75,6 +76,11 @@ pub struct Case {
     pub variants: BTreeMap<String, Variant>,
     /// Which of the case's variants this is (`None`: the case's own export).
     pub variant: Option<String>,
+    /// The implementations judged against the reference (`implementations:`, default `[onnx]`).
+    pub implementations: Vec<ImplementationEntry>,
+    /// Which implementation other than the export this case judges (`None`: the export, or a
+    /// variant's); see [`Case::for_implementation`].
+    pub implementation: Option<ImplementationName>,
 }
 
 /// Another build of a case's model, with its own expected failures.
@@ -133,6 +139,13 @@ impl Case {
                 format!("variant name {bad:?}: use letters, digits, `-` and `_` (it becomes part of the trial name)"),
             ));
         }
+        let implementations = raw.implementations.unwrap_or_else(default_implementations);
+        if implementations.is_empty() {
+            return Err(invalid("implementations", "lists none: give at least one (`[onnx]` is the default)".into()));
+        }
+        if let Some(twice) = implementations.iter().enumerate().find(|(i, e)| implementations[..*i].iter().any(|o| o.name == e.name)) {
+            return Err(invalid("implementations", format!("lists {} twice", twice.1.name)));
+        }
         let base = path.parent().unwrap_or(Path::new(""));
         let resolve = |p: Option<PathBuf>| p.map(|p| if p.is_absolute() { p } else { normalize(&base.join(p)) });
         let mut inputs = raw.inputs.unwrap_or_default();
@@ -172,6 +185,8 @@ impl Case {
                 .map(|(name, v)| (name, Variant { onnx: resolve(v.onnx), export: v.export, xfail: v.xfail, notes: v.notes }))
                 .collect(),
             variant: None,
+            implementations,
+            implementation: None,
             synthetic: raw.synthetic.map(|syn| {
                 let mut inputs = syn.inputs.unwrap_or_default();
                 inputs.tensors = resolve(inputs.tensors.take());
@@ -218,11 +233,49 @@ impl Case {
         })
     }
 
-    /// `<category>/<name>`, with `@<variant>` for a variant: the case part of its trial names.
+    /// The case as implementation `name` (not `onnx`) is judged in it: the reference's
+    /// checkpoint is also what `name` loads, its expected failures are its entry's (the export's
+    /// are about the export), it has no variants; `None` when the case does not list `name`.
+    pub fn for_implementation(&self, name: ImplementationName) -> Option<Case> {
+        let entry = self.implementations.iter().find(|e| e.name == name && name != ImplementationName::Onnx)?;
+        Some(Case {
+            xfail: entry.xfail.clone(),
+            variants: BTreeMap::new(),
+            variant: None,
+            implementation: Some(name),
+            ..self.clone()
+        })
+    }
+
+    /// Whether the case judges its ONNX export (`onnx` is in `implementations:`).
+    pub fn judges_onnx(&self) -> bool {
+        self.implementations.iter().any(|e| e.name == ImplementationName::Onnx)
+    }
+
+    /// `<category>/<name>`, with `@<variant>` for a variant and ` [<implementation>]` for an
+    /// implementation other than the export: the case part of its trial names.
     pub fn id(&self) -> String {
-        match &self.variant {
+        let base = match &self.variant {
             None => format!("{}/{}", self.category, self.name),
             Some(v) => format!("{}/{}@{v}", self.category, self.name),
+        };
+        match self.implementation {
+            None => base,
+            Some(i) => format!("{base} [{i}]"),
+        }
+    }
+
+    /// The trial name of tier `level`: `<category>/<case>[@<variant>]::L<n>`, with
+    /// ` [<implementation>]` after it for an implementation other than the export
+    /// (`causal-lm/gemma4-text-dense::L3 [candle-transformers]`).
+    pub fn trial_name(&self, level: Level) -> String {
+        let base = match &self.variant {
+            None => format!("{}/{}::{level}", self.category, self.name),
+            Some(v) => format!("{}/{}@{v}::{level}", self.category, self.name),
+        };
+        match self.implementation {
+            None => base,
+            Some(i) => format!("{base} [{i}]"),
         }
     }
 

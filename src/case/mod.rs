@@ -2,7 +2,8 @@
 //!
 //! mobius case files load unchanged; this project adds local artifact paths (`checkpoint`, `onnx`,
 //! `tokenizer`, `inputs.tensors`), explicit `inputs.input_ids`, `chat_template`, `levels`, `xfail`,
-//! `tolerance_overrides`, `bidirectional`, `config`, `published_parameters` and `synthetic`.
+//! `tolerance_overrides`, `bidirectional`, `config`, `published_parameters`, `synthetic`, `export`,
+//! `variants` and `implementations`.
 //! Unknown keys, wrong types and bad values are errors that name the file, the key and what was
 //! expected, because a silently ignored typo (`tolerence_overrides:`) would change what a green
 //! run means.
@@ -13,12 +14,14 @@
 pub mod definition;
 pub mod discovery;
 pub mod error;
+pub mod implementations;
 pub mod level;
 pub mod schema;
 
 pub use definition::{Case, Synthetic, Variant};
 pub use discovery::discover;
 pub use error::CaseError;
+pub use implementations::{ImplementationEntry, ImplementationName};
 pub use level::{parse_level_expr, Dtype, Level, LevelExprError};
 /// Which attention layers see an image block bidirectionally. HF itself is inconsistent here,
 /// so the case says which behaviour the export is judged against (the reference's own enum:

@@ -164,6 +164,8 @@ pub(crate) struct RawCase {
     pub(crate) export: Option<ExportPin>,
     #[serde(default)]
     pub(crate) variants: BTreeMap<String, RawVariant>,
+    #[serde(default)]
+    pub(crate) implementations: Option<Vec<super::implementations::ImplementationEntry>>,
 }
 
 /// `export:` what a case says its export is — mobius's `--ep`, `--dtype` and `--static-cache` —

@@ -2,14 +2,15 @@
 //! first (its greedy tokens drive every other's teacher-forced decode, its outputs are what the
 //! others are compared with), then the candidates. Adding an implementation (another runtime,
 //! ORT on another execution provider, candle-transformers' own model) is one more entry here and
-//! an `impl Backend`; no tier changes.
+//! an `impl Backend`; no tier changes. Which of them a case judges is its `implementations:`.
 
 use std::path::Path;
 
 use crate::artifacts::Artifacts;
+use crate::backend::candle_transformers::CandleTransformersBackend;
 use crate::backend::reference::ReferenceBackend;
 use crate::backend::{Backend, BackendError};
-use crate::case::{Case, Level};
+use crate::case::{Case, ImplementationName, Level};
 use crate::onnx::pipeline::{DecoderGraph, OnnxPipeline};
 use crate::onnx::session::SessionOptions;
 
@@ -19,6 +20,8 @@ pub type Open = fn(&Path, &Case) -> Result<Box<dyn Backend>, BackendError>;
 /// One implementation a case can run.
 #[derive(Clone, Copy)]
 pub struct Implementation {
+    /// Which it is (the reference counts as the export's side: it is never a candidate).
+    pub name: ImplementationName,
     /// Names it in messages: `<label> (<artifact folder>): <error>`.
     pub label: &'static str,
     /// The folder it loads (the checkpoint, the export), when the case has one.
@@ -38,6 +41,7 @@ impl std::fmt::Debug for Implementation {
 /// The candle reference on the case's checkpoint, in the case's `bidirectional:` scope (else
 /// what HF's own forward does for the model type).
 pub const REFERENCE: Implementation = Implementation {
+    name: ImplementationName::Onnx,
     label: "reference",
     artifact: checkpoint,
     missing: "the case has no `checkpoint:` for the reference",
@@ -54,8 +58,13 @@ fn open_reference(dir: &Path, case: &Case) -> Result<Box<dyn Backend>, BackendEr
 
 /// The export in ONNX Runtime (this build's execution provider). With an L3 tier its decoder
 /// runs with the layer outputs exposed, so L3 can name the first layer that differs.
-pub const ONNX_RUNTIME: Implementation =
-    Implementation { label: "ONNX", artifact: export, missing: "the case has no `onnx:` export", open: open_onnx };
+pub const ONNX_RUNTIME: Implementation = Implementation {
+    name: ImplementationName::Onnx,
+    label: "ONNX",
+    artifact: export,
+    missing: "the case has no `onnx:` export",
+    open: open_onnx,
+};
 
 fn export(a: &Artifacts) -> Option<&Path> {
     a.export.as_deref()
@@ -66,7 +75,24 @@ fn open_onnx(dir: &Path, case: &Case) -> Result<Box<dyn Backend>, BackendError> 
     Ok(Box::new(OnnxPipeline::open_with(dir, &SessionOptions::from_env(), graph)?))
 }
 
-/// The implementations judged against [`REFERENCE`], in the order their verdicts are reported.
-pub fn candidates() -> Vec<Implementation> {
-    vec![ONNX_RUNTIME]
+/// candle-transformers' own gemma4 on the case's checkpoint (what it cannot run was a skip
+/// before this loads; [`CandleTransformersBackend::load`] checks again and says what is missing).
+pub const CANDLE_TRANSFORMERS: Implementation = Implementation {
+    name: ImplementationName::CandleTransformers,
+    label: "candle-transformers",
+    artifact: checkpoint,
+    missing: "the case has no `checkpoint:` for candle-transformers",
+    open: open_candle_transformers,
+};
+
+fn open_candle_transformers(dir: &Path, _case: &Case) -> Result<Box<dyn Backend>, BackendError> {
+    Ok(Box::new(CandleTransformersBackend::load(dir)?))
+}
+
+/// The implementation judged against [`REFERENCE`] under `name`.
+pub fn candidate(name: ImplementationName) -> Implementation {
+    match name {
+        ImplementationName::Onnx => ONNX_RUNTIME,
+        ImplementationName::CandleTransformers => CANDLE_TRANSFORMERS,
+    }
 }

@@ -2,7 +2,8 @@
 //! (L3, L4 and L5 of one case share one run of each implementation).
 //!
 //! Every implementation sees the same [`ModelInputs`] through the [`Backend`] interface. The
-//! reference runs first and decodes greedily; each candidate ([`implementations::candidates`])
+//! reference runs first and decodes greedily; each candidate (the export, its variants', the
+//! case's other `implementations:`)
 //! is then teacher-forced with the reference's tokens, so that each decode step compares logits
 //! on identical histories, and decodes freely (for L5) only when the forced tokens are not what
 //! it would have chosen itself.
@@ -18,7 +19,7 @@ use std::sync::{Arc, OnceLock};
 
 use crate::artifacts::Artifacts;
 use crate::backend::{Backend, BackendError, GenerationRequest};
-use crate::case::{Case, Level};
+use crate::case::{Case, ImplementationName, Level};
 use crate::inputs::replay::{IdsDrift, ReplayError};
 use crate::inputs::{InputsError, ModelInputs};
 use crate::metrics::greedy_token;
@@ -79,7 +80,7 @@ pub struct CandidateRun {
 #[derive(Debug)]
 struct Candidate {
     implementation: Implementation,
-    /// The case variant whose export it runs (`None`: the case's own).
+    /// The case variant whose export it runs (`None`: the case's own, or not an export).
     variant: Option<String>,
     run: OnceLock<Result<CandidateRun, SharedError>>,
 }
@@ -93,10 +94,15 @@ pub struct CaseEvaluation {
 }
 
 impl Default for CaseEvaluation {
-    /// The evaluation of a case without variants.
+    /// The evaluation of a case without variants or other implementations.
     fn default() -> Self {
-        CaseEvaluation::with_variants(&[])
+        CaseEvaluation::with_candidates(&[], &[])
     }
+}
+
+/// The implementations other than the export that `case` judges.
+fn other_implementations(case: &Case) -> Vec<ImplementationName> {
+    case.implementations.iter().map(|e| e.name).filter(|n| *n != ImplementationName::Onnx).collect()
 }
 
 impl CaseEvaluation {
@@ -105,23 +111,25 @@ impl CaseEvaluation {
     /// (A variant's case, [`Case::for_variant`], gets its own build's candidates.)
     pub fn for_case(case: &Case) -> Self {
         let variants: Vec<String> = case.variants.keys().cloned().chain(case.variant.clone()).collect();
-        CaseEvaluation::with_variants(&variants)
+        CaseEvaluation::with_candidates(&variants, &other_implementations(case))
     }
 
-    fn with_variants(variants: &[String]) -> Self {
+    /// Candidates for the case's own export, each variant's, and each other implementation.
+    fn with_candidates(variants: &[String], others: &[ImplementationName]) -> Self {
         let mut candidates = Vec::new();
         for variant in std::iter::once(None).chain(variants.iter().cloned().map(Some)) {
-            for implementation in implementations::candidates() {
-                candidates.push(Candidate { implementation, variant: variant.clone(), run: OnceLock::new() });
-            }
+            candidates.push(Candidate { implementation: implementations::ONNX_RUNTIME, variant, run: OnceLock::new() });
+        }
+        for &name in others {
+            candidates.push(Candidate { implementation: implementations::candidate(name), variant: None, run: OnceLock::new() });
         }
         CaseEvaluation { inputs: OnceLock::new(), reference: OnceLock::new(), candidates }
     }
 
     /// An evaluation of given inputs (a golden's replayed ids) instead of the case's own, with
-    /// candidates for these variants.
-    pub fn of_inputs(inputs: ModelInputs, variants: &[String]) -> Self {
-        let evaluation = CaseEvaluation::with_variants(variants);
+    /// candidates for these variants and other implementations.
+    pub fn of_inputs(inputs: ModelInputs, variants: &[String], others: &[ImplementationName]) -> Self {
+        let evaluation = CaseEvaluation::with_candidates(variants, others);
         let _ = evaluation.inputs.set(Ok(inputs));
         evaluation
     }
@@ -144,13 +152,17 @@ impl CaseEvaluation {
             .map_err(Arc::clone)
     }
 
-    /// The runs of the candidates judged in `case` — those for its own export, or for the
-    /// variant it is — in [`implementations::candidates`] order: the prefill, the forced decode
-    /// (when the reference is available) and the free one. Each runs on first use, after the
-    /// reference.
+    /// The runs of the candidates judged in `case` — its own export's, the variant's it is, or
+    /// the other implementation's it is ([`Case::for_implementation`]): the prefill, the forced
+    /// decode (when the reference is available) and the free one. Each runs on first use, after
+    /// the reference.
     pub fn candidates(&self, case: &Case) -> Vec<Result<&CandidateRun, SharedError>> {
         let variant = case.variant.as_deref();
-        (0..self.candidates.len()).filter(|&i| self.candidates[i].variant.as_deref() == variant).map(|i| self.candidate(i, case)).collect()
+        let name = case.implementation.unwrap_or(ImplementationName::Onnx);
+        (0..self.candidates.len())
+            .filter(|&i| self.candidates[i].variant.as_deref() == variant && self.candidates[i].implementation.name == name)
+            .map(|i| self.candidate(i, case))
+            .collect()
     }
 
     fn candidate(&self, i: usize, case: &Case) -> Result<&CandidateRun, SharedError> {
@@ -208,8 +220,10 @@ pub struct CaseEvaluations {
     /// The evaluation of a golden's ids and how they differ from the case's; `None` when they
     /// are the case's own, so the real evaluation serves.
     replay: OnceLock<Result<Option<(CaseEvaluation, IdsDrift)>, SharedError>>,
-    /// The case's variants (a replayed evaluation needs their candidates too).
+    /// The case's variants and other implementations (a replayed evaluation needs their
+    /// candidates too).
     variants: Vec<String>,
+    others: Vec<ImplementationName>,
 }
 
 impl CaseEvaluations {
@@ -220,6 +234,7 @@ impl CaseEvaluations {
             synthetic: CaseEvaluation::for_case(case),
             replay: OnceLock::new(),
             variants: case.variants.keys().cloned().collect(),
+            others: other_implementations(case),
         }
     }
 
@@ -243,7 +258,7 @@ impl CaseEvaluations {
                 if let Some(d) = &drift {
                     tracing::warn!("{}: {d}; L4/L5 replay the golden's input_ids", case.name);
                 }
-                Ok(drift.map(|d| (CaseEvaluation::of_inputs(inputs, &self.variants), d)))
+                Ok(drift.map(|d| (CaseEvaluation::of_inputs(inputs, &self.variants, &self.others), d)))
             })
             .as_ref()
             .map_err(Arc::clone)?;

@@ -134,7 +134,7 @@ fn counts(h: &mut String, r: &RunReport) {
 }
 
 fn anchor(case: &str, level: &str) -> String {
-    format!("t-{}-{level}", case.replace(['/', '@'], "-"))
+    format!("t-{}-{level}", case.replace(['/', '@', ' ', '[', ']'], "-"))
 }
 
 fn matrix(h: &mut String, r: &RunReport) {

@@ -7,7 +7,7 @@ use std::borrow::Cow;
 
 use super::options::RunOptions;
 use crate::artifacts::{export_hint, has_weights, Artifacts};
-use crate::case::{Case, Level};
+use crate::case::{Case, ImplementationName, Level};
 use crate::golden::golden_paths;
 
 /// The reason a trial will not run, if it can be known before running it.
@@ -32,6 +32,9 @@ pub fn static_skip(case: &Case, level: Level, opts: &RunOptions) -> Option<Strin
             "model_type {:?} is not implemented (the reference covers gemma4, gemma4_text, gemma4_unified, gemma4_unified_text)",
             case.model_type
         ));
+    }
+    if let Some(name) = case.implementation {
+        return implementation_skip(&tier_case(case, level), level, opts, name);
     }
     if case.variant.is_some() && level == Level::L2 {
         return Some("L2 judges the model's config and checkpoint, the same for every build: see the case's own L2".into());
@@ -64,18 +67,60 @@ pub fn static_skip(case: &Case, level: Level, opts: &RunOptions) -> Option<Strin
                     case.dtype.as_str()
                 ));
             }
-            let (json, generation) = golden_paths(&opts.goldens_root, &case.category, &case.name);
-            let needed = if level == Level::L4 { json } else { generation };
-            (!needed.is_file()).then(|| {
-                format!(
-                    "golden {} is missing: run `onnx-parity golden {}` on a machine with the checkpoint, or point \
-                     ONNX_PARITY_GOLDENS / --goldens at a folder that has it (mobius's testdata/golden uses the same format)",
-                    needed.display(),
-                    case.path.display()
-                )
-            })
+            golden_skip(case, level, opts)
         }
     }
+}
+
+/// An implementation other than the export loads the checkpoint; it must implement what the
+/// model uses (a feature it lacks is a skip naming it, never a silently different model that
+/// passes or fails); L4/L5 need the goldens. An unreadable config is not a skip: the run fails
+/// and says why.
+fn implementation_skip(case: &Case, level: Level, opts: &RunOptions, name: ImplementationName) -> Option<String> {
+    let artifacts = Artifacts::of(case);
+    let dir = match &artifacts.checkpoint {
+        None => return Some(format!("{name} loads the checkpoint: add `checkpoint: <HF folder with config.json>` to {}", case.path.display())),
+        Some(dir) if !dir.join("config.json").is_file() => {
+            return Some(format!("checkpoint {} has no config.json: download or regenerate it", dir.display()))
+        }
+        Some(dir) if !has_weights(dir) => {
+            return Some(format!("checkpoint {} has no safetensors weights: download or regenerate them", dir.display()))
+        }
+        Some(dir) => dir.clone(),
+    };
+    match name {
+        ImplementationName::Onnx => {}
+        ImplementationName::CandleTransformers => {
+            use crate::backend::candle_transformers::{read_config, unsupported, VERSION};
+            if let Ok(config) = read_config(&dir) {
+                let mut missing = unsupported(&config, false);
+                if missing.is_empty() && crate::inputs::for_case(case).is_ok_and(|i| i.has_images()) {
+                    missing = unsupported(&config, true);
+                }
+                if !missing.is_empty() {
+                    return Some(format!("candle-transformers {VERSION}'s gemma4 does not implement what this model uses: {}", missing.join("; ")));
+                }
+            }
+        }
+    }
+    if matches!(level, Level::L4 | Level::L5) {
+        return golden_skip(case, level, opts);
+    }
+    None
+}
+
+/// The golden `level` compares with, when it is missing.
+fn golden_skip(case: &Case, level: Level, opts: &RunOptions) -> Option<String> {
+    let (json, generation) = golden_paths(&opts.goldens_root, &case.category, &case.name);
+    let needed = if level == Level::L4 { json } else { generation };
+    (!needed.is_file()).then(|| {
+        format!(
+            "golden {} is missing: run `onnx-parity golden {}` on a machine with the checkpoint, or point \
+             ONNX_PARITY_GOLDENS / --goldens at a folder that has it (mobius's testdata/golden uses the same format)",
+            needed.display(),
+            case.path.display()
+        )
+    })
 }
 
 /// L1 and L3 need the checkpoint's config and the export (the case's own, a stand-in's, or found
