@@ -112,12 +112,14 @@ def text_moe_config() -> dict:
 
 def text_dense_config() -> dict:
     """The gemma4_text features every Gemma 4 runtime has: sliding + full layers (5:1), dual RoPE, GQA
-    (2 KV heads, 1 global), softcapping, layer_scalar; no PLE, KV sharing, MoE, k_eq_v or double-wide
-    MLP. No released config is this plain; it exists so candle-transformers' gemma4 (which has none of
-    those features) can be judged on a model it claims to run. Here 6 layers, sliding window 8."""
+    (2 KV heads), softcapping, layer_scalar; no PLE, KV sharing, MoE, k_eq_v or double-wide MLP. No
+    released config is this plain; it exists so candle-transformers' gemma4 (which has none of those
+    features) can be judged on a model it claims to run. num_global_key_value_heads is null, as in
+    every released config without k_eq_v (HF reads it only with k_eq_v; candle-transformers 0.11.1
+    sizes full layers' K/V by it whenever it is set). Here 6 layers, sliding window 8."""
     c = text_common()
     c.update(num_hidden_layers=6, layer_types=[S_] * 5 + [F_], intermediate_size=48,
-             num_key_value_heads=2, num_global_key_value_heads=1, attention_k_eq_v=False,
+             num_key_value_heads=2, num_global_key_value_heads=None, attention_k_eq_v=False,
              num_kv_shared_layers=0, use_double_wide_mlp=False, hidden_size_per_layer_input=0,
              enable_moe_block=False, use_bidirectional_attention=None)
     return c

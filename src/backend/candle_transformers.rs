@@ -84,6 +84,13 @@ pub fn unsupported(config: &serde_json::Value, has_images: bool) -> Vec<String> 
     }
     if flag("attention_k_eq_v") {
         missing.push("keys as values on full layers (attention_k_eq_v)".into());
+    } else if int("num_global_key_value_heads") > 0 {
+        // HF reads it only with k_eq_v (modeling_gemma4.py:1195-1197); the crate sizes every
+        // full layer's K/V by it (text.rs:257-260), so the checkpoint's k_proj does not fit.
+        missing.push(format!(
+            "num_global_key_value_heads {} without attention_k_eq_v (HF ignores it there; the crate sizes full layers' K/V by it)",
+            int("num_global_key_value_heads")
+        ));
     }
     match text.get("use_bidirectional_attention").and_then(|v| v.as_str()) {
         Some("all") => missing.push("bidirectional attention on every layer (use_bidirectional_attention \"all\")".into()),
@@ -282,6 +289,8 @@ mod tests {
         let moe = json!({"model_type": "gemma4_text", "enable_moe_block": true, "attention_k_eq_v": true});
         let m = unsupported(&moe, false).join("\n");
         assert!(m.contains("enable_moe_block") && m.contains("attention_k_eq_v"), "{m}");
+        let global = json!({"model_type": "gemma4_text", "num_global_key_value_heads": 1});
+        assert!(unsupported(&global, false)[0].contains("num_global_key_value_heads 1 without attention_k_eq_v"));
         assert!(unsupported(&json!({"model_type": "gemma4_unified"}), false)[0].contains("gemma4_unified"));
         assert!(unsupported(&json!({"model_type": "gemma4", "text_config": {}}), true).iter().any(|m| m.contains("image prompts")));
         assert!(unsupported(&json!({"model_type": "gemma4_text", "use_bidirectional_attention": "all"}), false)[0].contains("\"all\""));
