@@ -65,14 +65,14 @@ fn main() {
                     }
                     // Warnings (a golden's replayed input_ids, ...) are shown whatever the status.
                     for w in &outcome.warnings {
-                        eprintln!("{}::{level} warning: {w}", case.name);
+                        eprintln!("{} warning: {w}", case.trial_name(level));
                     }
                     let line = format!("{}: {}", outcome.status, outcome.message);
                     match outcome.status {
                         Status::Pass => Ok(()),
                         // Shown so an expected failure or a near tie is never silent.
                         Status::Xfail | Status::Ambiguous => {
-                            eprintln!("{}::{level} {line}", case.name);
+                            eprintln!("{} {line}", case.trial_name(level));
                             Ok(())
                         }
                         Status::Fail => Err(Failed::from(line)),

@@ -22,7 +22,7 @@ pub fn compare(onnx_tokens: &[i64], golden_tokens: &[i64], live_tokens: Option<&
                 v.ratio,
                 min_ratio,
                 v.first_mismatch
-                    .map(|i| format!(", first mismatch at {i}: onnx {:?} vs golden {:?}", onnx_tokens.get(i), golden_tokens.get(i)))
+                    .map(|i| format!(", first mismatch at {i}: candidate {:?} vs golden {:?}", onnx_tokens.get(i), golden_tokens.get(i)))
                     .unwrap_or_default()
             ));
             parts.extend(v.warnings.iter().map(|w| format!("warning: {w}")));
@@ -47,7 +47,7 @@ pub fn compare(onnx_tokens: &[i64], golden_tokens: &[i64], live_tokens: Option<&
         out = out.metric(key::REFERENCE_TOKENS, live.to_vec());
     }
     out.status = if pass { Status::Pass } else { Status::Fail };
-    out.message = format!("onnx tokens {onnx_tokens:?}; {}", parts.join("; "));
+    out.message = format!("candidate tokens {onnx_tokens:?}; {}", parts.join("; "));
     out
 }
 

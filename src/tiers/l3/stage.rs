@@ -26,7 +26,7 @@ pub(crate) fn stage(name: &str, actual: &Dense<f32>, expected: &Dense<f32>, tol:
 
 pub(crate) fn describe(name: &str, r: &AllcloseReport) -> String {
     format!(
-        "{name}: max_abs_diff {:.3e} at {:?} (onnx {} vs ref {}), {} of {} outside atol {:.0e} + rtol {:.0e}·|ref|{}",
+        "{name}: max_abs_diff {:.3e} at {:?} (candidate {} vs ref {}), {} of {} outside atol {:.0e} + rtol {:.0e}·|ref|{}",
         r.max_abs_diff,
         r.worst_index,
         r.worst_actual,
