@@ -66,7 +66,8 @@ fn candle_transformers(dir: &Path, inputs: &ModelInputs) -> Run {
 /// its layer, values)`).
 fn edited_checkpoint(src: &Path, config: impl Fn(&mut serde_json::Value), edit: impl Fn(&str, usize, &mut [f32])) -> tempfile::TempDir {
     let dir = tempfile::tempdir().expect("temp dir");
-    let mut cfg: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(src.join("config.json")).expect("config")).expect("json");
+    let mut cfg: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(src.join("config.json")).expect("config")).expect("json");
     let head_dim = |name: &str| -> usize {
         let layer: Option<usize> = name.split("layers.").nth(1).and_then(|r| r.split('.').next()).and_then(|n| n.parse().ok());
         let full = layer.and_then(|l| cfg["layer_types"].get(l)).and_then(|t| t.as_str()) == Some("full_attention");
@@ -336,4 +337,46 @@ fn logits_cli_runs_candle_transformers() {
         out.to_str().expect("utf-8"),
     ]);
     assert!(!o.status.success() && text(&o).contains("per-layer embeddings"), "{}", text(&o));
+}
+
+/// Guards the trial list: a case listing candle-transformers gets `… ::L3 [candle-transformers]`
+/// trials for L3–L5 (none for L1/L2, which judge an export), run when the crate implements the
+/// model, ignored naming the missing feature when it does not (never run and passed); a case
+/// without `onnx` in its list plans no export trial; `implementations: []` is a malformed case.
+#[test]
+fn trials_of_other_implementations() {
+    use onnx_parity::plan::{plan, TrialKind};
+    let dir = tempfile::tempdir().expect("temp dir");
+    let cat = dir.path().join("causal-lm");
+    std::fs::create_dir_all(&cat).expect("mkdir");
+    let case = |fixture_name: &str, implementations: &str| {
+        let f = fixture(fixture_name);
+        format!(
+            "model_id: x\nmodel_type: gemma4_text\ndtype: float32\nlevels: [L1, L3, L4, L5]\ncheckpoint: {}\nonnx: {}\n\
+             inputs: {{tensors: {}}}\nimplementations: {implementations}\n",
+            f.join("checkpoint").display(),
+            f.join("onnx").display(),
+            f.join("inputs.safetensors").display()
+        )
+    };
+    std::fs::write(cat.join("dense.yaml"), case("gemma4-text-dense", "[onnx, candle-transformers]")).expect("write");
+    std::fs::write(cat.join("ple.yaml"), case("gemma4-text-ple", "[candle-transformers]")).expect("write");
+    std::fs::write(cat.join("none.yaml"), case("gemma4-text-dense", "[]")).expect("write");
+    let opts = onnx_parity::tiers::RunOptions { goldens_root: dir.path().join("goldens"), ci: false };
+    let trials = plan(&[dir.path().to_path_buf()], &opts);
+    let find = |name: &str| trials.iter().find(|t| t.name == name).unwrap_or_else(|| panic!("no trial {name}"));
+    assert!(matches!(find("causal-lm/dense::L3 [candle-transformers]").kind, TrialKind::Run { .. }));
+    assert!(matches!(find("causal-lm/dense::L3").kind, TrialKind::Run { .. }));
+    assert!(!trials.iter().any(|t| t.name.starts_with("causal-lm/dense::L1 [")), "no L1 for candle-transformers");
+    match &find("causal-lm/dense::L4 [candle-transformers]").kind {
+        TrialKind::Ignored { reason } => assert!(reason.contains("golden"), "{reason}"),
+        _ => panic!("L4 without a golden is ignored naming it"),
+    }
+    match &find("causal-lm/ple::L3 [candle-transformers]").kind {
+        TrialKind::Ignored { reason } => assert!(reason.contains("per-layer embeddings") && reason.contains("KV sharing"), "{reason}"),
+        _ => panic!("an unsupported model is ignored naming what is missing"),
+    }
+    assert!(!trials.iter().any(|t| t.name == "causal-lm/ple::L3"), "no export trial without onnx in the list");
+    let malformed = trials.iter().find(|t| t.name.contains("none.yaml")).expect("malformed trial");
+    assert!(matches!(&malformed.kind, TrialKind::Failing { message } if message.contains("implementations")));
 }

@@ -171,18 +171,25 @@ impl CandleTransformersBackend {
         // same contract as the reference's loader).
         let vb = unsafe { VarBuilder::from_mmaped_safetensors(&files, DType::F32, &device) }
             .map_err(|source| CandleTransformersError::Load { dir: dir.into(), entry: "VarBuilder::from_mmaped_safetensors", source })?;
-        let bad = |kind: &'static str, e: serde_json::Error| CandleTransformersError::Config { path: path.clone(), kind, message: e.to_string() };
+        let bad =
+            |kind: &'static str, e: serde_json::Error| CandleTransformersError::Config { path: path.clone(), kind, message: e.to_string() };
         let model = match model_type.as_str() {
             "gemma4_text" => {
                 let cfg: ct::Gemma4TextConfig = serde_json::from_value(config).map_err(|e| bad("Gemma4TextConfig", e))?;
-                let m = ct::text::TextModel::new(&cfg, vb)
-                    .map_err(|source| CandleTransformersError::Load { dir: dir.into(), entry: "text::TextModel::new", source })?;
+                let m = ct::text::TextModel::new(&cfg, vb).map_err(|source| CandleTransformersError::Load {
+                    dir: dir.into(),
+                    entry: "text::TextModel::new",
+                    source,
+                })?;
                 Model::Text(m)
             }
             "gemma4" => {
                 let cfg: ct::config::Gemma4Config = serde_json::from_value(config).map_err(|e| bad("Gemma4Config", e))?;
-                let m = ct::Model::new(&cfg, vb)
-                    .map_err(|source| CandleTransformersError::Load { dir: dir.into(), entry: "Model::new", source })?;
+                let m = ct::Model::new(&cfg, vb).map_err(|source| CandleTransformersError::Load {
+                    dir: dir.into(),
+                    entry: "Model::new",
+                    source,
+                })?;
                 Model::Composite(Box::new(m))
             }
             other => return Err(CandleTransformersError::Unsupported(vec![format!("model_type {other:?}")])),
@@ -236,7 +243,12 @@ impl CandleTransformersBackend {
 
     /// Greedy (or teacher-forced) decoding through the crate's KV cache, from the prefill's
     /// last-position logits.
-    fn decode(&mut self, mut logits: Vec<f32>, s: usize, request: &GenerationRequest<'_>) -> Result<GeneratedTokens, CandleTransformersError> {
+    fn decode(
+        &mut self,
+        mut logits: Vec<f32>,
+        s: usize,
+        request: &GenerationRequest<'_>,
+    ) -> Result<GeneratedTokens, CandleTransformersError> {
         let mut out = GeneratedTokens::default();
         for i in 0..request.max_new_tokens {
             let token = match request.forced {

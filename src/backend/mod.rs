@@ -36,13 +36,20 @@ pub enum BackendError {
     Reference(#[from] onnx_parity_reference::Error),
     #[error(transparent)]
     Onnx(#[from] crate::onnx::pipeline::PipelineError),
+    /// Boxed: candle's error is large, and every back end's `Result` carries this type.
     #[error(transparent)]
-    CandleTransformers(#[from] candle_transformers::CandleTransformersError),
+    CandleTransformers(Box<candle_transformers::CandleTransformersError>),
     #[error(transparent)]
     NonFinite(#[from] NonFinite),
     /// The reference's device (`ONNX_PARITY_DEVICE`) cannot be used.
     #[error(transparent)]
     Device(#[from] crate::gpu::GpuError),
+}
+
+impl From<candle_transformers::CandleTransformersError> for BackendError {
+    fn from(e: candle_transformers::CandleTransformersError) -> Self {
+        BackendError::CandleTransformers(Box::new(e))
+    }
 }
 
 /// An implementation of the model function.

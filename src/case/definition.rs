@@ -6,8 +6,8 @@ use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-use super::implementations::{default_implementations, ImplementationEntry, ImplementationName};
 use super::error::CaseError;
+use super::implementations::{default_implementations, ImplementationEntry, ImplementationName};
 use super::level::{Dtype, Level};
 use super::schema::{ExportPin, GenerationSettings, Inputs, RawCase, Xfail};
 use crate::expectation::Expectation;
@@ -238,13 +238,7 @@ impl Case {
     /// are about the export), it has no variants; `None` when the case does not list `name`.
     pub fn for_implementation(&self, name: ImplementationName) -> Option<Case> {
         let entry = self.implementations.iter().find(|e| e.name == name && name != ImplementationName::Onnx)?;
-        Some(Case {
-            xfail: entry.xfail.clone(),
-            variants: BTreeMap::new(),
-            variant: None,
-            implementation: Some(name),
-            ..self.clone()
-        })
+        Some(Case { xfail: entry.xfail.clone(), variants: BTreeMap::new(), variant: None, implementation: Some(name), ..self.clone() })
     }
 
     /// Whether the case judges its ONNX export (`onnx` is in `implementations:`).

@@ -79,7 +79,9 @@ pub fn static_skip(case: &Case, level: Level, opts: &RunOptions) -> Option<Strin
 fn implementation_skip(case: &Case, level: Level, opts: &RunOptions, name: ImplementationName) -> Option<String> {
     let artifacts = Artifacts::of(case);
     let dir = match &artifacts.checkpoint {
-        None => return Some(format!("{name} loads the checkpoint: add `checkpoint: <HF folder with config.json>` to {}", case.path.display())),
+        None => {
+            return Some(format!("{name} loads the checkpoint: add `checkpoint: <HF folder with config.json>` to {}", case.path.display()))
+        }
         Some(dir) if !dir.join("config.json").is_file() => {
             return Some(format!("checkpoint {} has no config.json: download or regenerate it", dir.display()))
         }
@@ -98,7 +100,10 @@ fn implementation_skip(case: &Case, level: Level, opts: &RunOptions, name: Imple
                     missing = unsupported(&config, true);
                 }
                 if !missing.is_empty() {
-                    return Some(format!("candle-transformers {VERSION}'s gemma4 does not implement what this model uses: {}", missing.join("; ")));
+                    return Some(format!(
+                        "candle-transformers {VERSION}'s gemma4 does not implement what this model uses: {}",
+                        missing.join("; ")
+                    ));
                 }
             }
         }
