@@ -9,6 +9,7 @@
 pub mod artifacts;
 pub mod atomic;
 pub mod backend;
+pub mod candle_gemma4;
 pub mod case;
 pub mod compare;
 pub mod metric_keys;

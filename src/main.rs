@@ -7,7 +7,7 @@ use std::time::Instant;
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 use onnx_parity::artifacts::Artifacts;
-use onnx_parity::backend::candle_transformers::CandleTransformersBackend;
+use onnx_parity::backend::candle_transformers::CandleTransformersGemma4;
 use onnx_parity::backend::reference::ReferenceBackend;
 use onnx_parity::backend::Backend;
 use onnx_parity::case::{discover, Level};
@@ -439,7 +439,7 @@ fn logits(args: LogitsArgs) -> anyhow::Result<ExitCode> {
     let mut backend: Box<dyn Backend> = match (implementation, &checkpoint, &onnx) {
         (I::Reference, Some(c), _) => Box::new(ReferenceBackend::load(c, scope).with_context(|| format!("reference {}", c.display()))?),
         (I::CandleTransformers, Some(c), _) => {
-            Box::new(CandleTransformersBackend::load(c).with_context(|| format!("candle-transformers {}", c.display()))?)
+            Box::new(CandleTransformersGemma4::load(c).with_context(|| format!("candle-transformers {}", c.display()))?)
         }
         (I::Onnx, _, Some(d)) => {
             let graph = if layers { DecoderGraph::WithLayerOutputs } else { DecoderGraph::Original };

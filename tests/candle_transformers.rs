@@ -7,7 +7,7 @@ mod support;
 
 use std::path::{Path, PathBuf};
 
-use onnx_parity::backend::candle_transformers::{CandleTransformersBackend, CandleTransformersError};
+use onnx_parity::backend::candle_transformers::{CandleTransformersError, CandleTransformersGemma4};
 use onnx_parity::backend::reference::ReferenceBackend;
 use onnx_parity::backend::{Backend, BackendError, GenerationRequest};
 use onnx_parity::inputs::ModelInputs;
@@ -58,7 +58,7 @@ fn reference(dir: &Path, inputs: &ModelInputs) -> Run {
 }
 
 fn candle_transformers(dir: &Path, inputs: &ModelInputs) -> Run {
-    let mut c = CandleTransformersBackend::load_unchecked(dir).expect("candle-transformers loads");
+    let mut c = CandleTransformersGemma4::load_unchecked(dir).expect("candle-transformers loads");
     run(&mut c, inputs).expect("candle-transformers runs")
 }
 
@@ -213,7 +213,7 @@ fn first_divergent_layer_is_0_the_sliding_window() {
         let types: Vec<serde_json::Value> = c["layer_types"].as_array().expect("layer_types")[..k].to_vec();
         c["layer_types"] = types.into();
         std::fs::write(cut.path().join("config.json"), c.to_string()).expect("write config");
-        let mut backend = CandleTransformersBackend::load(cut.path()).expect("cut loads");
+        let mut backend = CandleTransformersGemma4::load(cut.path()).expect("cut loads");
         let request = GenerationRequest { max_new_tokens: 0, eos: &[1], forced: None, all_position_logits: false, layer_outputs: false };
         let last = backend.run(&ids, &request).expect("runs").prefill.logits.data;
         table.push((k - 1, max_abs(&last, &hf_head(&w[k - 1], &norm, &embed)), max_abs(&last, &hf_head(&w1[k - 1], &norm, &embed))));
@@ -239,13 +239,13 @@ fn every_other_gemma4_fixture_is_unsupported_and_named() {
     ];
     for (name, named) in cases {
         let ckpt = fixture(name).join("checkpoint");
-        let e = CandleTransformersBackend::load(&ckpt).expect_err("unsupported");
+        let e = CandleTransformersGemma4::load(&ckpt).expect_err("unsupported");
         let m = e.to_string();
         assert!(matches!(e, CandleTransformersError::Unsupported(_)), "{name}: {m}");
         for n in named {
             assert!(m.contains(n), "{name}: {m} should name {n}");
         }
-        match CandleTransformersBackend::load_unchecked(&ckpt) {
+        match CandleTransformersGemma4::load_unchecked(&ckpt) {
             Err(e @ CandleTransformersError::Load { .. }) => {
                 let m = e.to_string();
                 eprintln!("{name}: load_unchecked: {m}");
@@ -273,9 +273,9 @@ fn every_other_gemma4_fixture_is_unsupported_and_named() {
 fn num_global_key_value_heads_without_k_eq_v_is_named() {
     let ckpt = fixture("gemma4-text-dense").join("checkpoint");
     let edited = edited_checkpoint(&ckpt, |c| c["num_global_key_value_heads"] = 1.into(), |_, _, _| {});
-    let e = CandleTransformersBackend::load(edited.path()).expect_err("unsupported").to_string();
+    let e = CandleTransformersGemma4::load(edited.path()).expect_err("unsupported").to_string();
     assert!(e.contains("num_global_key_value_heads 1 without attention_k_eq_v"), "{e}");
-    let e = CandleTransformersBackend::load_unchecked(edited.path()).expect_err("does not fit").to_string();
+    let e = CandleTransformersGemma4::load_unchecked(edited.path()).expect_err("does not fit").to_string();
     assert!(e.contains("model.layers.5.self_attn.k_proj.weight") && e.contains("[32, 64]") && e.contains("[64, 64]"), "{e}");
 }
 
@@ -292,7 +292,7 @@ fn a_nan_weight_is_an_error() {
             }
         },
     );
-    let mut backend = CandleTransformersBackend::load(broken.path()).expect("loads");
+    let mut backend = CandleTransformersGemma4::load(broken.path()).expect("loads");
     let e = run(&mut backend, &inputs("gemma4-text-dense")).expect_err("NaN must not pass");
     assert!(e.to_string().contains("candle-transformers") && e.to_string().contains("logits"), "{e}");
 }

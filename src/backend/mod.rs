@@ -38,7 +38,7 @@ pub enum BackendError {
     Onnx(#[from] crate::onnx::pipeline::PipelineError),
     /// Boxed: candle's error is large, and every back end's `Result` carries this type.
     #[error(transparent)]
-    CandleTransformers(Box<candle_transformers::CandleTransformersError>),
+    CandleTransformers(Box<crate::candle_gemma4::CandleTransformersError>),
     #[error(transparent)]
     NonFinite(#[from] NonFinite),
     /// The reference's device (`ONNX_PARITY_DEVICE`) cannot be used.
@@ -46,8 +46,8 @@ pub enum BackendError {
     Device(#[from] crate::gpu::GpuError),
 }
 
-impl From<candle_transformers::CandleTransformersError> for BackendError {
-    fn from(e: candle_transformers::CandleTransformersError) -> Self {
+impl From<crate::candle_gemma4::CandleTransformersError> for BackendError {
+    fn from(e: crate::candle_gemma4::CandleTransformersError) -> Self {
         BackendError::CandleTransformers(Box::new(e))
     }
 }

@@ -15,7 +15,7 @@ use std::fmt;
 use serde::de::{self, Deserializer, MapAccess, Visitor};
 use serde::Deserialize;
 
-use super::schema::Xfail;
+use super::xfail::Xfail;
 use crate::names::named_enum;
 
 named_enum! {

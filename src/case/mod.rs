@@ -17,6 +17,7 @@ pub mod error;
 pub mod implementations;
 pub mod level;
 pub mod schema;
+pub mod xfail;
 
 pub use definition::{Case, Synthetic, Variant};
 pub use discovery::discover;

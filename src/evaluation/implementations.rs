@@ -7,7 +7,7 @@
 use std::path::Path;
 
 use crate::artifacts::Artifacts;
-use crate::backend::candle_transformers::CandleTransformersBackend;
+use crate::backend::candle_transformers::CandleTransformersGemma4;
 use crate::backend::reference::ReferenceBackend;
 use crate::backend::{Backend, BackendError};
 use crate::case::{Case, ImplementationName, Level};
@@ -76,7 +76,7 @@ fn open_onnx(dir: &Path, case: &Case) -> Result<Box<dyn Backend>, BackendError> 
 }
 
 /// candle-transformers' own gemma4 on the case's checkpoint (what it cannot run was a skip
-/// before this loads; [`CandleTransformersBackend::load`] checks again and says what is missing).
+/// before this loads; [`CandleTransformersGemma4::load`] checks again and says what is missing).
 pub const CANDLE_TRANSFORMERS: Implementation = Implementation {
     name: ImplementationName::CandleTransformers,
     label: "candle-transformers",
@@ -86,7 +86,7 @@ pub const CANDLE_TRANSFORMERS: Implementation = Implementation {
 };
 
 fn open_candle_transformers(dir: &Path, _case: &Case) -> Result<Box<dyn Backend>, BackendError> {
-    Ok(Box::new(CandleTransformersBackend::load(dir)?))
+    Ok(Box::new(CandleTransformersGemma4::load(dir)?))
 }
 
 /// The implementation judged against [`REFERENCE`] under `name`.
