@@ -7,8 +7,10 @@
 //! `models/gemma4_unified/modeling_gemma4_unified.py`, `modeling_rope_utils.py` and
 //! `masking_utils.py`; each file here says which HF code it follows. Entry point: [`Gemma4`].
 //!
-//! candle-transformers' own `gemma4` module cannot serve as the reference: it scales attention by
-//! 1/√d (Gemma 4 uses 1.0 with normed q/k), and has no per-layer embeddings, KV sharing or MoE.
+//! candle-transformers' own `gemma4` module (0.11.1) cannot serve as the reference, as measured by
+//! the harness (`tests/candle_transformers.rs`): its RMSNorm scales by `1 + w`, its attention by
+//! 1/√d (Gemma 4 uses 1.0 with normed q/k), it has no `layer_scalar`, its prefill sliding mask
+//! admits W+1 keys, and it has no per-layer embeddings, KV sharing, MoE or `attention_k_eq_v`.
 //!
 //! ```no_run
 //! use onnx_parity_reference::{BidirectionalScope, Gemma4, ModelInputs};
