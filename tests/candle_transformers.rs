@@ -297,6 +297,17 @@ fn a_nan_weight_is_an_error() {
     assert!(e.to_string().contains("candle-transformers") && e.to_string().contains("logits"), "{e}");
 }
 
+/// `onnx-parity logits --implementation candle-transformers` on a fixture's checkpoint and inputs.
+fn logits_of(fixture_name: &str, out: &Path, extra: &[&str]) -> std::process::Output {
+    let f = fixture(fixture_name);
+    let (checkpoint, inputs) = (f.join("checkpoint"), f.join("inputs.safetensors"));
+    let mut args = vec!["logits", "--implementation", "candle-transformers", "--checkpoint"];
+    args.extend([checkpoint.to_str().expect("utf-8"), "--inputs", inputs.to_str().expect("utf-8"), "--out"]);
+    args.push(out.to_str().expect("utf-8"));
+    args.extend(extra);
+    cli(&args)
+}
+
 /// Guards the CLI: `logits --implementation candle-transformers` dumps what the other
 /// implementations dump (same tensor names, so `compare` applies), and refuses a model it
 /// cannot run, naming the feature.
@@ -304,38 +315,16 @@ fn a_nan_weight_is_an_error() {
 fn logits_cli_runs_candle_transformers() {
     let dir = tempfile::tempdir().expect("temp dir");
     let out = dir.path().join("ct.safetensors");
-    let dense = fixture("gemma4-text-dense");
-    let o = cli(&[
-        "logits",
-        "--implementation",
-        "candle-transformers",
-        "--checkpoint",
-        dense.join("checkpoint").to_str().expect("utf-8"),
-        "--inputs",
-        dense.join("inputs.safetensors").to_str().expect("utf-8"),
-        "--out",
-        out.to_str().expect("utf-8"),
-        "--greedy",
-        "8",
-    ]);
+    let o = logits_of("gemma4-text-dense", &out, &["--greedy", "8"]);
     assert!(o.status.success(), "{}", text(&o));
     assert!(text(&o).contains("candle-transformers 0.11.1"), "{}", text(&o));
     assert_eq!(read_f32(&out, "logits").len(), 24 * 512);
-    let compare = cli(&["compare", out.to_str().expect("utf-8"), dense.join("oracle.safetensors").to_str().expect("utf-8")]);
-    assert_eq!(compare.status.code(), Some(1), "it is not HF's function: {}", text(&compare));
+    let oracle = fixture("gemma4-text-dense").join("oracle.safetensors");
+    let compare = cli(&["compare", out.to_str().expect("utf-8"), oracle.to_str().expect("utf-8")]);
+    assert_eq!(compare.status.code(), Some(1), "{}", text(&compare));
+    assert!(text(&compare).contains("logits") && text(&compare).contains("DIFFERS"), "it is not HF's function: {}", text(&compare));
 
-    let ple = fixture("gemma4-text-ple");
-    let o = cli(&[
-        "logits",
-        "--implementation",
-        "candle-transformers",
-        "--checkpoint",
-        ple.join("checkpoint").to_str().expect("utf-8"),
-        "--inputs",
-        ple.join("inputs.safetensors").to_str().expect("utf-8"),
-        "--out",
-        out.to_str().expect("utf-8"),
-    ]);
+    let o = logits_of("gemma4-text-ple", &out, &[]);
     assert!(!o.status.success() && text(&o).contains("per-layer embeddings"), "{}", text(&o));
 }
 

@@ -249,28 +249,28 @@ impl Case {
     /// `<category>/<name>`, with `@<variant>` for a variant and ` [<implementation>]` for an
     /// implementation other than the export: the case part of its trial names.
     pub fn id(&self) -> String {
-        let base = match &self.variant {
-            None => format!("{}/{}", self.category, self.name),
-            Some(v) => format!("{}/{}@{v}", self.category, self.name),
-        };
-        match self.implementation {
-            None => base,
-            Some(i) => format!("{base} [{i}]"),
-        }
+        self.name_with(None)
     }
 
     /// The trial name of tier `level`: `<category>/<case>[@<variant>]::L<n>`, with
     /// ` [<implementation>]` after it for an implementation other than the export
     /// (`causal-lm/gemma4-text-dense::L3 [candle-transformers]`).
     pub fn trial_name(&self, level: Level) -> String {
-        let base = match &self.variant {
-            None => format!("{}/{}::{level}", self.category, self.name),
-            Some(v) => format!("{}/{}@{v}::{level}", self.category, self.name),
-        };
-        match self.implementation {
-            None => base,
-            Some(i) => format!("{base} [{i}]"),
+        self.name_with(Some(level))
+    }
+
+    fn name_with(&self, level: Option<Level>) -> String {
+        let mut name = format!("{}/{}", self.category, self.name);
+        if let Some(v) = &self.variant {
+            name.push_str(&format!("@{v}"));
         }
+        if let Some(l) = level {
+            name.push_str(&format!("::{l}"));
+        }
+        if let Some(i) = self.implementation {
+            name.push_str(&format!(" [{i}]"));
+        }
+        name
     }
 
     /// The `xfail` reason that applies to `level`, if any.
