@@ -225,10 +225,9 @@ impl RunReport {
                     msg = msg.chars().take(107).collect::<String>() + "...";
                 }
                 s.push_str(&format!(
-                    "{:<9} {}::{}  {}  {}\n",
+                    "{:<9} {}  {}  {}\n",
                     l.outcome.status.as_str().to_uppercase(),
-                    c.name,
-                    l.level,
+                    trial_name(&c.name, &l.level),
                     key_metrics(&l.outcome),
                     msg
                 ));
@@ -262,8 +261,24 @@ fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), ReportError> {
     crate::atomic::write_atomic(path, bytes).map_err(|source| ReportError::Io { path: path.into(), source })
 }
 
+/// The trial name of a case id's tier, as the test target names it: the level before an
+/// implementation's ` [<name>]` (`causal-lm/x::L3 [candle-transformers]`).
+pub fn trial_name(case_id: &str, level: &str) -> String {
+    match case_id.split_once(" [") {
+        Some((case, implementation)) => format!("{case}::{level} [{implementation}"),
+        None => format!("{case_id}::{level}"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    /// Guards: the console names a trial as the test target does.
+    #[test]
+    fn trial_names_put_the_level_before_the_implementation() {
+        assert_eq!(super::trial_name("causal-lm/x [candle-transformers]", "L3"), "causal-lm/x::L3 [candle-transformers]");
+        assert_eq!(super::trial_name("causal-lm/x@gqa", "L1"), "causal-lm/x@gqa::L1");
+    }
+
     use super::*;
 
     /// Guards: a case's variants write their own records (they used to overwrite the case's).

@@ -50,7 +50,7 @@ fn shown_count(dom: &str, status: &str) -> usize {
 
 /// The rendered `<section>` of one trial.
 fn section<'a>(dom: &'a str, case: &str, level: &str) -> &'a str {
-    let id = format!("id=\"t-{}-{level}\"", case.replace(['/', '@'], "-"));
+    let id = format!("id=\"t-{}-{level}\"", case.replace(['/', '@', ' ', '[', ']'], "-"));
     let at = dom.find(&id).unwrap_or_else(|| panic!("no detail section {id}"));
     &dom[at..at + dom[at..].find("</section>").unwrap()]
 }
