@@ -62,3 +62,68 @@ pub struct GeneratedTokens {
     /// `generate(output_logits=True)`).
     pub step_logits: Vec<Vec<f32>>,
 }
+
+impl GeneratedTokens {
+    /// The greedy / teacher-forced loop every implementation runs, so they count steps and stop
+    /// alike: from the prefill's last-position logits `first`, up to `max_new` tokens — with
+    /// `forced`, its tokens (at most `max_new`, no EOS stop), else `choose(k, logits)`'s pick,
+    /// stopping after a token in `eos` (which is kept). `step(k, token)` feeds the k-th chosen
+    /// token to the cache and returns the next logits; it is not called after the last token.
+    pub fn decode<E>(
+        first: Vec<f32>,
+        max_new: usize,
+        eos: &[i64],
+        forced: Option<&[i64]>,
+        mut choose: impl FnMut(usize, &[f32]) -> Result<i64, E>,
+        mut step: impl FnMut(usize, i64) -> Result<Vec<f32>, E>,
+    ) -> Result<GeneratedTokens, E> {
+        let limit = forced.map_or(max_new, |f| f.len().min(max_new));
+        let mut out = GeneratedTokens::default();
+        let mut logits = first;
+        for k in 0..limit {
+            let next = match forced {
+                Some(f) => f[k],
+                None => choose(k, &logits)?,
+            };
+            out.tokens.push(next);
+            out.step_logits.push(std::mem::take(&mut logits));
+            if k + 1 == limit || (forced.is_none() && eos.contains(&next)) {
+                break;
+            }
+            logits = step(k, next)?;
+        }
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::GeneratedTokens;
+
+    /// Each step's logits: token t at step k yields logits peaking at id 10 + k + t.
+    fn run(max_new: usize, eos: &[i64], forced: Option<&[i64]>) -> (GeneratedTokens, usize) {
+        let peak = |i: usize| (0..40).map(|j| if j == i { 1.0 } else { 0.0 }).collect::<Vec<f32>>();
+        let mut steps = 0;
+        let argmax = |_: usize, l: &[f32]| -> Result<i64, ()> { Ok(l.iter().position(|&v| v == 1.0).ok_or(())? as i64) };
+        let g = GeneratedTokens::decode(peak(3), max_new, eos, forced, argmax, |k, t| {
+            steps += 1;
+            Ok(peak(10 + k + t as usize))
+        })
+        .expect("decodes");
+        (g, steps)
+    }
+
+    /// Guards the loop's counting: greedy picks, EOS kept and stops, forced tokens fed without an
+    /// EOS stop and cut at `max_new`, no step after the last token, nothing for `max_new` 0.
+    #[test]
+    fn greedy_forced_and_eos() {
+        let (g, steps) = run(3, &[], None);
+        assert_eq!((g.tokens, steps), (vec![3, 13, 24], 2));
+        let (g, steps) = run(5, &[13], None);
+        assert_eq!((g.tokens, steps, g.step_logits.len()), (vec![3, 13], 1, 2));
+        let (g, steps) = run(2, &[13], Some(&[13, 5, 6]));
+        assert_eq!((g.tokens, steps), (vec![13, 5], 1));
+        let (g, steps) = run(0, &[], None);
+        assert!(g.tokens.is_empty() && g.step_logits.is_empty() && steps == 0);
+    }
+}

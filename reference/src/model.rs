@@ -340,28 +340,24 @@ impl Gemma4 {
         let mut step_inputs = None;
         let logits =
             if opts.all_position_logits { self.text.logits(&hidden)? } else { self.text.logits(&hidden.narrow(0, seq - 1, 1)?)? };
-        let mut row: Vec<f32> = logits.get(logits.dim(0)? - 1)?.to_dtype(DType::F32)?.to_vec1()?;
-        let limit = opts.forced.map_or(opts.max_new_tokens, |f| f.len().min(opts.max_new_tokens));
-        let mut generation = GeneratedTokens::default();
-        for step in 0..limit {
-            let next = match opts.forced {
-                Some(f) => f[step],
-                None => argmax(&row)?,
-            };
-            generation.tokens.push(next);
-            generation.step_logits.push(std::mem::take(&mut row));
-            if step + 1 == limit || (opts.forced.is_none() && opts.eos.contains(&next)) {
-                break;
-            }
-            let ids = self.llm_ids(&[next])?;
-            let e = self.text.embed(&ids)?;
-            let p = self.text.per_layer_inputs(&ids, &e)?;
-            if opts.layer_outputs && step == 0 {
-                step_inputs = Some((e.clone(), p.clone()));
-            }
-            let l = self.text.forward(&e, p.as_ref(), &rule, &mut cache)?;
-            row = l.get(0)?.to_dtype(DType::F32)?.to_vec1()?;
-        }
+        let row: Vec<f32> = logits.get(logits.dim(0)? - 1)?.to_dtype(DType::F32)?.to_vec1()?;
+        let generation = GeneratedTokens::decode(
+            row,
+            opts.max_new_tokens,
+            opts.eos,
+            opts.forced,
+            |_, row| argmax(row),
+            |step, next| {
+                let ids = self.llm_ids(&[next])?;
+                let e = self.text.embed(&ids)?;
+                let p = self.text.per_layer_inputs(&ids, &e)?;
+                if opts.layer_outputs && step == 0 {
+                    step_inputs = Some((e.clone(), p.clone()));
+                }
+                let l = self.text.forward(&e, p.as_ref(), &rule, &mut cache)?;
+                Ok(l.get(0)?.to_dtype(DType::F32)?.to_vec1()?)
+            },
+        )?;
         Ok(Run { prepared, logits: logits.unsqueeze(0)?, layers, modules, step_inputs, generation })
     }
 }

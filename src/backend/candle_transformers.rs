@@ -30,39 +30,16 @@ impl Backend for CandleTransformersGemma4 {
                 "candle-transformers {VERSION}'s TextModel keeps its layers private and returns logits only"
             ));
         }
-        let generation = decode(self, last, ids.len(), request)?;
+        // Step k feeds the k-th token at position S + k, through the crate's KV cache.
+        let choose = |k: usize, logits: &[f32]| {
+            greedy_token(logits)
+                .ok_or_else(|| CandleTransformersError::Run(candle_core::Error::Msg(format!("decode step {k}: every logit is NaN"))))
+        };
+        let generation = GeneratedTokens::decode(last, request.max_new_tokens, request.eos, request.forced, choose, |k, token| {
+            self.step(token, ids.len() + k)
+        })?;
         let run = Run { prefill, generation, step_inputs: Default::default() };
         run.require_finite("candle-transformers")?;
         Ok(run)
     }
-}
-
-/// Greedy (or teacher-forced) decoding from the prefill's last-position logits: step 0 is the
-/// prefill's, step k the k-th cached step (as the other back ends count them).
-fn decode(
-    model: &mut CandleTransformersGemma4,
-    mut logits: Vec<f32>,
-    prompt_len: usize,
-    request: &GenerationRequest<'_>,
-) -> Result<GeneratedTokens, CandleTransformersError> {
-    let mut out = GeneratedTokens::default();
-    for i in 0..request.max_new_tokens {
-        let token = match request.forced {
-            Some(forced) => match forced.get(i) {
-                Some(&t) => t,
-                None => break,
-            },
-            None => match greedy_token(&logits) {
-                Some(t) => t,
-                None => break,
-            },
-        };
-        out.step_logits.push(std::mem::take(&mut logits));
-        out.tokens.push(token);
-        if (request.forced.is_none() && request.eos.contains(&token)) || i + 1 == request.max_new_tokens {
-            break;
-        }
-        logits = model.step(token, prompt_len + i)?;
-    }
-    Ok(out)
 }

@@ -232,32 +232,23 @@ impl OnnxPipeline {
             }
         }
         let (prefill, mut cache) = self.prefill_with_cache(inputs, layer_outputs)?;
-        let mut gen = GeneratedTokens::default();
         if max_new == 0 {
-            return Ok((prefill, gen));
+            return Ok((prefill, GeneratedTokens::default()));
         }
         let (s, v) = (prefill.logits.shape[1], prefill.logits.shape[2]);
-        let mut logits = prefill.logits.data[(s - 1) * v..].to_vec();
+        let first = prefill.logits.data[(s - 1) * v..].to_vec();
+        let role = self.decoder_role;
         let mut total = s;
-        for step in 0..limit {
-            let next = match forced {
-                Some(f) => f[step],
-                None => greedy_token(&logits).ok_or_else(|| PipelineError::Contract {
-                    role: self.decoder_role,
-                    message: format!("decode step {step}: every logit is NaN"),
-                })?,
-            };
-            gen.tokens.push(next);
-            gen.step_logits.push(std::mem::take(&mut logits));
-            if step + 1 == limit || (forced.is_none() && eos.contains(&next)) {
-                break;
-            }
+        let choose = |step: usize, logits: &[f32]| {
+            greedy_token(logits).ok_or_else(|| PipelineError::Contract { role, message: format!("decode step {step}: every logit is NaN") })
+        };
+        let gen = GeneratedTokens::decode(first, max_new, eos, forced, choose, |_, next| {
             total += 1;
             let embedded = self.embed(&[next], None)?;
-            let step = self.run_decoder(&[next], embedded, total, cache, false)?;
+            let step = self.run_decoder(&[next], embedded, total, std::mem::take(&mut cache), false)?;
             cache = step.present;
-            logits = step.logits.data;
-        }
+            Ok(step.logits.data)
+        })?;
         Ok((prefill, gen))
     }
 
