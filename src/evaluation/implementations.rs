@@ -20,8 +20,6 @@ pub type Open = fn(&Path, &Case) -> Result<Box<dyn Backend>, BackendError>;
 /// One implementation a case can run.
 #[derive(Clone, Copy)]
 pub struct Implementation {
-    /// Which it is (the reference counts as the export's side: it is never a candidate).
-    pub name: ImplementationName,
     /// Names it in messages: `<label> (<artifact folder>): <error>`.
     pub label: &'static str,
     /// The folder it loads (the checkpoint, the export), when the case has one.
@@ -41,7 +39,6 @@ impl std::fmt::Debug for Implementation {
 /// The candle reference on the case's checkpoint, in the case's `bidirectional:` scope (else
 /// what HF's own forward does for the model type).
 pub const REFERENCE: Implementation = Implementation {
-    name: ImplementationName::Onnx,
     label: "reference",
     artifact: checkpoint,
     missing: "the case has no `checkpoint:` for the reference",
@@ -58,13 +55,8 @@ fn open_reference(dir: &Path, case: &Case) -> Result<Box<dyn Backend>, BackendEr
 
 /// The export in ONNX Runtime (this build's execution provider). With an L3 tier its decoder
 /// runs with the layer outputs exposed, so L3 can name the first layer that differs.
-pub const ONNX_RUNTIME: Implementation = Implementation {
-    name: ImplementationName::Onnx,
-    label: "ONNX",
-    artifact: export,
-    missing: "the case has no `onnx:` export",
-    open: open_onnx,
-};
+pub const ONNX_RUNTIME: Implementation =
+    Implementation { label: "ONNX", artifact: export, missing: "the case has no `onnx:` export", open: open_onnx };
 
 fn export(a: &Artifacts) -> Option<&Path> {
     a.export.as_deref()
@@ -78,7 +70,6 @@ fn open_onnx(dir: &Path, case: &Case) -> Result<Box<dyn Backend>, BackendError> 
 /// candle-transformers' own gemma4 on the case's checkpoint (what it cannot run was a skip
 /// before this loads; [`CandleTransformersGemma4::load`] checks again and says what is missing).
 pub const CANDLE_TRANSFORMERS: Implementation = Implementation {
-    name: ImplementationName::CandleTransformers,
     label: "candle-transformers",
     artifact: checkpoint,
     missing: "the case has no `checkpoint:` for candle-transformers",

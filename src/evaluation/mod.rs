@@ -79,6 +79,8 @@ pub struct CandidateRun {
 /// One candidate and its run, computed on first use.
 #[derive(Debug)]
 struct Candidate {
+    /// Which of the case's `implementations:` it is (`onnx` for the export and every variant's).
+    name: ImplementationName,
     implementation: Implementation,
     /// The case variant whose export it runs (`None`: the case's own, or not an export).
     variant: Option<String>,
@@ -118,10 +120,11 @@ impl CaseEvaluation {
     fn with_candidates(variants: &[String], others: &[ImplementationName]) -> Self {
         let mut candidates = Vec::new();
         for variant in std::iter::once(None).chain(variants.iter().cloned().map(Some)) {
-            candidates.push(Candidate { implementation: implementations::ONNX_RUNTIME, variant, run: OnceLock::new() });
+            let name = ImplementationName::Onnx;
+            candidates.push(Candidate { name, implementation: implementations::candidate(name), variant, run: OnceLock::new() });
         }
         for &name in others {
-            candidates.push(Candidate { implementation: implementations::candidate(name), variant: None, run: OnceLock::new() });
+            candidates.push(Candidate { name, implementation: implementations::candidate(name), variant: None, run: OnceLock::new() });
         }
         CaseEvaluation { inputs: OnceLock::new(), reference: OnceLock::new(), candidates }
     }
@@ -160,7 +163,7 @@ impl CaseEvaluation {
         let variant = case.variant.as_deref();
         let name = case.implementation.unwrap_or(ImplementationName::Onnx);
         (0..self.candidates.len())
-            .filter(|&i| self.candidates[i].variant.as_deref() == variant && self.candidates[i].implementation.name == name)
+            .filter(|&i| self.candidates[i].variant.as_deref() == variant && self.candidates[i].name == name)
             .map(|i| self.candidate(i, case))
             .collect()
     }
