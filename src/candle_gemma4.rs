@@ -148,17 +148,21 @@ impl CandleTransformersGemma4 {
     /// Loads the checkpoint (mmapped, f32, CPU) after checking that the crate implements what
     /// its config uses (text prompts; [`unsupported`] with images says more).
     pub fn load(dir: &Path) -> Result<Self, CandleTransformersError> {
-        let missing = unsupported(&read_config(dir)?, false);
+        let config = read_config(dir)?;
+        let missing = unsupported(&config, false);
         if !missing.is_empty() {
             return Err(CandleTransformersError::Unsupported(missing));
         }
-        Self::load_unchecked(dir)
+        Self::from_config(dir, config)
     }
 
     /// Loads without the feature check: what a user calling the crate gets (features it lacks
     /// are ignored, tensors it expects and the checkpoint lacks are load errors).
     pub fn load_unchecked(dir: &Path) -> Result<Self, CandleTransformersError> {
-        let config = read_config(dir)?;
+        Self::from_config(dir, read_config(dir)?)
+    }
+
+    fn from_config(dir: &Path, config: serde_json::Value) -> Result<Self, CandleTransformersError> {
         let path = dir.join("config.json");
         let model_type = config.get("model_type").and_then(|v| v.as_str()).unwrap_or("").to_string();
         let files = onnx_parity_reference::weights::checkpoint_files(dir)
@@ -196,8 +200,7 @@ impl CandleTransformersGemma4 {
 
     /// Last-position logits `[V]` of `ids` fed at `offset` (the crate returns no other position).
     fn forward(&mut self, ids: &[i64], offset: usize) -> Result<Vec<f32>, CandleTransformersError> {
-        let ids: Vec<u32> = ids.iter().map(|&t| t as u32).collect();
-        let input = Tensor::from_vec(ids.clone(), (1, ids.len()), &self.device)?;
+        let input = self.ids_tensor(ids)?;
         let logits = self.model.text().forward(&input, offset)?;
         Ok(logits.flatten_all()?.to_dtype(DType::F32)?.to_vec1()?)
     }
@@ -222,10 +225,15 @@ impl CandleTransformersGemma4 {
         rows.push(self.forward(ids, 0)?);
         let vocab = rows[0].len();
         let logits = Dense::new(vec![1, rows.len(), vocab], rows.concat());
-        let id_tensor = Tensor::from_vec(ids.iter().map(|&t| t as u32).collect::<Vec<u32>>(), (1, s), &self.device)?;
-        let embeds = self.model.text().embed_tokens(&id_tensor)?;
+        let input = self.ids_tensor(ids)?;
+        let embeds = self.model.text().embed_tokens(&input)?;
         let embeds = Dense::new(embeds.dims().to_vec(), embeds.flatten_all()?.to_dtype(DType::F32)?.to_vec1()?);
         Ok((logits, embeds))
+    }
+
+    /// `ids` as the crate's `[1, S]` u32 input.
+    fn ids_tensor(&self, ids: &[i64]) -> Result<Tensor, CandleTransformersError> {
+        Ok(Tensor::from_vec(ids.iter().map(|&t| t as u32).collect::<Vec<u32>>(), (1, ids.len()), &self.device)?)
     }
 
     /// One cached decode step: `token` at position `offset`, its logits `[V]`.
