@@ -1,5 +1,6 @@
 //! The trial list of the `parity` test target: one trial per discovered case × tier, named
-//! `<category>/<case>::L<n>` (`… [<implementation>]` for one other than the export), decided from the YAML alone (models load inside the trial).
+//! `<category>/<case>::L<n>` (`… [<implementation>]` for one other than the export), decided
+//! from the YAML alone (models load inside the trial).
 //!
 //! A malformed YAML becomes a failing trial naming the file and field; finding no case at all is
 //! a failing trial; skips known before running become ignored trials with their reason.
@@ -57,11 +58,12 @@ pub fn plan(roots: &[PathBuf], opts: &RunOptions) -> Vec<PlannedTrial> {
                 // The case and each of its variants: one evaluation, so one reference run.
                 let eval = Arc::new(CaseEvaluations::for_case(&case));
                 let variants: Vec<Case> = case.variants.keys().filter_map(|v| case.for_variant(v)).collect();
-                // Other implementations are judged on the tiers that compare computed outputs
-                // (L1 and L2 judge an export's graph and the config).
+                // Other implementations are judged on the tiers that compare computed outputs;
+                // L1 and L2 judge an export's graph and the config.
+                const COMPUTED: [Level; 3] = [Level::L3, Level::L4, Level::L5];
                 let others: Vec<Case> = case.implementations.iter().filter_map(|e| case.for_implementation(e.name)).collect();
                 let exports = if case.judges_onnx() { std::iter::once(case).chain(variants).collect() } else { Vec::new() };
-                let planned = exports.into_iter().map(|c| (c, &Level::ALL[..])).chain(others.into_iter().map(|c| (c, &Level::ALL[2..])));
+                let planned = exports.into_iter().map(|c| (c, &Level::ALL[..])).chain(others.into_iter().map(|c| (c, &COMPUTED[..])));
                 for (case, levels) in planned {
                     let case = Arc::new(case);
                     let id = case.id();

@@ -7,7 +7,7 @@
 //! implementations:
 //!   - onnx
 //!   - candle-transformers:
-//!       xfail: {L3: {reason: "...", max_abs_diff: [10, 30]}}
+//!       xfail: {L3: {reason: "...", first_divergence: logits, metrics: {max_abs_diff: 18.6}}}
 //! ```
 
 use std::fmt;

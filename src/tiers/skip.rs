@@ -78,32 +78,23 @@ pub fn static_skip(case: &Case, level: Level, opts: &RunOptions) -> Option<Strin
 /// and says why.
 fn implementation_skip(case: &Case, level: Level, opts: &RunOptions, name: ImplementationName) -> Option<String> {
     let artifacts = Artifacts::of(case);
-    let dir = match &artifacts.checkpoint {
-        None => {
-            return Some(format!("{name} loads the checkpoint: add `checkpoint: <HF folder with config.json>` to {}", case.path.display()))
-        }
-        Some(dir) if !dir.join("config.json").is_file() => {
-            return Some(format!("checkpoint {} has no config.json: download or regenerate it", dir.display()))
-        }
-        Some(dir) if !has_weights(dir) => {
-            return Some(format!("checkpoint {} has no safetensors weights: download or regenerate them", dir.display()))
-        }
-        Some(dir) => dir.clone(),
+    let Some(dir) = &artifacts.checkpoint else {
+        return Some(format!("{name} loads the checkpoint: add `checkpoint: <HF folder with config.json>` to {}", case.path.display()));
     };
+    if let Some(reason) = incomplete_checkpoint(dir, true) {
+        return Some(reason);
+    }
     match name {
         ImplementationName::Onnx => {}
         ImplementationName::CandleTransformers => {
-            use crate::backend::candle_transformers::{read_config, unsupported, VERSION};
-            if let Ok(config) = read_config(&dir) {
+            use crate::backend::candle_transformers::{read_config, unsupported, CandleTransformersError};
+            if let Ok(config) = read_config(dir) {
                 let mut missing = unsupported(&config, false);
                 if missing.is_empty() && crate::inputs::for_case(case).is_ok_and(|i| i.has_images()) {
                     missing = unsupported(&config, true);
                 }
                 if !missing.is_empty() {
-                    return Some(format!(
-                        "candle-transformers {VERSION}'s gemma4 does not implement what this model uses: {}",
-                        missing.join("; ")
-                    ));
+                    return Some(CandleTransformersError::Unsupported(missing).to_string());
                 }
             }
         }
@@ -143,13 +134,11 @@ fn artifact_skip(case: &Case, artifacts: &Artifacts, needs_weights: bool) -> Opt
                 case.path.display()
             ))
         }
-        Some(dir) if !dir.join("config.json").is_file() => {
-            return Some(format!("checkpoint {} has no config.json: download or regenerate it", dir.display()))
+        Some(dir) => {
+            if let Some(reason) = incomplete_checkpoint(dir, needs_weights) {
+                return Some(reason);
+            }
         }
-        Some(dir) if needs_weights && !has_weights(dir) => {
-            return Some(format!("checkpoint {} has no safetensors weights: download or regenerate them", dir.display()))
-        }
-        _ => {}
     }
     match (&artifacts.export, &case.onnx) {
         (None, _) => Some(format!("no ONNX export: add `onnx: <export folder>`{} to {}", hint(), case.path.display())),
@@ -158,6 +147,15 @@ fn artifact_skip(case: &Case, artifacts: &Artifacts, needs_weights: bool) -> Opt
         }
         _ => None,
     }
+}
+
+/// What a checkpoint folder lacks: its config.json, or (`needs_weights`) its safetensors.
+fn incomplete_checkpoint(dir: &std::path::Path, needs_weights: bool) -> Option<String> {
+    if !dir.join("config.json").is_file() {
+        return Some(format!("checkpoint {} has no config.json: download or regenerate it", dir.display()));
+    }
+    (needs_weights && !has_weights(dir))
+        .then(|| format!("checkpoint {} has no safetensors weights: download or regenerate them", dir.display()))
 }
 
 /// Why an export cannot run on this run's execution provider, known from its graph: bf16
