@@ -12,29 +12,18 @@ use onnx_parity::backend::reference::ReferenceBackend;
 use onnx_parity::backend::{Backend, BackendError, GenerationRequest};
 use onnx_parity::inputs::ModelInputs;
 use onnx_parity::outputs::Run;
-use support::{cli, root, text};
+use support::{cli, max_abs, root, text};
+
+/// One f32 tensor of a safetensors file, flattened.
+fn read_f32(path: &Path, name: &str) -> Vec<f32> {
+    support::read_f32(path, name).1
+}
 
 /// The dense fixture's sliding window (its config.json).
 const WINDOW: usize = 8;
 
 fn fixture(name: &str) -> PathBuf {
     root().join("fixtures").join(name)
-}
-
-/// One f32 tensor of a safetensors file, flattened.
-fn read_f32(path: &Path, name: &str) -> Vec<f32> {
-    let bytes = std::fs::read(path).expect("read safetensors");
-    let st = safetensors::SafeTensors::deserialize(&bytes).expect("parse safetensors");
-    let t = st.tensor(name).unwrap_or_else(|e| panic!("{}: {name}: {e}", path.display()));
-    t.data().chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()
-}
-
-/// Largest |a − b|; a NaN or a length mismatch is infinite, so it can never pass a bound.
-fn max_abs(a: &[f32], b: &[f32]) -> f32 {
-    if a.len() != b.len() {
-        return f32::INFINITY;
-    }
-    a.iter().zip(b).map(|(x, y)| if x.is_finite() && y.is_finite() { (x - y).abs() } else { f32::INFINITY }).fold(0.0, f32::max)
 }
 
 /// Per-position max |a − b| of two `[1, S, V]` logits.

@@ -8,7 +8,7 @@ use std::process::{Command, Output};
 use safetensors::SafeTensors;
 
 mod support;
-use support::{cli, root, text};
+use support::{cli, max_abs, read_f32, root, text};
 
 fn tmpdir() -> tempfile::TempDir {
     tempfile::tempdir().expect("temp dir")
@@ -128,23 +128,11 @@ fn unexpected_pass_fails() {
     assert!(levels[0].2.contains("unexpected pass"), "{}", levels[0].2);
 }
 
-fn read_f32(path: &Path, name: &str) -> (Vec<usize>, Vec<f32>) {
-    let bytes = std::fs::read(path).expect("read safetensors");
-    let st = SafeTensors::deserialize(&bytes).expect("safetensors");
-    let t = st.tensor(name).unwrap_or_else(|_| panic!("{name} in {}", path.display()));
-    (t.shape().to_vec(), t.data().chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect())
-}
-
 fn read_i64(path: &Path, name: &str) -> Vec<i64> {
     let bytes = std::fs::read(path).expect("read safetensors");
     let st = SafeTensors::deserialize(&bytes).expect("safetensors");
     let t = st.tensor(name).unwrap_or_else(|_| panic!("{name} in {}", path.display()));
     t.data().chunks_exact(8).map(|c| i64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]])).collect()
-}
-
-fn max_abs(a: &[f32], b: &[f32]) -> f32 {
-    assert_eq!(a.len(), b.len());
-    a.iter().zip(b).map(|(x, y)| if x.is_finite() && y.is_finite() { (x - y).abs() } else { f32::INFINITY }).fold(0.0, f32::max)
 }
 
 /// Guards issue acceptance: `logits --checkpoint` on the two-image fixture equals the HF oracle

@@ -77,3 +77,19 @@ pub fn edited_export(onnx: &Path, edit: impl Fn(&str, &mut onnx_parity::onnx::pr
     }
     dir
 }
+
+/// One f32 tensor of a safetensors file: its shape and its values.
+pub fn read_f32(path: &Path, name: &str) -> (Vec<usize>, Vec<f32>) {
+    let bytes = fs::read(path).expect("read safetensors");
+    let st = safetensors::SafeTensors::deserialize(&bytes).expect("safetensors");
+    let t = st.tensor(name).unwrap_or_else(|_| panic!("{name} in {}", path.display()));
+    (t.shape().to_vec(), t.data().chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect())
+}
+
+/// Largest |a − b|; a non-finite value or a length mismatch is infinite, so it never passes a bound.
+pub fn max_abs(a: &[f32], b: &[f32]) -> f32 {
+    if a.len() != b.len() {
+        return f32::INFINITY;
+    }
+    a.iter().zip(b).map(|(x, y)| if x.is_finite() && y.is_finite() { (x - y).abs() } else { f32::INFINITY }).fold(0.0, f32::max)
+}
