@@ -154,8 +154,11 @@ impl MaskRule {
         if !any_masked {
             return Ok(None);
         }
+        // `torch.finfo(dtype).min`: f32's would round to -inf in a half dtype.
         let min = match dtype {
             DType::F64 => f64::MIN,
+            DType::F16 => half::f16::MIN.to_f64(),
+            DType::BF16 => half::bf16::MIN.to_f64(),
             _ => f32::MIN as f64,
         };
         let vals: Vec<f64> = data.into_iter().map(|v| if v { 0.0 } else { min }).collect();

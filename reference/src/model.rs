@@ -305,6 +305,26 @@ impl Gemma4 {
         states.into_iter().map(|s| Ok(s.unsqueeze(0)?)).collect()
     }
 
+    /// Each decoder layer run locally on `streams` (`[1, S, hidden]` per layer: the residual
+    /// stream entering it in another run — the precision arbiter's), with `prepared`'s per-layer
+    /// inputs: each layer's output `[S, hidden]` and its modules' (see
+    /// [`TextModel::forward_local`]). At f32 this is the local error floor an export's layer is
+    /// judged against.
+    pub fn local_layers(
+        &self,
+        prepared: &Prepared,
+        scope: BidirectionalScope,
+        streams: &[Tensor],
+    ) -> Result<(Vec<Tensor>, Vec<crate::text::ModuleOutputs>)> {
+        let (embeds, ple) = squeeze_batch(prepared)?;
+        let rule = self.mask_rule(prepared, scope);
+        let mut cache = self.text.new_cache(embeds.dim(0)?)?;
+        let streams = streams.iter().map(|s| Ok(s.squeeze(0)?.to_dtype(self.dtype())?)).collect::<Result<Vec<_>>>()?;
+        let ple = ple.map(|p| p.to_dtype(self.dtype())).transpose()?;
+        let c = self.text.forward_local(&streams, ple.as_ref(), &rule, &mut cache)?;
+        Ok((c.states, c.modules))
+    }
+
     /// Logits `[1, S, vocab]` for every prompt position (HF `model(**inputs).logits`).
     pub fn prefill(&self, inputs: &ModelInputs, scope: BidirectionalScope) -> Result<Tensor> {
         self.forward(&self.embed(inputs)?, scope)

@@ -29,17 +29,23 @@ impl Linear {
 
     /// Output columns `start..start + cols` only (no bias): `[n, cols]`.
     pub(crate) fn forward_columns(&self, x: &Tensor, start: usize, cols: usize) -> Result<Tensor> {
-        Ok(x.matmul(&self.weight_t.narrow(1, start, cols)?)?)
+        Ok(x.matmul(&in_dtype_of(&self.weight_t.narrow(1, start, cols)?, x)?)?)
     }
 
     /// `x`: `[n, in]` → `[n, out]`.
     pub(crate) fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        let y = x.matmul(&self.weight_t)?;
+        let y = x.matmul(&in_dtype_of(&self.weight_t, x)?)?;
         Ok(match &self.bias {
             Some(b) => y.broadcast_add(b)?,
             None => y,
         })
     }
+}
+
+/// `w` in `x`'s dtype: the f64 precision mode keeps matrices f32 and upcasts each for its
+/// matmul only ([`Weights::matrix_dtype`]); otherwise `w` as it is.
+fn in_dtype_of(w: &Tensor, x: &Tensor) -> Result<Tensor> {
+    Ok(if w.dtype() == x.dtype() { w.clone() } else { w.to_dtype(x.dtype())? })
 }
 
 /// `Gemma4ClippableLinear` (vision tower): a bias-free `nn.Linear` stored as `{prefix}.linear.weight`

@@ -46,6 +46,12 @@ impl RmsNorm {
     /// ([`crate::nn::reduce::torch_sum`]); other dtypes (the f64 precision mode) and devices use
     /// candle ops.
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        // Half precision: HF normalises `x.float()` with `weight.float()` and casts back.
+        if let Some(half) = crate::nn::ops::half_dtype(x) {
+            let w = self.weight.as_ref().map(|w| w.to_dtype(DType::F32)).transpose()?;
+            let f32_norm = RmsNorm { weight: w, weight_f32: self.weight_f32.clone(), eps: self.eps };
+            return Ok(f32_norm.forward(&x.to_dtype(DType::F32)?)?.to_dtype(half)?);
+        }
         // The fused kernel is CPU-only; other devices take the composite path below (same
         // formula, candle's reduction order).
         if x.dtype() == DType::F32 && x.device().is_cpu() {
@@ -174,6 +180,10 @@ impl LayerNorm {
     /// ([`crate::nn::reduce::torch_moments`]) and `fma((x − mean)·rstd, weight, bias)` as torch's
     /// kernel does; other dtypes and devices use candle ops.
     pub fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        // Half precision: torch's layer_norm accumulates in f32; the output is rounded once.
+        if let Some(half) = crate::nn::ops::half_dtype(x) {
+            return Ok(self.forward(&x.to_dtype(DType::F32)?)?.to_dtype(half)?);
+        }
         if x.dtype() == DType::F32 && x.device().is_cpu() {
             return Ok(x.contiguous()?.apply_op1_no_bwd(&FusedLayerNorm {
                 weight: &self.weight_f32,

@@ -6,7 +6,7 @@
 //! weights. The formulas follow PyTorch's kernels (`GeluKernel.cpp`: `(0.5·x)·(1 + tanh(β·(x +
 //! κ·x³)))`, β = √2·(2/√π)·0.5, κ = 0.044715), evaluated in the tensor's dtype.
 
-use candle_core::{CpuStorage, InplaceOp1, InplaceOp2, Layout, Tensor};
+use candle_core::{CpuStorage, DType, InplaceOp1, InplaceOp2, Layout, Tensor};
 use rayon::prelude::*;
 
 use crate::config::Activation;
@@ -153,6 +153,9 @@ impl InplaceOp1 for SoftCap {
 /// `tanh(x / c) · c` on `x`'s buffer (CPU: the in-place [`SoftCap`] kernel). Other devices use
 /// candle's `tanh` (the device's `tanhf`), which may differ from the CPU kernel by an ulp.
 pub(crate) fn softcap(x: Tensor, c: f64) -> Result<Tensor> {
+    if let Some(half) = half_dtype(&x) {
+        return Ok(softcap(x.to_dtype(DType::F32)?, c)?.to_dtype(half)?);
+    }
     if x.device().is_cpu() {
         let x = x.contiguous()?;
         x.inplace_op1(&SoftCap(c))?;
@@ -216,6 +219,10 @@ impl InplaceOp2 for GatedAct {
 
 /// `act(gate) · up`, reusing `gate`'s buffer (exact erf GELU goes through candle's op).
 pub(crate) fn gated_activation(act: Activation, gate: Tensor, up: &Tensor) -> Result<Tensor> {
+    if let Some(half) = half_dtype(&gate) {
+        let g = gated_activation(act, gate.to_dtype(DType::F32)?, &up.to_dtype(DType::F32)?)?;
+        return Ok(g.to_dtype(half)?);
+    }
     if act == Activation::Gelu {
         return Ok((gate.gelu_erf()? * up)?);
     }
@@ -233,6 +240,21 @@ pub(crate) fn gated_activation(act: Activation, gate: Tensor, up: &Tensor) -> Re
     let gate = gate.contiguous()?;
     gate.inplace_op2(&up.contiguous()?, &GatedAct(act))?;
     Ok(gate)
+}
+
+/// `Some(dtype)` when `x` is f16 or bf16: the reference at a half-precision export's precision
+/// stores every activation in it but, like PyTorch's half kernels and ONNX Runtime's, evaluates
+/// each op in f32 and rounds its output once. Norms and softmax run in f32 as HF writes them.
+pub(crate) fn half_dtype(x: &Tensor) -> Option<DType> {
+    matches!(x.dtype(), DType::F16 | DType::BF16).then(|| x.dtype())
+}
+
+/// `softmax(x, dim=-1, dtype=float32).to(x.dtype)` (HF's eager attention and router).
+pub(crate) fn softmax_last_dim(x: &Tensor) -> Result<Tensor> {
+    Ok(match half_dtype(x) {
+        Some(half) => candle_nn::ops::softmax_last_dim(&x.to_dtype(DType::F32)?)?.to_dtype(half)?,
+        None => candle_nn::ops::softmax_last_dim(x)?,
+    })
 }
 
 #[cfg(test)]

@@ -113,6 +113,6 @@ pub(crate) fn grouped_attention(q: &Tensor, k: &Tensor, v: &Tensor, mask: Option
         Some(m) => scores.broadcast_add(m)?,
         None => scores,
     };
-    let probs = candle_nn::ops::softmax_last_dim(&scores)?;
+    let probs = crate::nn::ops::softmax_last_dim(&scores)?;
     Ok(probs.reshape((nkv, n_rep * seq, kv_len))?.matmul(v)?.reshape((nh, seq, hd))?.transpose(0, 1)?.reshape((seq, nh * hd))?)
 }

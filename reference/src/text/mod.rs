@@ -217,7 +217,8 @@ impl TextModel {
             })
             .collect::<Result<Vec<u32>>>()?;
         let idx = Tensor::from_vec(idx, ids.len(), &self.device)?;
-        let rows = self.embed_t.index_select(&idx, 1)?.t()?.contiguous()?;
+        // Gathered in the matrix dtype (f32 in the f64 mode), then in the compute dtype.
+        let rows = self.embed_t.index_select(&idx, 1)?.t()?.to_dtype(self.dtype)?.contiguous()?;
         Ok(rows.affine(self.embed_scale as f64, 0.0)?)
     }
 
@@ -254,7 +255,7 @@ impl TextModel {
         mask_rule: &MaskRule,
         cache: &mut KvCache,
     ) -> Result<Tensor> {
-        self.forward_layers(embeds, per_layer_inputs, mask_rule, cache, None)
+        self.forward_layers(embeds, per_layer_inputs, mask_rule, cache, None, None)
     }
 
     /// Like [`Self::forward_hidden`], also collecting every decoder layer's output (HF
@@ -267,7 +268,7 @@ impl TextModel {
         cache: &mut KvCache,
     ) -> Result<(Tensor, Vec<Tensor>)> {
         let mut c = Collected::default();
-        let h = self.forward_layers(embeds, per_layer_inputs, mask_rule, cache, Some(&mut c))?;
+        let h = self.forward_layers(embeds, per_layer_inputs, mask_rule, cache, Some(&mut c), None)?;
         Ok((h, c.states))
     }
 
@@ -282,8 +283,28 @@ impl TextModel {
         cache: &mut KvCache,
     ) -> Result<(Tensor, Collected)> {
         let mut c = Collected { keep_modules: true, ..Default::default() };
-        let h = self.forward_layers(embeds, per_layer_inputs, mask_rule, cache, Some(&mut c))?;
+        let h = self.forward_layers(embeds, per_layer_inputs, mask_rule, cache, Some(&mut c), None)?;
         Ok((h, c))
+    }
+
+    /// Each layer run **locally**: layer `i` is fed `streams[i]` (`[seq, hidden]`, the residual
+    /// stream entering it in another run, cast to the compute dtype) instead of the previous
+    /// layer's output; a KV-shared layer reads the keys/values its source layer computed from
+    /// the stream fed to the source. Collects each layer's output and its modules' — what a
+    /// layer alone does at this precision on another run's inputs (the local error floor).
+    pub fn forward_local(
+        &self,
+        streams: &[Tensor],
+        per_layer_inputs: Option<&Tensor>,
+        mask_rule: &MaskRule,
+        cache: &mut KvCache,
+    ) -> Result<Collected> {
+        if streams.len() != self.layers.len() {
+            return Err(Error::Internal(format!("{} streams for {} layers", streams.len(), self.layers.len())));
+        }
+        let mut c = Collected { keep_modules: true, ..Default::default() };
+        self.forward_layers(&streams[0], per_layer_inputs, mask_rule, cache, Some(&mut c), Some(streams))?;
+        Ok(c)
     }
 
     fn forward_layers(
@@ -293,6 +314,7 @@ impl TextModel {
         mask_rule: &MaskRule,
         cache: &mut KvCache,
         mut collect: Option<&mut Collected>,
+        feed: Option<&[Tensor]>,
     ) -> Result<Tensor> {
         let seq = embeds.dim(0)?;
         let start = cache.len();
@@ -313,13 +335,16 @@ impl TextModel {
                 if per_layer_inputs.is_some() { "given" } else { "not given" }
             )));
         }
-        let mut x = embeds.clone();
+        let mut x = embeds.to_dtype(self.dtype)?;
         for (i, (layer, lt)) in self.layers.iter().zip(&self.layer_types).enumerate() {
             let (_, cos, sin, mask) =
                 per_type.iter().find(|(t, ..)| t == lt).ok_or_else(|| Error::Internal(format!("no RoPE for {}", lt.as_str())))?;
             // `per_layer_inputs[:, :, i, :]`, contiguous for the fused gate kernel.
             let ple_i = per_layer_inputs.map(|p| p.narrow(1, i, 1).and_then(|t| t.squeeze(1)?.contiguous())).transpose()?;
             let mut modules = collect.as_ref().filter(|c| c.keep_modules).map(|_| ModuleOutputs::new());
+            if let Some(stream) = feed.and_then(|f| f.get(i)) {
+                x = stream.to_dtype(self.dtype)?;
+            }
             x = layer.forward(&x, ple_i.as_ref(), (cos, sin), mask.as_ref(), cache, modules.as_mut())?;
             if let Some(c) = collect.as_deref_mut() {
                 c.states.push(x.clone());

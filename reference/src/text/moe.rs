@@ -102,7 +102,7 @@ impl Router {
         let prec = Precision::of(r.dtype());
         let z = self.norm.forward(r)?.broadcast_mul(&self.scale)?.affine(self.root, 0.0)?;
         let scores = self.proj.forward(&z)?;
-        let probs = candle_nn::ops::softmax_last_dim(&scores)?;
+        let probs = crate::nn::ops::softmax_last_dim(&scores)?;
         let (t, e) = probs.dims2()?;
         let probs = host_f64(&probs)?;
         let mut routing = Routing { experts: Vec::with_capacity(t), weights: Vec::with_capacity(t) };
@@ -183,7 +183,7 @@ impl Experts {
             let w = Tensor::from_vec(rows.iter().map(|&(_, w)| w).collect::<Vec<_>>(), (1, n), x.device())?.to_dtype(x.dtype())?;
             out.add_columns(&y_t.broadcast_mul(&w)?, rows.iter().map(|&(tok, _)| tok), h)?;
         }
-        out.into_tensor((t, h), x.device())
+        Ok(out.into_tensor((t, h), x.device())?.to_dtype(x.dtype())?)
     }
 }
 
@@ -216,7 +216,7 @@ impl Accumulator {
         // One transposing copy, then contiguous row additions.
         let y = y_t.t()?.contiguous()?;
         match self {
-            Accumulator::F32(out) => add_rows(out, &y.flatten_all()?.to_vec1::<f32>()?, tokens, h),
+            Accumulator::F32(out) => add_rows(out, &y.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?, tokens, h),
             Accumulator::F64(out) => add_rows(out, &y.flatten_all()?.to_vec1::<f64>()?, tokens, h),
         }
         Ok(())

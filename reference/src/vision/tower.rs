@@ -343,7 +343,8 @@ impl VisionTower {
         let keep: Vec<u32> = (0..length).filter(|&j| present[j]).map(|j| j as u32).collect();
         let n = keep.len();
         let out = out.index_select(&Tensor::from_vec(keep, n, dev)?, 0)?;
-        // `hidden_states.float() * self.root_hidden_size` (a Python float).
-        Ok(out.affine((self.hidden as f64).sqrt(), 0.0)?)
+        // `hidden_states.float() * self.root_hidden_size` (a Python float); back in the compute
+        // dtype for the half-precision mode.
+        Ok(out.affine((self.hidden as f64).sqrt(), 0.0)?.to_dtype(h.dtype())?)
     }
 }

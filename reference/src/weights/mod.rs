@@ -198,10 +198,13 @@ impl Weights {
         Self::open_with_dtype(dir, DType::F32)
     }
 
-    /// Like [`Weights::open`], returning tensors in `dtype` (F32 or F64).
+    /// Like [`Weights::open`], returning tensors in `dtype`: F32 (the reference), F64 (the
+    /// precision arbiter; its matrices stay f32, see [`Weights::matrix_dtype`]) or F16 / BF16
+    /// (the reference at a half-precision export's precision: every weight rounded to it, as
+    /// the export casts them).
     pub fn open_with_dtype(dir: &Path, dtype: DType) -> Result<Self> {
-        if !matches!(dtype, DType::F32 | DType::F64) {
-            return Err(Error::input(format!("compute dtype {dtype:?}: only f32 and f64 are supported")));
+        if !matches!(dtype, DType::F32 | DType::F64 | DType::F16 | DType::BF16) {
+            return Err(Error::input(format!("compute dtype {dtype:?}: only f32, f64, f16 and bf16 are supported")));
         }
         Self::from_files(dir, dtype, Source::Mapped)
     }
@@ -399,7 +402,20 @@ impl Weights {
         }
         let data = self.read_with(module_name, &expected, Order::Transposed { rows, cols })?;
         let t = Tensor::from_vec(data, (cols, rows), &Device::Cpu)?;
-        self.upload(if self.dtype == DType::F32 { t } else { t.to_dtype(self.dtype)? })
+        let dtype = self.matrix_dtype();
+        self.upload(if dtype == DType::F32 { t } else { t.to_dtype(dtype)? })
+    }
+
+    /// The dtype [`Weights::get_t`] keeps matrices in: the compute dtype, except in the f64
+    /// precision mode, where they stay f32 (every checkpoint value is an f32, so nothing is
+    /// lost) and are upcast one matmul at a time ([`crate::nn::linear::Linear`]): an f64 copy of
+    /// every weight would double the reference's memory at real width.
+    pub fn matrix_dtype(&self) -> DType {
+        if self.dtype == DType::F64 {
+            DType::F32
+        } else {
+            self.dtype
+        }
     }
 
     /// `t` (decoded on the host) on the weights' device; the CPU keeps it as is.

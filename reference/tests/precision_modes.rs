@@ -1,0 +1,64 @@
+//! The precision modes the harness's calibrated L3 rule is built on (docs/design.md §2b):
+//! the f64 arbiter (matrices kept f32, upcast one matmul at a time, yet still HF's f64 function),
+//! the half-precision reference (weights and activations rounded to f16 / bf16, each op
+//! evaluated in f32 — what an f16 export computes at best), and local layer runs fed another
+//! run's residual streams.
+
+mod common;
+
+use anyhow::Result;
+use candle_core::{DType, Tensor};
+use common::{fixture_dir, load_fixture, max_abs_diff};
+use onnx_parity_reference::Gemma4;
+
+fn logits(name: &str, dtype: DType) -> Result<Tensor> {
+    let f = load_fixture(name)?;
+    let model = Gemma4::load_with_dtype(&fixture_dir(name).join("checkpoint"), dtype)?;
+    Ok(model.prefill(&f.inputs, model.hf_forward_scope())?.to_dtype(DType::F32)?)
+}
+
+/// Guards the arbiter: f64 compute with f32-held matrices is far closer to the f32 reference
+/// than f16 is, and the half modes are not silently f32 (they differ from it by far more than
+/// f32 rounding). Measured on unified-vision: f64 vs f32 ~1e-6, f16 vs f32 ~1e-2.
+#[test]
+fn precision_modes_order_by_their_rounding() -> Result<()> {
+    for name in ["unified-vision", "unified-text-kvshare", "gemma4-text-ple", "gemma4-text-moe"] {
+        let f32_logits = logits(name, DType::F32)?;
+        let f64_d = max_abs_diff(&logits(name, DType::F64)?, &f32_logits)?;
+        let f16_d = max_abs_diff(&logits(name, DType::F16)?, &f32_logits)?;
+        let bf16_d = max_abs_diff(&logits(name, DType::BF16)?, &f32_logits)?;
+        eprintln!("{name}: |f64 − f32| {f64_d:.2e}, |f16 − f32| {f16_d:.2e}, |bf16 − f32| {bf16_d:.2e}");
+        assert!(f64_d.is_finite() && f64_d > 0.0 && f64_d < 1e-3, "{name}: f64 vs f32 {f64_d:e}");
+        assert!(f16_d.is_finite() && f16_d > 50.0 * f64_d, "{name}: f16 vs f32 {f16_d:e} (f64 {f64_d:e})");
+        assert!(bf16_d.is_finite() && bf16_d > f16_d, "{name}: bf16 vs f32 {bf16_d:e}, f16 {f16_d:e}");
+    }
+    Ok(())
+}
+
+/// Guards local layer runs: fed the run's own streams, each layer reproduces the propagated
+/// output bit for bit (KV-shared layers included); fed another stream, a layer's output moves.
+#[test]
+fn local_layers_fed_their_own_streams_reproduce_the_run() -> Result<()> {
+    for name in ["unified-text-kvshare", "gemma4-text-ple", "unified-vision"] {
+        let f = load_fixture(name)?;
+        let model = Gemma4::load(&fixture_dir(name).join("checkpoint"))?;
+        let scope = model.hf_forward_scope();
+        let prepared = model.embed(&f.inputs)?;
+        let states = model.layer_outputs(&prepared, scope)?;
+        let mut streams = vec![prepared.inputs_embeds.clone()];
+        streams.extend(states[..states.len() - 1].iter().cloned());
+        let (local, modules) = model.local_layers(&prepared, scope, &streams)?;
+        assert_eq!(local.len(), states.len());
+        assert_eq!(modules.len(), states.len());
+        for (i, (l, s)) in local.iter().zip(&states).enumerate() {
+            assert_eq!(max_abs_diff(&l.unsqueeze(0)?, s)?, 0.0, "{name}: layer {i}");
+        }
+        // A perturbed stream entering layer 1 changes layer 1's local output only there.
+        let mut moved = streams.clone();
+        moved[1] = (&moved[1] * 1.01)?;
+        let (local2, _) = model.local_layers(&prepared, scope, &moved)?;
+        assert!(max_abs_diff(&local2[1], &local[1])? > 0.0, "{name}");
+        assert_eq!(max_abs_diff(&local2[0], &local[0])?, 0.0, "{name}");
+    }
+    Ok(())
+}
