@@ -64,6 +64,42 @@ pub const XFAIL_SIGNATURE: &str = "xfail_signature";
 pub const EXPORTER: &str = "exporter";
 pub const TRANSFORMERS_VERSION: &str = "transformers_version";
 
+// L3's calibrated rule (src/tiers/l3/calibrated.rs).
+/// Which rule decided L3: `calibrated` or `fixed`.
+pub const L3_RULE: &str = "l3_rule";
+/// mobius's fixed row on the gate (prefill logits and every decode step): `pass` or `fail`,
+/// whichever rule decided.
+pub const FIXED_ROW_STATUS: &str = "fixed_row_status";
+/// The prefill logits' worst-row ratio `e_cand / (e_floor + δ·scale/k)`: the rule passes iff ≤ k.
+pub const CALIBRATED_RATIO: &str = "calibrated_ratio";
+pub const CALIBRATED_K: &str = "calibrated_k";
+/// The prefill logits against the f64 arbiter: the candidate's error and the reference's own
+/// (at the candidate's precision), rms and max over the tensor.
+pub const E_CAND_RMS: &str = "e_cand_rms";
+pub const E_CAND_MAX: &str = "e_cand_max";
+pub const E_FLOOR_RMS: &str = "e_floor_rms";
+pub const E_FLOOR_MAX: &str = "e_floor_max";
+/// The worst cached decode step's calibrated ratio.
+pub const DECODE_CALIBRATED_RATIO: &str = "decode_calibrated_ratio";
+/// Per compared tensor (`logits`, `decode`, components, `<sub-model>_isolated`): both errors,
+/// the ratio, and both rules' verdicts.
+pub const CALIBRATION: &str = "calibration";
+/// Per layer (propagated): the calibrated ratio, and `max|cand − f64|` beside `max|ref_p − f64|`.
+pub const LAYER_CALIBRATED_RATIO: &str = "layer_calibrated_ratio";
+pub const LAYER_E_CAND: &str = "layer_e_cand";
+pub const LAYER_E_FLOOR: &str = "layer_e_floor";
+/// Per layer fed the arbiter's stream: the same three (what blames a layer).
+pub const LAYER_LOCAL_CALIBRATED_RATIO: &str = "layer_local_calibrated_ratio";
+pub const LAYER_LOCAL_E_CAND: &str = "layer_local_e_cand";
+pub const LAYER_LOCAL_E_FLOOR: &str = "layer_local_e_floor";
+/// The decoder alone on the oracle's inputs: its worst calibrated ratio.
+pub const DECODER_ISOLATED_CALIBRATED_RATIO: &str = "decoder_isolated_calibrated_ratio";
+
+/// `<component>_calibrated_ratio` (`image_features_calibrated_ratio`, …).
+pub fn stage_calibrated_ratio(stage: &str) -> String {
+    format!("{stage}_calibrated_ratio")
+}
+
 /// `<component>_max_abs_diff` (L3: `image_features_max_abs_diff`, …; also `logits_max_abs_diff`).
 pub fn stage_max_abs_diff(stage: &str) -> String {
     format!("{stage}_max_abs_diff")

@@ -22,6 +22,10 @@ pub enum MetricError {
     Empty { what: &'static str },
     #[error("invalid threshold {name} = {value}: {why}")]
     BadThreshold { name: &'static str, value: f64, why: &'static str },
+    /// The reference side of a calibrated comparison (its f64 run or its run at the candidate's
+    /// precision) is NaN or ±Inf at this flat index: nothing can be judged against it.
+    #[error("the reference is not finite at flat index {index}")]
+    NonFiniteReference { index: usize },
 }
 
 /// A threshold a rule is given: finite, ≥ 0, and at most `max` when there is one.

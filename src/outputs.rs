@@ -125,6 +125,17 @@ pub struct Isolated {
     pub text_only: bool,
 }
 
+/// The reference's decoder layers run locally at one precision: each fed the arbiter's (f64)
+/// residual stream entering it. Against the arbiter's own layer outputs this is the local error
+/// floor a candidate's layer, fed the same stream, is judged by.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct LocalLayers {
+    /// Each layer's output `[1, S, hidden]`, in layer order.
+    pub layers: Vec<Dense<f32>>,
+    /// Each layer's module outputs (HF names).
+    pub modules: Vec<ModuleOutputs>,
+}
+
 /// Whether a candidate's sub-models were judged in isolation.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub enum Isolation {

@@ -77,6 +77,57 @@ pub struct L3Values {
     pub rtol: Option<f64>,
 }
 
+fn k<'de, D: Deserializer<'de>>(d: D) -> Result<Option<f64>, D::Error> {
+    let v = checked(d, "k", false)?;
+    match v {
+        Some(x) if x < 1.0 => Err(de::Error::custom(format!("`k`: expected ≥ 1 (a candidate is allowed at least the reference's own error), got {x}"))),
+        _ => Ok(v),
+    }
+}
+fn delta_ulps<'de, D: Deserializer<'de>>(d: D) -> Result<Option<f64>, D::Error> {
+    checked(d, "delta_ulps", false)
+}
+
+/// The calibrated L3 rule's numbers as written (`L3_calibrated.<dtype>`): see
+/// [`CalibratedRule`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CalibratedValues {
+    #[serde(default, deserialize_with = "k")]
+    pub k: Option<f64>,
+    #[serde(default, deserialize_with = "delta_ulps")]
+    pub delta_ulps: Option<f64>,
+}
+
+/// The calibrated L3 rule for one precision (`crate::tiers::l3::calibrated`): a candidate's
+/// error against the f64 arbiter may be `k` times the reference's own error at the candidate's
+/// precision, plus `delta_ulps` units of the precision's roundoff at the row's scale.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct CalibratedRule {
+    pub k: f64,
+    pub delta_ulps: f64,
+    /// The precision's unit roundoff `u` (f32 2⁻²⁴, f16 2⁻¹¹, bf16 2⁻⁸).
+    pub unit_roundoff: f64,
+}
+
+impl CalibratedRule {
+    /// `δ`: the allowance per unit of scale.
+    pub fn delta(&self) -> f64 {
+        self.delta_ulps * self.unit_roundoff
+    }
+}
+
+/// The unit roundoff of a float dtype's arithmetic (half its machine epsilon); `None` for int4,
+/// whose error is not a rounding of the reference's arithmetic.
+pub fn unit_roundoff(dtype: Dtype) -> Option<f64> {
+    match dtype {
+        Dtype::Float32 => Some(2f64.powi(-24)),
+        Dtype::Float16 => Some(2f64.powi(-11)),
+        Dtype::Bfloat16 => Some(2f64.powi(-8)),
+        Dtype::Int4 => None,
+    }
+}
+
 /// L4's numbers as written (see [`L3Values`]).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -135,6 +186,8 @@ pub struct L5Tolerance {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Tolerances {
     pub l3: BTreeMap<Dtype, L3Tolerance>,
+    /// The calibrated rule per precision (float dtypes only).
+    pub l3_calibrated: BTreeMap<Dtype, CalibratedRule>,
     pub l4: BTreeMap<Dtype, L4Tolerance>,
     pub l5: BTreeMap<Dtype, L5Tolerance>,
 }
@@ -145,6 +198,8 @@ pub struct Tolerances {
 struct RawTolerances {
     #[serde(rename = "L3", default)]
     l3: BTreeMap<Dtype, L3Values>,
+    #[serde(rename = "L3_calibrated", default)]
+    l3_calibrated: BTreeMap<Dtype, CalibratedValues>,
     #[serde(rename = "L4", default)]
     l4: BTreeMap<Dtype, L4Values>,
     #[serde(rename = "L5", default)]
@@ -167,9 +222,16 @@ fn required(level: &'static str, dtype: Dtype, key: &'static str, v: Option<f64>
 impl RawTolerances {
     /// Every row complete, or the first missing key.
     fn complete(self) -> Result<Tolerances, Missing> {
-        let mut t = Tolerances { l3: BTreeMap::new(), l4: BTreeMap::new(), l5: BTreeMap::new() };
+        let mut t = Tolerances { l3: BTreeMap::new(), l3_calibrated: BTreeMap::new(), l4: BTreeMap::new(), l5: BTreeMap::new() };
         for (d, r) in self.l3 {
             t.l3.insert(d, L3Tolerance { atol: required("L3", d, "atol", r.atol)?, rtol: required("L3", d, "rtol", r.rtol)? });
+        }
+        for (d, r) in self.l3_calibrated {
+            // int4 has no roundoff of its own: its row would be meaningless.
+            let unit_roundoff = unit_roundoff(d).ok_or(Missing { level: "L3_calibrated", dtype: d, key: "a float dtype" })?;
+            let k = required("L3_calibrated", d, "k", r.k)?;
+            let delta_ulps = required("L3_calibrated", d, "delta_ulps", r.delta_ulps)?;
+            t.l3_calibrated.insert(d, CalibratedRule { k, delta_ulps, unit_roundoff });
         }
         for (d, r) in self.l4 {
             let row = L4Tolerance {
@@ -215,6 +277,8 @@ pub struct Thresholds {
     pub dtype: Dtype,
     /// `None` when the dtype has no L3 row and the case does not give both atol and rtol (int4).
     pub l3: Option<L3Tolerance>,
+    /// The calibrated rule for the dtype; `None` without an `L3_calibrated` row (int4).
+    pub l3_calibrated: Option<CalibratedRule>,
     pub l4: L4Tolerance,
     pub l5: L5Tolerance,
     /// Which numbers the case changed (`"L3.atol"`, …), for reports.
@@ -277,7 +341,8 @@ pub fn resolve(tol: &Tolerances, dtype: Dtype, overrides: &ToleranceOverrides) -
         Some(min_token_match_ratio) => L5Tolerance { min_token_match_ratio },
         None => return Err(ToleranceError::MissingRow { level: Level::L5, dtype, missing: "min_token_match_ratio" }),
     };
-    Ok(Thresholds { dtype, l3, l4, l5, overridden })
+    let l3_calibrated = tol.l3_calibrated.get(&dtype).copied();
+    Ok(Thresholds { dtype, l3, l3_calibrated, l4, l5, overridden })
 }
 
 #[cfg(test)]

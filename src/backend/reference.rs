@@ -8,7 +8,7 @@ use onnx_parity_reference::{BidirectionalScope, Gemma4, GenerateOptions};
 
 use super::{Backend, BackendError, GenerationRequest};
 use crate::inputs::{Dense, ModelInputs};
-use crate::outputs::{Component, LayerOutputs, ModuleOutputs, Prefill, Run};
+use crate::outputs::{Component, LayerOutputs, LocalLayers, ModuleOutputs, Prefill, Run};
 use std::collections::BTreeMap;
 
 /// A loaded reference model.
@@ -22,10 +22,50 @@ impl ReferenceBackend {
     /// Loads the checkpoint onto the reference's device (`ONNX_PARITY_DEVICE`, default the CPU;
     /// f32 compute, TF32 off); `scope` `None` = HF's forward scope for it.
     pub fn load(checkpoint: &Path, scope: Option<BidirectionalScope>) -> Result<Self, BackendError> {
+        Self::load_with_dtype(checkpoint, scope, candle_core::DType::F32)
+    }
+
+    /// Like [`ReferenceBackend::load`] computing in `dtype`: F64 (the calibrated rule's arbiter),
+    /// F16 / BF16 (the reference at a half-precision candidate's precision), F32.
+    pub fn load_with_dtype(checkpoint: &Path, scope: Option<BidirectionalScope>, dtype: candle_core::DType) -> Result<Self, BackendError> {
         let device = crate::gpu::reference_device()?;
-        let model = Gemma4::load_on(checkpoint, candle_core::DType::F32, &device)?;
+        let model = Gemma4::load_on(checkpoint, dtype, &device)?;
         let scope = scope.unwrap_or_else(|| model.hf_forward_scope());
         Ok(Self { model, scope })
+    }
+
+    /// Each decoder layer at this model's precision fed `oracle`'s residual stream entering it
+    /// (its `inputs_embeds` for layer 0, its layer i−1 output for layer i, its per-layer inputs),
+    /// with the mask of `inputs`: the local floor of the calibrated rule when `oracle` is the
+    /// f64 arbiter's run.
+    pub fn local_layers(&self, inputs: &ModelInputs, oracle: &Run) -> Result<LocalLayers, BackendError> {
+        let r = |e: candle_core::Error| BackendError::Reference(e.into());
+        let LayerOutputs::Tensors(states) = &oracle.prefill.layers else {
+            return Err(BackendError::Reference(onnx_parity_reference::Error::Input("the oracle run kept no layer outputs".into())));
+        };
+        let device = self.model.device();
+        let tensor = |d: &Dense<f32>| Tensor::from_slice(&d.data, d.shape.as_slice(), device).map_err(r);
+        let Some(embeds) = oracle.prefill.components.get(&Component::InputsEmbeds) else {
+            return Err(BackendError::Reference(onnx_parity_reference::Error::Input("the oracle run has no inputs_embeds".into())));
+        };
+        let mut prepared = self.model.embed(inputs)?;
+        prepared.inputs_embeds = tensor(embeds)?;
+        if let (Some(ple), Some(own)) = (oracle.prefill.components.get(&Component::PerLayerInputs), &prepared.per_layer_inputs) {
+            // [1, S, L·P] → [1, S, L, P], the reference's layout.
+            prepared.per_layer_inputs = Some(tensor(ple)?.reshape(own.dims()).map_err(r)?);
+        }
+        let mut streams = vec![prepared.inputs_embeds.clone()];
+        for s in &states[..states.len().saturating_sub(1)] {
+            streams.push(tensor(s)?);
+        }
+        let (layers, modules) = self.model.local_layers(&prepared, self.scope, &streams)?;
+        let d = |t: &Tensor| t.unsqueeze(0).and_then(|t| dense(&t)).map_err(r);
+        let layers = layers.iter().map(d).collect::<Result<Vec<_>, _>>()?;
+        let modules = modules
+            .iter()
+            .map(|layer| layer.iter().map(|(name, t)| Ok((name.to_string(), d(t)?))).collect::<Result<ModuleOutputs, BackendError>>())
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(LocalLayers { layers, modules })
     }
 }
 

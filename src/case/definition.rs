@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 use super::error::CaseError;
 use super::implementations::{default_implementations, ImplementationEntry, ImplementationName};
-use super::level::{Dtype, Level};
+use super::level::{Dtype, L3Rule, Level};
 use super::schema::{ExportPin, GenerationSettings, Inputs, RawCase, Xfail};
 use crate::expectation::Expectation;
 use crate::tolerance::{resolve, L5Values, Thresholds, ToleranceError, ToleranceOverrides, Tolerances};
@@ -64,6 +64,8 @@ pub struct Case {
     pub tolerance_overrides: ToleranceOverrides,
     /// `None` = the model type's default (what its HF `forward` does).
     pub bidirectional: Option<BidirectionalScope>,
+    /// Which rule decides L3 (`l3_rule:`, default calibrated).
+    pub l3_rule: L3Rule,
     /// The real model's `config.json` (L2 when the checkpoint itself is absent).
     pub config: Option<PathBuf>,
     /// The hub's parameter count of the real model; L2 fails when the config implies another.
@@ -176,6 +178,7 @@ impl Case {
             xfail: raw.xfail,
             tolerance_overrides: overrides,
             bidirectional: raw.bidirectional,
+            l3_rule: raw.l3_rule.unwrap_or(L3Rule::Calibrated),
             config: resolve(raw.config),
             published_parameters: raw.published_parameters,
             export: raw.export,

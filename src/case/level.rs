@@ -36,6 +36,15 @@ named_enum! {
     }
 }
 
+named_enum! {
+    /// Which rule decides a case's L3 (`l3_rule:`): the calibrated error budget against a float64
+    /// run of the reference (the default), or mobius's fixed atol/rtol row.
+    pub enum L3Rule("l3_rule", serde_variant_error) {
+        Calibrated = "calibrated",
+        Fixed = "fixed",
+    }
+}
+
 impl Dtype {
     /// ONNX element type of the export's activations (as `onnx::proto::elem_type_name` prints
     /// it). int4 is weight-only (MatMulNBits); its activations stay float32.

@@ -23,7 +23,7 @@ pub use definition::{Case, Synthetic, Variant};
 pub use discovery::discover;
 pub use error::CaseError;
 pub use implementations::{ImplementationEntry, ImplementationName};
-pub use level::{parse_level_expr, Dtype, Level, LevelExprError};
+pub use level::{parse_level_expr, Dtype, L3Rule, Level, LevelExprError};
 /// Which attention layers see an image block bidirectionally. HF itself is inconsistent here,
 /// so the case says which behaviour the export is judged against (the reference's own enum:
 /// `all-layers`, `sliding-windowed`, `none`).

@@ -121,6 +121,8 @@ pub(crate) struct RawCase {
     #[serde(default)]
     pub(crate) bidirectional: Option<BidirectionalScope>,
     #[serde(default)]
+    pub(crate) l3_rule: Option<super::level::L3Rule>,
+    #[serde(default)]
     pub(crate) config: Option<PathBuf>,
     #[serde(default)]
     pub(crate) published_parameters: Option<u64>,

@@ -13,6 +13,7 @@
 //! what lets a real checkpoint and its export share one machine.
 
 pub mod implementations;
+pub mod precision;
 
 use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
@@ -92,6 +93,8 @@ struct Candidate {
 pub struct CaseEvaluation {
     inputs: OnceLock<Result<ModelInputs, SharedError>>,
     reference: OnceLock<Result<ReferenceRun, SharedError>>,
+    /// The calibrated L3 rule's runs (the f64 arbiter, the reference at each precision).
+    precision: precision::PrecisionRuns,
     candidates: Vec<Candidate>,
 }
 
@@ -126,7 +129,7 @@ impl CaseEvaluation {
         for &name in others {
             candidates.push(Candidate { name, implementation: implementations::candidate(name), variant: None, run: OnceLock::new() });
         }
-        CaseEvaluation { inputs: OnceLock::new(), reference: OnceLock::new(), candidates }
+        CaseEvaluation { inputs: OnceLock::new(), reference: OnceLock::new(), precision: Default::default(), candidates }
     }
 
     /// An evaluation of given inputs (a golden's replayed ids) instead of the case's own, with
@@ -174,7 +177,13 @@ impl CaseEvaluation {
             .get_or_init(|| {
                 let inputs = self.inputs(case)?;
                 let reference = self.reference(case).ok().map(|r| &r.run);
-                let (run, _) = run_once(&c.implementation, case, |backend| candidate_runs(case, backend, inputs, reference))?;
+                // Under the calibrated rule the sub-models and layers are judged on the f64
+                // arbiter's inputs and streams (its floor is the reference fed the same).
+                let oracle = match (reference, precision::calibrated_rule(case)) {
+                    (Some(_), Some(_)) => Some(self.arbiter(case)?),
+                    _ => reference,
+                };
+                let (run, _) = run_once(&c.implementation, case, |backend| candidate_runs(case, backend, inputs, reference, oracle))?;
                 let label = match &c.variant {
                     None => c.implementation.label.to_string(),
                     Some(v) => format!("{}@{v}", c.implementation.label),
@@ -296,6 +305,7 @@ fn candidate_runs(
     backend: &mut dyn Backend,
     inputs: &ModelInputs,
     reference: Option<&Run>,
+    oracle: Option<&Run>,
 ) -> Result<(Run, GeneratedTokens, Isolation), BackendError> {
     let eos = eos_ids(case);
     let max_new = max_new_tokens(case);
@@ -320,7 +330,7 @@ fn candidate_runs(
     };
     let isolation = if case.levels.contains(&Level::L3) {
         let t = std::time::Instant::now();
-        let isolation = backend.isolated(inputs, reference, &forced_run).unwrap_or_else(|e| {
+        let isolation = backend.isolated(inputs, oracle.unwrap_or(reference), &forced_run).unwrap_or_else(|e| {
             tracing::warn!("{}: the sub-models could not be judged in isolation: {e}", case.name);
             Isolation::Failed(e.to_string())
         });

@@ -56,7 +56,8 @@ pub fn make(case: &Case, level: Level, out: &Path, command: &str) -> Result<Repr
     let eval = CaseEvaluation::for_case(&case);
     let reference = eval.reference(&case)?;
     let candidate = eval.candidates(&case).into_iter().find_map(Result::ok).ok_or(ReproError::NoCandidate)?;
-    let outcome = l3::compare(&reference.run, &candidate.forced, &candidate.isolation, reference.scope, &tol);
+    let calibration = eval.calibration(&case).transpose()?;
+    let outcome = l3::compare(&reference.run, &candidate.forced, &candidate.isolation, reference.scope, &tol, calibration.as_ref());
     if outcome.status == Status::Pass {
         return Ok(ReproOutcome::Passes(outcome));
     }

@@ -81,7 +81,13 @@ fn run_l3(case: &Case, eval: &CaseEvaluation) -> TierOutcome {
         Ok(r) => r,
         Err(e) => return TierOutcome::fail(e.to_string()),
     };
-    let mut out = per_candidate(eval.candidates(case), |c| l3::compare(&reference.run, &c.forced, &c.isolation, reference.scope, &tol));
+    let calibration = match eval.calibration(case).transpose() {
+        Ok(c) => c,
+        Err(e) => return TierOutcome::fail(format!("the calibrated rule's runs: {e}")),
+    };
+    let mut out = per_candidate(eval.candidates(case), |c| {
+        l3::compare(&reference.run, &c.forced, &c.isolation, reference.scope, &tol, calibration.as_ref())
+    });
     if let Some(types) = eval.inputs(case).ok().and_then(|i| i.mm_token_type_ids.as_ref()) {
         let blocks = image_blocks(types);
         if !blocks.is_empty() {

@@ -2,29 +2,37 @@
 //! against the reference's, so the first divergence names the component that makes it (an
 //! upstream difference no longer smears over a correct decoder, nor hides a wrong one).
 
-use super::allclose::{allclose, AllcloseReport};
-use super::stage::{describe, stage, StageError};
+use super::stage::{describe, judge_slice, stage, Floor, Judged, Rules, StageError};
+use super::Calibration;
 use crate::metric_keys as key;
 use crate::metric_keys::Metrics;
 use crate::outputs::{Component, Isolated, Run, Stage};
-use crate::tolerance::L3Tolerance;
 
-/// One sub-model's verdict in isolation: its largest difference and the first of its outputs
-/// that differs.
+/// One sub-model's verdict in isolation: its largest difference, its worst calibrated ratio and
+/// the first of its outputs that differs.
 #[derive(Default)]
 struct Verdict {
     max_abs_diff: f64,
+    ratio: Option<f64>,
     first: Option<Stage>,
     parts: Vec<String>,
 }
 
 impl Verdict {
-    fn note(&mut self, at: Stage, name: &str, r: Result<AllcloseReport, StageError>) {
+    fn note(&mut self, at: Stage, name: &str, r: Result<Judged, StageError>) {
         match r {
             Ok(r) => {
                 // NaN never agrees: a non-finite difference is the largest.
-                self.max_abs_diff = if r.max_abs_diff.is_nan() { f64::NAN } else { self.max_abs_diff.max(r.max_abs_diff) };
-                if !r.pass && self.first.is_none() {
+                let d = r.max_abs_diff();
+                self.max_abs_diff = if d.is_nan() || self.max_abs_diff.is_nan() { f64::NAN } else { self.max_abs_diff.max(d) };
+                if let Some(q) = r.ratio() {
+                    self.ratio = Some(match self.ratio {
+                        Some(p) if p.is_nan() || q.is_nan() => f64::NAN,
+                        Some(p) => p.max(q),
+                        None => q,
+                    });
+                }
+                if !r.pass() && self.first.is_none() {
                     self.first = Some(at);
                 }
                 self.parts.push(describe(name, &r));
@@ -43,15 +51,27 @@ impl Verdict {
     }
 }
 
-/// Judges `iso` against `expected` (the reference's run): one line per sub-model, the metrics
+/// Judges `iso` against `expected` (the reference's run) and, under the calibrated rule,
+/// against the arbiter with the reference at the candidate's precision as the floor (for the
+/// decoder alone: the reference's own propagated run, whose inputs differ from the arbiter's
+/// by the upstream rounding only): one line per sub-model, the metrics
 /// `vision_encoder_isolated_max_abs_diff`, `embedding_isolated_max_abs_diff`,
-/// `decoder_isolated_max_abs_diff` (and `decoder_isolated_pass`), and the first stage that
-/// differs in isolation, in pipeline order.
-pub(super) fn judge(expected: &Run, iso: &Isolated, tol: &L3Tolerance, lines: &mut Vec<String>, metrics: &mut Metrics) -> Option<Stage> {
+/// `decoder_isolated_max_abs_diff` (and `decoder_isolated_pass`,
+/// `decoder_isolated_calibrated_ratio`), and the first stage that differs in isolation, in
+/// pipeline order.
+pub(super) fn judge(
+    expected: &Run,
+    iso: &Isolated,
+    rules: &Rules,
+    calibration: Option<&Calibration<'_>>,
+    lines: &mut Vec<String>,
+    metrics: &mut Metrics,
+) -> Option<Stage> {
     let mut first = None;
     if let (Some(a), Some(e)) = (&iso.image_features, expected.prefill.components.get(&Component::ImageFeatures)) {
         let mut v = Verdict::default();
-        v.note(Stage::Component(Component::ImageFeatures), "image_features", stage("image_features", a, e, tol));
+        let floor = calibration.and_then(|c| c.component(Component::ImageFeatures));
+        v.note(Stage::Component(Component::ImageFeatures), "image_features", stage("image_features", a, e, floor, rules));
         metrics.insert(key::VISION_ENCODER_ISOLATED_MAX_ABS_DIFF.into(), v.max_abs_diff.into());
         lines.push(v.line("vision_encoder"));
         first = first.or(v.first);
@@ -60,7 +80,8 @@ pub(super) fn judge(expected: &Run, iso: &Isolated, tol: &L3Tolerance, lines: &m
         let mut v = Verdict::default();
         for (c, a) in &iso.embedding {
             if let Some(e) = expected.prefill.components.get(c) {
-                v.note(Stage::Component(*c), c.as_str(), stage(c.as_str(), a, e, tol));
+                let floor = calibration.and_then(|k| k.component(*c));
+                v.note(Stage::Component(*c), c.as_str(), stage(c.as_str(), a, e, floor, rules));
             }
         }
         if !v.parts.is_empty() {
@@ -70,16 +91,17 @@ pub(super) fn judge(expected: &Run, iso: &Isolated, tol: &L3Tolerance, lines: &m
         }
     }
     let mut v = Verdict::default();
-    v.note(Stage::Logits, "logits", stage("logits", &iso.logits, &expected.prefill.logits, tol));
+    let floor = calibration.map(|c| Floor::of(&c.floor.prefill.logits, &c.truth.prefill.logits));
+    v.note(Stage::Logits, "logits", stage("logits", &iso.logits, &expected.prefill.logits, floor, rules));
     if let (Some(a), Some(e)) = (&iso.step_logits, expected.generation.step_logits.get(1)) {
-        v.note(
-            Stage::DecodeStep(1),
-            "decode step 1",
-            allclose(a, e, &[a.len()], tol.atol, tol.rtol).map_err(|source| StageError::Metric { stage: "decode step 1".into(), source }),
-        );
+        let floor = calibration.and_then(|c| c.step(1));
+        v.note(Stage::DecodeStep(1), "decode step 1", judge_slice("decode step 1", a, e, &[a.len()], floor, rules));
     }
     metrics.insert(key::DECODER_ISOLATED_MAX_ABS_DIFF.into(), v.max_abs_diff.into());
     metrics.insert(key::DECODER_ISOLATED_PASS.into(), v.first.is_none().into());
+    if let Some(r) = v.ratio {
+        metrics.insert(key::DECODER_ISOLATED_CALIBRATED_RATIO.into(), r.into());
+    }
     let what = if iso.text_only { "decoder (the whole text-only model)" } else { "decoder (on the reference's inputs_embeds)" };
     lines.push(v.line(what));
     first.or(v.first)
@@ -91,7 +113,7 @@ mod tests {
     use crate::inputs::Dense;
     use crate::outputs::{GeneratedTokens, Prefill};
 
-    const TOL: L3Tolerance = L3Tolerance { atol: 1e-3, rtol: 1e-3 };
+    const TOL: Rules = Rules { fixed: crate::tolerance::L3Tolerance { atol: 1e-3, rtol: 1e-3 }, calibrated: None };
 
     fn reference() -> Run {
         let mut prefill = Prefill { logits: Dense::new(vec![1, 1, 2], vec![1.0, 2.0]), ..Default::default() };
@@ -116,7 +138,7 @@ mod tests {
 
     fn judged(iso: &Isolated) -> (Option<Stage>, Metrics, Vec<String>) {
         let (mut lines, mut metrics) = (Vec::new(), Metrics::new());
-        let first = judge(&reference(), iso, &TOL, &mut lines, &mut metrics);
+        let first = judge(&reference(), iso, &TOL, None, &mut lines, &mut metrics);
         (first, metrics, lines)
     }
 

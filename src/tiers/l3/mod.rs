@@ -5,6 +5,7 @@
 //! names where divergence starts.
 
 pub mod allclose;
+pub mod calibrated;
 mod isolated;
 mod layers;
 mod stage;
@@ -13,34 +14,73 @@ use super::outcome::{Status, TierOutcome};
 use crate::metric_keys as key;
 use crate::metric_keys::Metrics;
 use crate::metrics::argmax;
-use crate::outputs::{Isolation, LayerOutputs, Run, Stage};
-use crate::tolerance::L3Tolerance;
-use allclose::{allclose, AllcloseReport};
+use crate::outputs::{Isolation, LayerOutputs, LocalLayers, Run, Stage};
+use crate::tolerance::{CalibratedRule, L3Tolerance};
 pub use layers::layer_sparkline;
 use layers::{layer_localisation, module_blame};
 use onnx_parity_reference::BidirectionalScope;
-use stage::{describe, stage, StageError};
+pub use stage::Rules;
+use stage::{describe, judge_slice, stage, Floor, Judged, StageError};
+
+/// What the calibrated rule judges with: the f64 arbiter's run (the truth), the reference at the
+/// candidate's precision (the floor: the f32 reference itself for an f32 candidate), and that
+/// precision's layers run locally on the arbiter's streams (the local floor). All teacher-forced
+/// with the reference's tokens, so every decode step compares on one history.
+#[derive(Debug, Clone, Copy)]
+pub struct Calibration<'a> {
+    pub rule: CalibratedRule,
+    pub truth: &'a Run,
+    pub floor: &'a Run,
+    pub local: &'a LocalLayers,
+}
+
+impl Calibration<'_> {
+    /// The floor pair of a prefill component.
+    fn component(&self, c: crate::outputs::Component) -> Option<Floor<'_>> {
+        Some(Floor::of(self.floor.prefill.components.get(&c)?, self.truth.prefill.components.get(&c)?))
+    }
+
+    /// The floor pair of cached decode step `k`.
+    fn step(&self, k: usize) -> Option<Floor<'_>> {
+        Some(Floor { at_precision: self.floor.generation.step_logits.get(k)?, truth: self.truth.generation.step_logits.get(k)? })
+    }
+}
 
 /// L3 verdict: `actual` (an implementation's prefill and teacher-forced decode) against
-/// `expected` (the reference's, computed in `scope`).
+/// `expected` (the reference's, computed in `scope`). With `calibration` the calibrated rule
+/// decides (every tensor against the f64 arbiter, the reference at the candidate's precision as
+/// the floor) and mobius's fixed row `tol` is reported beside it (`fixed_row_status`); without,
+/// the fixed row decides.
 ///
 /// With `isolation` ([`Isolation::Done`]) the first divergence is the first component that
-/// differs *in isolation* (each sub-model on the reference's own inputs), the layer profile comes
+/// differs *in isolation* (each sub-model on the oracle's own inputs), the layer profile comes
 /// from the isolated decoder run, and the blamed layer is the first whose local error (fed the
-/// reference's stream) exceeds the tolerance, with the part inside it that differs first.
-pub fn compare(expected: &Run, actual: &Run, isolation: &Isolation, scope: BidirectionalScope, tol: &L3Tolerance) -> TierOutcome {
+/// oracle's stream) exceeds its rule, with the part inside it that differs first.
+pub fn compare(
+    expected: &Run,
+    actual: &Run,
+    isolation: &Isolation,
+    scope: BidirectionalScope,
+    tol: &L3Tolerance,
+    calibration: Option<&Calibration<'_>>,
+) -> TierOutcome {
+    let rules = Rules { fixed: *tol, calibrated: calibration.map(|c| c.rule) };
     let mut lines = Vec::new();
     let mut first_divergence: Option<Stage> = None;
     let mut metrics = Metrics::new();
-    let mut note = |at: Stage, result: Result<AllcloseReport, StageError>, metrics: &mut Metrics| -> bool {
+    let mut table = serde_json::Map::new();
+    let mut note = |at: Stage, result: Result<Judged, StageError>, metrics: &mut Metrics| -> bool {
         match result {
             Ok(r) => {
-                metrics.insert(key::stage_max_abs_diff(&at.to_string()), r.max_abs_diff.into());
+                metrics.insert(key::stage_max_abs_diff(&at.to_string()), r.max_abs_diff().into());
+                if let (Stage::Component(c), Some(ratio)) = (at, r.ratio()) {
+                    metrics.insert(key::stage_calibrated_ratio(c.as_str()), ratio.into());
+                }
                 lines.push(describe(&at.to_string(), &r));
-                if !r.pass && first_divergence.is_none() {
+                if !r.pass() && first_divergence.is_none() {
                     first_divergence = Some(at);
                 }
-                r.pass
+                r.pass()
             }
             Err(e) => {
                 lines.push(e.to_string());
@@ -54,40 +94,54 @@ pub fn compare(expected: &Run, actual: &Run, isolation: &Isolation, scope: Bidir
     // Components localise a divergence; they do not gate on their own (the gate is the logits).
     for (c, e) in &expected.prefill.components {
         if let Some(a) = actual.prefill.components.get(c) {
-            note(Stage::Component(*c), stage(c.as_str(), a, e, tol), &mut metrics);
+            let r = stage(c.as_str(), a, e, calibration.and_then(|k| k.component(*c)), &rules);
+            if let Ok(j) = &r {
+                table.insert(c.as_str().into(), calibration_row(j));
+            }
+            note(Stage::Component(*c), r, &mut metrics);
         }
     }
-    let prefill = stage("logits", &actual.prefill.logits, &expected.prefill.logits, tol);
+    let floor = calibration.map(|k| Floor::of(&k.floor.prefill.logits, &k.truth.prefill.logits));
+    let prefill = stage("logits", &actual.prefill.logits, &expected.prefill.logits, floor, &rules);
     let prefill_report = prefill.as_ref().ok().cloned();
+    let mut fixed_pass = prefill_report.as_ref().is_some_and(|r| r.fixed.pass);
     let mut pass = note(Stage::Logits, prefill, &mut metrics);
 
     // Decode steps: step 0 is the prefill's last position (already gated), steps 1.. are cached.
     let (expected_steps, actual_steps) = (&expected.generation.step_logits, &actual.generation.step_logits);
     let steps = actual_steps.len().min(expected_steps.len());
-    let mut worst_step: Option<(usize, AllcloseReport)> = None;
+    let mut worst_step: Option<(usize, Judged)> = None;
     let mut decode_pass = true;
     for k in 1..steps {
         let a = &actual_steps[k];
         let e = &expected_steps[k];
-        match allclose(a, e, &[a.len()], tol.atol, tol.rtol) {
+        let name = Stage::DecodeStep(k).to_string();
+        match judge_slice(&name, a, e, &[a.len()], calibration.and_then(|c| c.step(k)), &rules) {
             Ok(r) => {
-                decode_pass &= r.pass;
-                if worst_step.as_ref().is_none_or(|(_, w)| r.max_abs_diff > w.max_abs_diff || (!r.pass && w.pass)) {
+                decode_pass &= r.pass();
+                fixed_pass &= r.fixed.pass;
+                if worst_step.as_ref().is_none_or(|(_, w)| worse(&r, w)) {
                     worst_step = Some((k, r));
                 }
             }
             Err(e) => {
                 decode_pass = false;
-                lines.push(format!("{}: {e}", Stage::DecodeStep(k)));
+                fixed_pass = false;
+                lines.push(e.to_string());
             }
         }
     }
     if expected_steps.len() > 1 && steps < expected_steps.len() {
         decode_pass = false;
-        lines.push(format!("decode: ONNX produced {} steps, the reference {}", actual_steps.len(), expected_steps.len()));
+        fixed_pass = false;
+        lines.push(format!("decode: the candidate produced {} steps, the reference {}", actual_steps.len(), expected_steps.len()));
     }
     if let Some((k, r)) = &worst_step {
-        metrics.insert(key::DECODE_MAX_ABS_DIFF.into(), r.max_abs_diff.into());
+        metrics.insert(key::DECODE_MAX_ABS_DIFF.into(), r.max_abs_diff().into());
+        if let Some(ratio) = r.ratio() {
+            metrics.insert(key::DECODE_CALIBRATED_RATIO.into(), ratio.into());
+        }
+        table.insert("decode".into(), calibration_row(r));
         lines.push(describe(&format!("{} (worst of {})", Stage::DecodeStep(*k), steps.saturating_sub(1)), r));
     }
     if !decode_pass && first_divergence.is_none() {
@@ -108,7 +162,7 @@ pub fn compare(expected: &Run, actual: &Run, isolation: &Isolation, scope: Bidir
         Isolation::NotRun => None,
     };
     if let Some(iso) = iso {
-        if let Some(at) = isolated::judge(expected, iso, tol, &mut lines, &mut metrics) {
+        if let Some(at) = isolated::judge(expected, iso, &rules, calibration, &mut lines, &mut metrics) {
             first_divergence = Some(at);
         }
     }
@@ -118,29 +172,66 @@ pub fn compare(expected: &Run, actual: &Run, isolation: &Isolation, scope: Bidir
         Some(iso) => (&iso.layers, Some(&iso.local)),
         None => (&actual.prefill.layers, None),
     };
-    let blamed = layer_localisation(&expected.prefill.layers, layers, local, upstream.as_deref(), tol, &mut lines, &mut metrics);
+    let floors = calibration.map(|c| layers::LayerFloors {
+        propagated: &c.floor.prefill.layers,
+        truth: &c.truth.prefill.layers,
+        local: &c.local.layers,
+    });
+    let blamed = layer_localisation(&expected.prefill.layers, layers, local, floors.as_ref(), upstream.as_deref(), &rules, &mut lines, &mut metrics);
     if let (Some(k), Some(iso)) = (blamed, iso.filter(|i| matches!(i.local, LayerOutputs::Tensors(_)))) {
-        module_blame(k, &expected.prefill.modules, &iso.modules, &iso.unidentified, tol, &mut lines, &mut metrics);
+        let floors = calibration.map(|c| (c.local.modules.as_slice(), c.truth.prefill.modules.as_slice()));
+        module_blame(k, &expected.prefill.modules, &iso.modules, &iso.unidentified, floors, &rules, &mut lines, &mut metrics);
     }
     let said: Vec<String> = lines.drain(before..).collect();
     for (i, line) in said.into_iter().enumerate() {
         lines.insert(n_components.min(before) + i, line);
     }
 
-    let status = if pass { Status::Pass } else { Status::Fail };
-    let mut out = TierOutcome::new(status, format!("scope {scope}; {}", lines.join("; ")));
+    let (status, rule_line) = match &rules.calibrated {
+        Some(c) => (
+            if pass { Status::Pass } else { Status::Fail },
+            format!(
+                "rule calibrated (k {}, δ {} ulp of {:.1e}; mobius's fixed row atol {:.0e} + rtol {:.0e}·|ref|: {})",
+                c.k,
+                c.delta_ulps,
+                c.unit_roundoff,
+                tol.atol,
+                tol.rtol,
+                if fixed_pass { "pass" } else { "fail" }
+            ),
+        ),
+        None => (if pass { Status::Pass } else { Status::Fail }, format!("rule fixed (atol {:.0e} + rtol {:.0e}·|ref|)", tol.atol, tol.rtol)),
+    };
+    let mut out = TierOutcome::new(status, format!("scope {scope}; {rule_line}; {}", lines.join("; ")));
     out.metrics.extend(metrics);
-    out = out.metric(key::DECODE_STEPS, steps.saturating_sub(1)).metric(key::BIDIRECTIONAL_SCOPE, scope.as_str());
+    out = out
+        .metric(key::DECODE_STEPS, steps.saturating_sub(1))
+        .metric(key::BIDIRECTIONAL_SCOPE, scope.as_str())
+        .metric(key::L3_RULE, if rules.calibrated.is_some() { "calibrated" } else { "fixed" })
+        .metric(key::FIXED_ROW_STATUS, if fixed_pass { "pass" } else { "fail" });
     if let Some(r) = prefill_report {
+        table.insert("logits".into(), calibration_row(&r));
         out = out
-            .metric(key::MAX_ABS_DIFF, r.max_abs_diff)
-            .metric(key::MEAN_ABS_DIFF, r.mean_abs_diff)
-            .metric(key::COSINE, r.cosine)
-            .metric(key::ATOL, r.atol)
-            .metric(key::RTOL, r.rtol);
+            .metric(key::MAX_ABS_DIFF, r.fixed.max_abs_diff)
+            .metric(key::MEAN_ABS_DIFF, r.fixed.mean_abs_diff)
+            .metric(key::COSINE, r.fixed.cosine)
+            .metric(key::ATOL, r.fixed.atol)
+            .metric(key::RTOL, r.fixed.rtol);
+        if let Some(c) = &r.calibrated {
+            out = out
+                .metric(key::CALIBRATED_RATIO, c.ratio)
+                .metric(key::E_CAND_RMS, c.e_cand_rms)
+                .metric(key::E_CAND_MAX, c.e_cand_max)
+                .metric(key::E_FLOOR_RMS, c.e_floor_rms)
+                .metric(key::E_FLOOR_MAX, c.e_floor_max)
+                .metric(key::CALIBRATED_K, c.k);
+        }
         if let (Some(a), Some(e)) = (actual.prefill.last_logits(), expected.prefill.last_logits()) {
             out = out.metric(key::ARGMAX_MATCH, argmax(a) == argmax(e));
         }
+    }
+    if rules.calibrated.is_some() {
+        out = out.metric(key::CALIBRATION, serde_json::Value::Object(table));
     }
     if let Some(d) = first_divergence {
         out = out.metric(key::FIRST_DIVERGENCE, d.to_string());
@@ -149,6 +240,38 @@ pub fn compare(expected: &Run, actual: &Run, isolation: &Isolation, scope: Bidir
         out = out.metric(key::LOGITS_POSITION_MAX_ABS_DIFF, p);
     }
     out
+}
+
+/// Whether decode step `r` is worse than `w`: a failing step beats a passing one, then the
+/// larger calibrated ratio (or, under the fixed rule, the larger difference).
+fn worse(r: &Judged, w: &Judged) -> bool {
+    if !r.pass() && w.pass() {
+        return true;
+    }
+    if r.pass() != w.pass() {
+        return false;
+    }
+    match (r.ratio(), w.ratio()) {
+        (Some(a), Some(b)) => a > b || (a.is_nan() && !b.is_nan()),
+        _ => r.max_abs_diff() > w.max_abs_diff(),
+    }
+}
+
+/// One row of the `calibration` metric: both errors, the ratio and both rules' verdicts.
+fn calibration_row(j: &Judged) -> serde_json::Value {
+    let mut row = serde_json::json!({
+        "max_abs_diff": j.fixed.max_abs_diff,
+        "fixed_row_status": if j.fixed.pass { "pass" } else { "fail" },
+    });
+    if let Some(c) = &j.calibrated {
+        row["e_cand_rms"] = c.e_cand_rms.into();
+        row["e_cand_max"] = c.e_cand_max.into();
+        row["e_floor_rms"] = c.e_floor_rms.into();
+        row["e_floor_max"] = c.e_floor_max.into();
+        row["ratio"] = c.ratio.into();
+        row["calibrated_status"] = (if c.pass { "pass" } else { "fail" }).into();
+    }
+    row
 }
 
 /// Per prompt position, the largest `|actual − expected|` over the vocabulary (NaN where either is
@@ -195,7 +318,7 @@ mod tests {
     }
 
     fn compare(r: &ReferenceRun, o: &OnnxRun, tol: &L3Tolerance) -> TierOutcome {
-        super::compare(&r.run, &o.forced, &Isolation::NotRun, r.scope, tol)
+        super::compare(&r.run, &o.forced, &Isolation::NotRun, r.scope, tol, None)
     }
 
     fn runs(onnx_logits: Vec<f32>, onnx_step: Vec<f32>) -> (ReferenceRun, OnnxRun) {
@@ -334,7 +457,7 @@ mod tests {
         r.run.prefill.layers = layers(&[1.0, 2.0, 3.0]);
         // Propagated: layers 1 and 2 off; locally only layer 1.
         let iso = isolated(&r, layers(&[1.0, 2.5, 3.5]), layers(&[1.0, 2.5, 3.0]));
-        let out = super::compare(&r.run, &o.forced, &iso, r.scope, &TOL);
+        let out = super::compare(&r.run, &o.forced, &iso, r.scope, &TOL, None);
         assert_eq!(out.metrics.get("first_divergent_layer").and_then(|v| v.as_u64()), Some(1), "{}", out.message);
         assert_eq!(out.metrics.get("layer_local_max_abs_diff").and_then(|v| v.as_array()).map(|a| a.len()), Some(3));
         assert!(out.message.contains("first divergent decoder layer 1 (fed the reference's stream"), "{}", out.message);
@@ -342,15 +465,15 @@ mod tests {
         // The reference kept no module outputs: said, not guessed.
         assert_eq!(out.metrics.get("divergent_module").and_then(|v| v.as_str()), Some("not identifiable"), "{}", out.message);
         let iso = isolated(&r, layers(&[1.0, 2.5, 3.5]), layers(&[1.0, 2.0, 3.0]));
-        let out = super::compare(&r.run, &o.forced, &iso, r.scope, &TOL);
+        let out = super::compare(&r.run, &o.forced, &iso, r.scope, &TOL, None);
         assert!(!out.metrics.contains_key("first_divergent_layer"), "{}", out.message);
         assert!(out.message.contains("decoder layers agree where they stand"), "{}", out.message);
         // Local runs unavailable: the isolated propagated profile blames, with the reason said.
         let iso = isolated(&r, layers(&[1.0, 2.5, 3.5]), LayerOutputs::Unavailable("cut refused".into()));
-        let out = super::compare(&r.run, &o.forced, &iso, r.scope, &TOL);
+        let out = super::compare(&r.run, &o.forced, &iso, r.scope, &TOL, None);
         assert!(out.message.contains("local layer runs: not available (cut refused)"), "{}", out.message);
         assert_eq!(out.metrics.get("first_divergent_layer").and_then(|v| v.as_u64()), Some(1), "{}", out.message);
-        let out = super::compare(&r.run, &o.forced, &Isolation::Failed("boom".into()), r.scope, &TOL);
+        let out = super::compare(&r.run, &o.forced, &Isolation::Failed("boom".into()), r.scope, &TOL, None);
         assert!(out.message.contains("in isolation: not judged (boom)"), "{}", out.message);
     }
 
@@ -368,7 +491,7 @@ mod tests {
         let with = |attn: f32, mlp: f32| {
             let Isolation::Done(mut iso) = isolated(&r, layers(&[1.0, 2.5]), layers(&[1.0, 2.5])) else { unreachable!() };
             iso.modules = vec![m(0.0, 0.0), m(attn, mlp)];
-            super::compare(&r.run, &o.forced, &Isolation::Done(iso), r.scope, &TOL)
+            super::compare(&r.run, &o.forced, &Isolation::Done(iso), r.scope, &TOL, None)
         };
         let part = |out: &TierOutcome| out.metrics.get("divergent_module").and_then(|v| v.as_str()).map(String::from);
         assert_eq!(part(&with(1.0, 1.5)).as_deref(), Some("layer 1 mlp"));

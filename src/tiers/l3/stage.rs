@@ -1,32 +1,117 @@
-//! One stage of an L3 comparison (a component, the logits, a layer's output) against the
-//! reference, and how it is described in the verdict's message.
+//! One stage of an L3 comparison (a component, the logits, a decode step, a layer's output, a
+//! module's) judged by both rules — mobius's fixed row against the f32 reference, and the
+//! calibrated rule against the f64 arbiter with the reference at the candidate's precision as the
+//! floor — and how it is described in the verdict's message. Which rule decides is the case's
+//! (`l3_rule:`); the other is always reported beside it.
 
 use super::allclose::{allclose, AllcloseReport};
+use super::calibrated::{calibrated, CalibratedReport, CalibratedRule};
 use crate::inputs::Dense;
 use crate::metrics::MetricError;
 use crate::tolerance::L3Tolerance;
 
+/// The rules one L3 verdict applies: the fixed row always; the calibrated rule when the case is
+/// judged by it (then it decides).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Rules {
+    pub fixed: L3Tolerance,
+    pub calibrated: Option<CalibratedRule>,
+}
+
+impl Rules {
+    /// Judged by the fixed row alone (mobius's way, `l3_rule: fixed`).
+    pub fn fixed(tol: L3Tolerance) -> Self {
+        Rules { fixed: tol, calibrated: None }
+    }
+}
+
+/// One tensor's calibration pair: the reference at the candidate's precision (the floor) and the
+/// f64 arbiter (the truth), in the candidate's layout.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Floor<'a> {
+    pub at_precision: &'a [f32],
+    pub truth: &'a [f32],
+}
+
+impl<'a> Floor<'a> {
+    pub(crate) fn of(at_precision: &'a Dense<f32>, truth: &'a Dense<f32>) -> Self {
+        Floor { at_precision: &at_precision.data, truth: &truth.data }
+    }
+}
+
 /// Why one stage could not be compared: itself a divergence.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum StageError {
-    #[error("{stage}: shape {actual:?} from ONNX vs {expected:?} from the reference")]
+    #[error("{stage}: shape {actual:?} from the candidate vs {expected:?} from the reference")]
     Shape { stage: String, actual: Vec<usize>, expected: Vec<usize> },
     #[error("{stage}: {source}")]
     Metric { stage: String, source: MetricError },
+    /// The calibrated rule decides but the arbiter has no such tensor.
+    #[error("{stage}: no f64 floor for this tensor ({why}); the calibrated rule cannot judge it")]
+    NoFloor { stage: String, why: &'static str },
 }
 
-/// Compares one stage (`name` for messages).
-pub(crate) fn stage(name: &str, actual: &Dense<f32>, expected: &Dense<f32>, tol: &L3Tolerance) -> Result<AllcloseReport, StageError> {
+/// What both rules said of one stage.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Judged {
+    pub fixed: AllcloseReport,
+    /// The calibrated rule's report, when it decides.
+    pub calibrated: Option<CalibratedReport>,
+}
+
+impl Judged {
+    /// The deciding rule's verdict.
+    pub fn pass(&self) -> bool {
+        match &self.calibrated {
+            Some(c) => c.pass,
+            None => self.fixed.pass,
+        }
+    }
+
+    /// Largest `|candidate − f32 reference|` (the fixed row's view, kept for continuity).
+    pub fn max_abs_diff(&self) -> f64 {
+        self.fixed.max_abs_diff
+    }
+
+    /// The calibrated ratio (≤ k passes), when the calibrated rule judged.
+    pub fn ratio(&self) -> Option<f64> {
+        self.calibrated.as_ref().map(|c| c.ratio)
+    }
+}
+
+/// Judges one stage (`name` for messages): `actual` against `expected` (the f32 reference) by the
+/// fixed row, and with `rules.calibrated` against `floor` by the calibrated rule.
+pub(crate) fn stage(name: &str, actual: &Dense<f32>, expected: &Dense<f32>, floor: Option<Floor<'_>>, rules: &Rules) -> Result<Judged, StageError> {
     if actual.shape != expected.shape {
         return Err(StageError::Shape { stage: name.into(), actual: actual.shape.clone(), expected: expected.shape.clone() });
     }
-    allclose(&actual.data, &expected.data, &actual.shape, tol.atol, tol.rtol)
-        .map_err(|source| StageError::Metric { stage: name.into(), source })
+    judge_slice(name, &actual.data, &expected.data, &actual.shape, floor, rules)
 }
 
-pub(crate) fn describe(name: &str, r: &AllcloseReport) -> String {
-    format!(
-        "{name}: max_abs_diff {:.3e} at {:?} (candidate {} vs ref {}), {} of {} outside atol {:.0e} + rtol {:.0e}·|ref|{}",
+/// [`stage`] on flat slices of `shape` (decode steps, module outputs whose batch axis differs).
+pub(crate) fn judge_slice(
+    name: &str,
+    actual: &[f32],
+    expected: &[f32],
+    shape: &[usize],
+    floor: Option<Floor<'_>>,
+    rules: &Rules,
+) -> Result<Judged, StageError> {
+    let metric = |source| StageError::Metric { stage: name.into(), source };
+    let fixed = allclose(actual, expected, shape, rules.fixed.atol, rules.fixed.rtol).map_err(metric)?;
+    let calibrated = match (rules.calibrated, floor) {
+        (None, _) => None,
+        (Some(rule), Some(f)) => Some(calibrated(actual, f.at_precision, f.truth, shape, &rule).map_err(metric)?),
+        (Some(_), None) => return Err(StageError::NoFloor { stage: name.into(), why: "the arbiter did not compute it" }),
+    };
+    Ok(Judged { fixed, calibrated })
+}
+
+/// The stage's line: the deciding rule first, the other beside it.
+pub(crate) fn describe(name: &str, j: &Judged) -> String {
+    let r = &j.fixed;
+    let fixed = format!(
+        "max_abs_diff {:.3e} at {:?} (candidate {} vs ref {}), {} of {} outside atol {:.0e} + rtol {:.0e}·|ref|{}",
         r.max_abs_diff,
         r.worst_index,
         r.worst_actual,
@@ -36,5 +121,23 @@ pub(crate) fn describe(name: &str, r: &AllcloseReport) -> String {
         r.atol,
         r.rtol,
         if r.nonfinite_mismatch > 0 { format!(", {} non-finite", r.nonfinite_mismatch) } else { String::new() }
-    )
+    );
+    match &j.calibrated {
+        None => format!("{name}: {fixed}"),
+        Some(c) => format!(
+            "{name}: {} vs f64 e_cand rms {:.2e} max {:.2e}, floor rms {:.2e} max {:.2e}, ratio {:.2} {} k {} (row {:?}, {}){}; fixed row {}: {fixed}",
+            if c.pass { "agrees" } else { "differs" },
+            c.e_cand_rms,
+            c.e_cand_max,
+            c.e_floor_rms,
+            c.e_floor_max,
+            c.ratio,
+            if c.ratio <= c.k { "≤" } else { ">" },
+            c.k,
+            c.worst_row,
+            c.worst_statistic,
+            if c.nonfinite > 0 { format!(", {} non-finite", c.nonfinite) } else { String::new() },
+            if r.pass { "pass" } else { "fail" },
+        ),
+    }
 }

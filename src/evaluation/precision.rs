@@ -1,0 +1,140 @@
+//! The runs the calibrated L3 rule needs beside the reference's own (docs/design.md §2b): the
+//! **arbiter** — the reference in float64, teacher-forced with the reference's tokens, every
+//! component, layer and module kept — and, per precision a candidate computes in, the reference
+//! **at that precision** (f32: the reference's own run; f16 / bf16: a run with every weight and
+//! activation rounded to it) with its decoder layers run **locally** on the arbiter's streams.
+//!
+//! Each model is loaded, run and dropped in turn (f32 reference, f64, then the precision's), so
+//! the peak is one model's weights; the f64 arbiter keeps its matrices in f32 and upcasts them
+//! one matmul at a time, so it is never an f64 copy of the checkpoint.
+
+use std::sync::{Arc, OnceLock};
+
+use candle_core::DType;
+
+use super::{eos_ids, max_new_tokens, CaseEvaluation, EvalError, SharedError};
+use crate::artifacts::Artifacts;
+use crate::backend::reference::ReferenceBackend;
+use crate::backend::{Backend, BackendError, GenerationRequest};
+use crate::case::{Case, Dtype, L3Rule, Level};
+use crate::outputs::{LocalLayers, Run};
+use crate::tiers::l3::Calibration;
+use crate::tolerance::{CalibratedRule, Tolerances};
+
+/// The reference at one precision: its own run (`None` for f32: the reference's run is it) and
+/// its layers fed the arbiter's streams.
+#[derive(Debug)]
+pub struct AtPrecision {
+    pub run: Option<Run>,
+    pub local: LocalLayers,
+}
+
+/// A case's calibration runs, each computed on first use and shared by its candidates (a
+/// case's f16 variants share one f16 run).
+#[derive(Debug, Default)]
+pub struct PrecisionRuns {
+    arbiter: OnceLock<Result<Run, SharedError>>,
+    /// f32, f16, bf16.
+    at: [OnceLock<Result<AtPrecision, SharedError>>; 3],
+}
+
+/// Which precision's slot and compute dtype `dtype` is; `None` for int4 (no roundoff of its own).
+fn slot(dtype: Dtype) -> Option<(usize, DType)> {
+    match dtype {
+        Dtype::Float32 => Some((0, DType::F32)),
+        Dtype::Float16 => Some((1, DType::F16)),
+        Dtype::Bfloat16 => Some((2, DType::BF16)),
+        Dtype::Int4 => None,
+    }
+}
+
+/// The calibrated rule that decides `case`'s L3, when one does: `l3_rule: calibrated` (the
+/// default) and a row for its dtype.
+pub fn calibrated_rule(case: &Case) -> Option<CalibratedRule> {
+    if case.l3_rule != L3Rule::Calibrated || !case.levels.contains(&Level::L3) {
+        return None;
+    }
+    case.thresholds(&Tolerances::defaults()).ok()?.l3_calibrated
+}
+
+impl CaseEvaluation {
+    /// The f64 arbiter's run of the case's inputs, teacher-forced with the reference's tokens.
+    pub fn arbiter(&self, case: &Case) -> Result<&Run, SharedError> {
+        self.precision
+            .arbiter
+            .get_or_init(|| {
+                let inputs = self.inputs(case)?;
+                let tokens = &self.reference(case)?.run.generation.tokens;
+                let eos = eos_ids(case);
+                let request = GenerationRequest {
+                    max_new_tokens: max_new_tokens(case),
+                    eos: &eos,
+                    forced: Some(tokens),
+                    all_position_logits: true,
+                    layer_outputs: true,
+                };
+                with_reference(case, DType::F64, |b| b.run(inputs, &request))
+            })
+            .as_ref()
+            .map_err(Arc::clone)
+    }
+
+    /// The reference at `dtype`'s precision (see [`AtPrecision`]).
+    fn at_precision(&self, case: &Case, dtype: Dtype) -> Result<&AtPrecision, SharedError> {
+        let Some((i, compute)) = slot(dtype) else {
+            return Err(Arc::new(EvalError::NoArtifact("int4 has no precision of its own to run the reference at")));
+        };
+        self.precision.at[i]
+            .get_or_init(|| {
+                let inputs = self.inputs(case)?;
+                let tokens = &self.reference(case)?.run.generation.tokens;
+                let arbiter = self.arbiter(case)?;
+                let eos = eos_ids(case);
+                let request = GenerationRequest {
+                    max_new_tokens: max_new_tokens(case),
+                    eos: &eos,
+                    forced: Some(tokens),
+                    all_position_logits: true,
+                    layer_outputs: true,
+                };
+                with_reference(case, compute, |b| {
+                    let run = if compute == DType::F32 { None } else { Some(b.run(inputs, &request)?) };
+                    Ok(AtPrecision { run, local: b.local_layers(inputs, arbiter)? })
+                })
+            })
+            .as_ref()
+            .map_err(Arc::clone)
+    }
+
+    /// What the calibrated rule judges `case`'s candidates with, when it decides their L3; an
+    /// error when a run it needs failed (then L3 fails with it).
+    pub fn calibration(&self, case: &Case) -> Option<Result<Calibration<'_>, SharedError>> {
+        let rule = calibrated_rule(case)?;
+        let get = || -> Result<Calibration<'_>, SharedError> {
+            let reference = &self.reference(case)?.run;
+            let truth = self.arbiter(case)?;
+            let at = self.at_precision(case, case.dtype)?;
+            Ok(Calibration { rule, truth, floor: at.run.as_ref().unwrap_or(reference), local: &at.local })
+        };
+        Some(get())
+    }
+}
+
+/// Loads the case's reference at `dtype`, runs `f` on it and drops it; logs time and peak memory.
+fn with_reference<T>(case: &Case, dtype: DType, f: impl FnOnce(&mut ReferenceBackend) -> Result<T, BackendError>) -> Result<T, SharedError> {
+    let artifacts = Artifacts::of(case);
+    let dir = artifacts.checkpoint.as_deref().ok_or(EvalError::NoArtifact("the case has no `checkpoint:` for the reference"))?;
+    let fail = |source: BackendError| Arc::new(EvalError::Run { label: "reference", dir: dir.into(), source });
+    let t = std::time::Instant::now();
+    crate::memory::reset_peak();
+    let mut backend = ReferenceBackend::load_with_dtype(dir, case.bidirectional, dtype).map_err(fail)?;
+    let out = f(&mut backend).map_err(fail)?;
+    tracing::info!(
+        "{}: {} (calibration) ran in {:.2} s{}",
+        case.name,
+        backend.describe(),
+        t.elapsed().as_secs_f64(),
+        crate::memory::stage_peak()
+    );
+    Ok(out)
+}

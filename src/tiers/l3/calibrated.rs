@@ -1,0 +1,241 @@
+//! L3's calibrated rule: a candidate's error is judged against the error the reference itself
+//! makes at the candidate's precision, both measured against a float64 run of the reference
+//! (the arbiter). PyTorch's dynamo accuracy check has the same shape (`torch/_dynamo/utils.py::
+//! same`: `rmse(result, fp64) ≤ k · rmse(reference, fp64) + tol`): the reference's own rounding
+//! is the noise floor, so the verdict scales with the model's width and the arithmetic's
+//! precision instead of a fixed atol/rtol row (docs/design.md §2b).
+//!
+//! Per position row `r` (the last axis: a logit row, a hidden state), with `c` the candidate,
+//! `p` the reference at the candidate's precision and `t` the f64 truth:
+//!
+//! ```text
+//! rms(c − t)_r ≤ k · rms(p − t)_r + δ · rms(t)_r   and   max|c − t|_r ≤ k · max|p − t|_r + δ · max|t|_r
+//! ```
+//!
+//! where `δ = delta_ulps · u` (`u` the precision's unit roundoff) keeps a zero floor (a tensor
+//! the reference computes exactly, such as a gathered embedding) from making every rounding a
+//! failure. The reported `ratio` is the worst row's `e_cand / (e_floor + δ·scale / k)` over both
+//! statistics: the rule passes exactly when it is ≤ `k`. NaN or ±Inf in the candidate never
+//! passes.
+
+use crate::metrics::MetricError;
+pub use crate::tolerance::CalibratedRule;
+
+/// What [`calibrated`] measured for one tensor.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CalibratedReport {
+    pub pass: bool,
+    /// Whole-tensor rms and max of `candidate − truth`.
+    pub e_cand_rms: f64,
+    pub e_cand_max: f64,
+    /// Whole-tensor rms and max of `reference at the candidate's precision − truth`.
+    pub e_floor_rms: f64,
+    pub e_floor_max: f64,
+    /// The worst row's ratio (see the module doc); passes iff ≤ `k`. NaN when the candidate is
+    /// not finite.
+    pub ratio: f64,
+    /// Which row (the leading indices) and which statistic gave `ratio`.
+    pub worst_row: Vec<usize>,
+    pub worst_statistic: &'static str,
+    /// Rows outside the rule, of `rows`.
+    pub rows_outside: usize,
+    pub rows: usize,
+    /// Candidate values that are NaN or ±Inf.
+    pub nonfinite: usize,
+    pub k: f64,
+}
+
+impl CalibratedReport {
+    /// `e_cand / e_floor` of the whole tensor (rms), for reports; ∞ for a zero floor.
+    pub fn floor_multiple(&self) -> f64 {
+        if self.e_floor_rms > 0.0 {
+            self.e_cand_rms / self.e_floor_rms
+        } else if self.e_cand_rms > 0.0 {
+            f64::INFINITY
+        } else {
+            0.0
+        }
+    }
+}
+
+/// Judges `actual` against the f64 `truth` with `floor` (the reference at the candidate's
+/// precision) as the noise level, row by row over the last axis of `shape`. Lengths that differ
+/// from `shape`, empty input, or a non-finite floor or truth (the reference never yields one) are
+/// errors: nothing was compared.
+pub fn calibrated(actual: &[f32], floor: &[f32], truth: &[f32], shape: &[usize], rule: &CalibratedRule) -> Result<CalibratedReport, MetricError> {
+    let numel: usize = shape.iter().product();
+    for (side, len) in [("actual", actual.len()), ("floor", floor.len()), ("truth", truth.len())] {
+        if len != numel {
+            return Err(MetricError::ShapeMismatch { shape: shape.to_vec(), numel, side, len });
+        }
+    }
+    if numel == 0 {
+        return Err(MetricError::Empty { what: "the tensor" });
+    }
+    if let Some(i) = floor.iter().chain(truth).position(|v| !v.is_finite()) {
+        return Err(MetricError::NonFiniteReference { index: i % numel });
+    }
+    let width = shape.last().copied().unwrap_or(1).max(1);
+    let delta = rule.delta();
+    let (mut sc, mut sf, mut mc, mut mf) = (0.0f64, 0.0f64, 0.0f64, 0.0f64);
+    let mut nonfinite = 0usize;
+    let mut worst = (f64::NEG_INFINITY, 0usize, "rms");
+    let mut rows_outside = 0usize;
+    let rows = numel / width;
+    for r in 0..rows {
+        let span = r * width..(r + 1) * width;
+        let (a, f, t) = (&actual[span.clone()], &floor[span.clone()], &truth[span]);
+        let (mut rc, mut rf, mut rt, mut xc, mut xf, mut xt) = (0.0f64, 0.0f64, 0.0f64, 0.0f64, 0.0f64, 0.0f64);
+        let mut row_nonfinite = false;
+        for ((&a, &f), &t) in a.iter().zip(f).zip(t) {
+            let t64 = f64::from(t);
+            if !a.is_finite() {
+                nonfinite += 1;
+                row_nonfinite = true;
+                continue;
+            }
+            let dc = f64::from(a) - t64;
+            let df = f64::from(f) - t64;
+            rc += dc * dc;
+            rf += df * df;
+            rt += t64 * t64;
+            xc = xc.max(dc.abs());
+            xf = xf.max(df.abs());
+            xt = xt.max(t64.abs());
+        }
+        sc += rc;
+        sf += rf;
+        mc = mc.max(xc);
+        mf = mf.max(xf);
+        let n = width as f64;
+        let (rms_c, rms_f, rms_t) = ((rc / n).sqrt(), (rf / n).sqrt(), (rt / n).sqrt());
+        // ratio = e / (floor + δ·scale / k): ≤ k ⟺ e ≤ k·floor + δ·scale.
+        let ratio_of = |e: f64, fl: f64, scale: f64| {
+            let allowed = fl + delta * scale / rule.k;
+            if allowed > 0.0 {
+                e / allowed
+            } else if e > 0.0 {
+                f64::INFINITY
+            } else {
+                0.0
+            }
+        };
+        let (r_rms, r_max) = if row_nonfinite { (f64::NAN, f64::NAN) } else { (ratio_of(rms_c, rms_f, rms_t), ratio_of(xc, xf, xt)) };
+        let (row_ratio, stat) = if r_max.is_nan() || r_max > r_rms { (r_max, "max") } else { (r_rms, "rms") };
+        if row_nonfinite || row_ratio > rule.k {
+            rows_outside += 1;
+        }
+        if row_ratio.is_nan() && !worst.0.is_nan() || row_ratio > worst.0 {
+            worst = (row_ratio, r, stat);
+        }
+    }
+    let n = numel as f64;
+    let worst_row = crate::metrics::unravel_index(worst.1, &[rows]);
+    let leading: Vec<usize> = if shape.len() > 1 { crate::metrics::unravel_index(worst.1, &shape[..shape.len() - 1]) } else { worst_row };
+    Ok(CalibratedReport {
+        pass: rows_outside == 0 && nonfinite == 0,
+        e_cand_rms: if nonfinite > 0 { f64::NAN } else { (sc / n).sqrt() },
+        e_cand_max: if nonfinite > 0 { f64::NAN } else { mc },
+        e_floor_rms: (sf / n).sqrt(),
+        e_floor_max: mf,
+        ratio: worst.0,
+        worst_row: leading,
+        worst_statistic: worst.2,
+        rows_outside,
+        rows,
+        nonfinite,
+        k: rule.k,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const RULE: CalibratedRule = CalibratedRule { k: 4.0, delta_ulps: 1.0, unit_roundoff: 1.0 / 16_777_216.0 };
+
+    /// A row of truth values and a floor off by `f` at every element.
+    fn row(f: f32) -> (Vec<f32>, Vec<f32>) {
+        let t: Vec<f32> = (0..64).map(|i| (i as f32 - 32.0) / 8.0).collect();
+        let p = t.iter().map(|v| v + f).collect();
+        (t, p)
+    }
+
+    /// Guards the rule at, just above and far above the floor: a candidate k times the
+    /// reference's own error passes, 1.1 k fails, 100× fails; the ratio says which.
+    #[test]
+    fn at_just_above_and_far_above_the_floor() {
+        let (t, p) = row(1e-3);
+        let judge = |e: f32| calibrated(&t.iter().map(|v| v + e).collect::<Vec<_>>(), &p, &t, &[1, 64], &RULE).unwrap();
+        let at = judge(4e-3);
+        assert!(at.pass, "{at:?}");
+        assert!(at.ratio <= 4.0 && at.ratio > 3.9, "{at:?}");
+        let above = judge(4.4e-3);
+        assert!(!above.pass && above.ratio > 4.0 && above.rows_outside == 1, "{above:?}");
+        let far = judge(0.1);
+        assert!(!far.pass && far.ratio > 90.0, "{far:?}");
+        assert!((far.floor_multiple() - 100.0).abs() < 1.0, "{far:?}");
+        assert!((far.e_cand_max - 0.1).abs() < 1e-6 && (far.e_floor_max - 1e-3).abs() < 1e-6);
+    }
+
+    /// Guards the max statistic: one element far off in an otherwise exact row fails even
+    /// though the row's rms stays within k of the floor's.
+    #[test]
+    fn one_bad_element_fails_on_the_max() {
+        let (t, p) = row(1e-3);
+        let mut a = t.clone();
+        a[7] += 6e-3; // rms 7.5e-4 ≤ 4·1e-3, max 6e-3 > 4·1e-3
+        let r = calibrated(&a, &p, &t, &[64], &RULE).unwrap();
+        assert!(!r.pass, "{r:?}");
+        assert_eq!(r.worst_statistic, "max");
+    }
+
+    /// Guards the zero floor: a reference that is exact (floor 0) does not turn a one-ulp
+    /// candidate into a failure (δ), but a visible error still fails.
+    #[test]
+    fn zero_floor_allows_rounding_only() {
+        let (t, _) = row(0.0);
+        let ulp: Vec<f32> = t.iter().map(|&v| if v == 0.0 { 0.0 } else { f32::from_bits(v.to_bits() + 1) }).collect();
+        let r = calibrated(&ulp, &t, &t, &[2, 32], &RULE).unwrap();
+        assert!(r.pass, "{r:?}");
+        assert_eq!(r.rows, 2);
+        let off: Vec<f32> = t.iter().map(|v| v + 1e-4).collect();
+        let r = calibrated(&off, &t, &t, &[2, 32], &RULE).unwrap();
+        assert!(!r.pass && r.ratio.is_finite(), "{r:?}");
+        let exact = calibrated(&t, &t, &t, &[64], &RULE).unwrap();
+        assert!(exact.pass && exact.ratio == 0.0, "{exact:?}");
+    }
+
+    /// Guards: NaN or ±Inf in the candidate never passes, whatever k; the worst row is the
+    /// non-finite one; a non-finite reference or a shape mismatch is an error.
+    #[test]
+    fn nonfinite_never_passes() {
+        let (t, p) = row(1e-3);
+        for bad in [f32::NAN, f32::INFINITY, f32::NEG_INFINITY] {
+            let mut a = t.clone();
+            a[40] = bad;
+            let rule = CalibratedRule { k: 1e30, ..RULE };
+            let r = calibrated(&a, &p, &t, &[2, 32], &rule).unwrap();
+            assert!(!r.pass && r.nonfinite == 1 && r.ratio.is_nan(), "{r:?}");
+            assert_eq!(r.worst_row, vec![1]);
+        }
+        let mut bad_floor = p.clone();
+        bad_floor[0] = f32::NAN;
+        assert!(matches!(calibrated(&t, &bad_floor, &t, &[64], &RULE), Err(MetricError::NonFiniteReference { index: 0 })));
+        assert!(matches!(calibrated(&t, &p, &t, &[65], &RULE), Err(MetricError::ShapeMismatch { .. })));
+        assert!(matches!(calibrated(&[], &[], &[], &[0], &RULE), Err(MetricError::Empty { .. })));
+    }
+
+    /// Guards that rows are judged apart: a row whose error is small in absolute terms but far
+    /// above its own (small) floor fails although the whole tensor's rms would hide it.
+    #[test]
+    fn each_row_against_its_own_floor() {
+        let t: Vec<f32> = (0..128).map(|i| if i < 64 { 100.0 + i as f32 } else { 0.01 * i as f32 }).collect();
+        let p: Vec<f32> = t.iter().enumerate().map(|(i, v)| v + if i < 64 { 1e-2 } else { 1e-7 }).collect();
+        let a: Vec<f32> = t.iter().enumerate().map(|(i, v)| v + if i < 64 { 1e-2 } else { 1e-4 }).collect();
+        let r = calibrated(&a, &p, &t, &[2, 64], &RULE).unwrap();
+        assert!(!r.pass, "{r:?}");
+        assert_eq!(r.worst_row, vec![1]);
+        assert_eq!(r.rows_outside, 1);
+    }
+}
