@@ -8,15 +8,17 @@
 #                   in cases/configs/ (arguments from $REAL_FIXTURE_ARGS, e.g. "--only real-12b-vision")
 #   broken family:  scripts/make_broken_layer_fixtures.py, exports of the unified/gemma4 text fixtures with one
 #                   decoder layer's MLP weight perturbed (fixtures/broken-mlp-layer, fixtures/gemma4-broken-mlp-layer)
+#   mutant family:  scripts/make_mutant_fixtures.py, copies of the unified-vision f32/f16 exports with decoder layer 2's
+#                   layer_scalar x1.01 (fixtures/unified-vision-mutant, fixtures/unified-vision-f16-mutant)
 #   jpeg family:    scripts/make_jpeg_fixtures.py, fixtures/jpeg/: JPEGs written by Pillow and Pillow's RGB decoding of them
 # and the float64 HF oracles of the unified and gemma4 families (reference/tests/data/<fixture>-f64.safetensors).
-# FIXTURE_FAMILIES="unified gemma4 real broken jpeg" (default) selects the families.
+# FIXTURE_FAMILIES="unified gemma4 real broken mutant jpeg" (default) selects the families.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY="$(scripts/fixture-venv.sh | tail -n 1)"
 export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 PYTHONHASHSEED=0 CUDA_VISIBLE_DEVICES="" \
   HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false PYTHONDONTWRITEBYTECODE=1
-FAMILIES="${FIXTURE_FAMILIES:-unified gemma4 real broken jpeg}"
+FAMILIES="${FIXTURE_FAMILIES:-unified gemma4 real broken mutant jpeg}"
 for family in $FAMILIES; do
   case "$family" in
     unified)
@@ -40,9 +42,12 @@ for family in $FAMILIES; do
     broken)
       "$PY" scripts/make_broken_layer_fixtures.py
       ;;
+    mutant)
+      "$PY" scripts/make_mutant_fixtures.py
+      ;;
     jpeg)
       "$PY" scripts/make_jpeg_fixtures.py
       ;;
-    *) echo "unknown fixture family: $family (unified, gemma4, real, broken, jpeg)" >&2; exit 2 ;;
+    *) echo "unknown fixture family: $family (unified, gemma4, real, broken, mutant, jpeg)" >&2; exit 2 ;;
   esac
 done

@@ -31,6 +31,8 @@ pub enum Stage {
     Logits,
     /// Step `k` ≥ 1 of the KV-cache decode (step 0 is the prefill's last position).
     DecodeStep(usize),
+    /// Decoder layer `k` fed the reference's stream (the calibrated rule's local verdict).
+    Layer(usize),
 }
 
 impl Stage {
@@ -46,6 +48,7 @@ impl std::fmt::Display for Stage {
             Stage::Component(c) => f.write_str(c.as_str()),
             Stage::Logits => f.write_str("logits"),
             Stage::DecodeStep(k) => write!(f, "decode step {k}"),
+            Stage::Layer(k) => write!(f, "decoder layer {k}"),
         }
     }
 }

@@ -106,24 +106,25 @@ pub struct CalibratedValues {
 pub struct CalibratedRule {
     pub k: f64,
     pub delta_ulps: f64,
-    /// The precision's unit roundoff `u` (f32 2⁻²⁴, f16 2⁻¹¹, bf16 2⁻⁸).
-    pub unit_roundoff: f64,
+    /// The precision's machine epsilon `ε` (f32 2⁻²³, f16 2⁻¹⁰, bf16 2⁻⁷): one ulp relative to
+    /// the top of a value's binade, so `|x − fl(x)| ≤ ε·|x|`.
+    pub epsilon: f64,
 }
 
 impl CalibratedRule {
     /// `δ`: the allowance per unit of scale.
     pub fn delta(&self) -> f64 {
-        self.delta_ulps * self.unit_roundoff
+        self.delta_ulps * self.epsilon
     }
 }
 
-/// The unit roundoff of a float dtype's arithmetic (half its machine epsilon); `None` for int4,
-/// whose error is not a rounding of the reference's arithmetic.
-pub fn unit_roundoff(dtype: Dtype) -> Option<f64> {
+/// The machine epsilon of a float dtype (one ulp at 1); `None` for int4, whose error is not a
+/// rounding of the reference's arithmetic.
+pub fn epsilon(dtype: Dtype) -> Option<f64> {
     match dtype {
-        Dtype::Float32 => Some(2f64.powi(-24)),
-        Dtype::Float16 => Some(2f64.powi(-11)),
-        Dtype::Bfloat16 => Some(2f64.powi(-8)),
+        Dtype::Float32 => Some(2f64.powi(-23)),
+        Dtype::Float16 => Some(2f64.powi(-10)),
+        Dtype::Bfloat16 => Some(2f64.powi(-7)),
         Dtype::Int4 => None,
     }
 }
@@ -228,10 +229,10 @@ impl RawTolerances {
         }
         for (d, r) in self.l3_calibrated {
             // int4 has no roundoff of its own: its row would be meaningless.
-            let unit_roundoff = unit_roundoff(d).ok_or(Missing { level: "L3_calibrated", dtype: d, key: "a float dtype" })?;
+            let epsilon = epsilon(d).ok_or(Missing { level: "L3_calibrated", dtype: d, key: "a float dtype" })?;
             let k = required("L3_calibrated", d, "k", r.k)?;
             let delta_ulps = required("L3_calibrated", d, "delta_ulps", r.delta_ulps)?;
-            t.l3_calibrated.insert(d, CalibratedRule { k, delta_ulps, unit_roundoff });
+            t.l3_calibrated.insert(d, CalibratedRule { k, delta_ulps, epsilon });
         }
         for (d, r) in self.l4 {
             let row = L4Tolerance {
@@ -384,5 +385,26 @@ mod tests {
         }
         let e = Tolerances::from_yaml_str("L3:\n  float32: {atol: -1, rtol: 1}\n", Path::new("tol.yaml")).unwrap_err().to_string();
         assert!(e.contains("`atol`") && e.contains("-1"), "the bad key is named: {e}");
+    }
+
+    /// Guards the calibrated block: every float dtype has a row (k ≥ 1, δ ≥ 0, the dtype's
+    /// roundoff), int4 none; k < 1, an int4 row and a missing key are rejected naming the key.
+    #[test]
+    fn calibrated_rows() {
+        let t = Tolerances::defaults();
+        for (d, u) in [(Dtype::Float32, 2f64.powi(-23)), (Dtype::Float16, 2f64.powi(-10)), (Dtype::Bfloat16, 2f64.powi(-7))] {
+            let r = t.l3_calibrated.get(&d).unwrap_or_else(|| panic!("no L3_calibrated row for {d}"));
+            assert!(r.k >= 1.0 && r.delta_ulps >= 0.0, "{r:?}");
+            assert_eq!(r.epsilon, u);
+        }
+        assert!(!t.l3_calibrated.contains_key(&Dtype::Int4));
+        for (bad, names) in [
+            ("L3_calibrated:\n  float32: {k: 0.5, delta_ulps: 1}\n", "`k`"),
+            ("L3_calibrated:\n  int4: {k: 4, delta_ulps: 1}\n", "a float dtype"),
+            ("L3_calibrated:\n  float32: {k: 4}\n", "delta_ulps"),
+        ] {
+            let e = Tolerances::from_yaml_str(bad, Path::new("tol.yaml")).unwrap_err().to_string();
+            assert!(e.contains(names), "{bad:?}: {e}");
+        }
     }
 }

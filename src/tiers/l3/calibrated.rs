@@ -12,7 +12,7 @@
 //! rms(c − t)_r ≤ k · rms(p − t)_r + δ · rms(t)_r   and   max|c − t|_r ≤ k · max|p − t|_r + δ · max|t|_r
 //! ```
 //!
-//! where `δ = delta_ulps · u` (`u` the precision's unit roundoff) keeps a zero floor (a tensor
+//! where `δ = delta_ulps · ε` (`ε` the precision's machine epsilon, one ulp at 1) keeps a zero floor (a tensor
 //! the reference computes exactly, such as a gathered embedding) from making every rounding a
 //! failure. The reported `ratio` is the worst row's `e_cand / (e_floor + δ·scale / k)` over both
 //! statistics: the rule passes exactly when it is ≤ `k`. NaN or ±Inf in the candidate never
@@ -152,7 +152,7 @@ pub fn calibrated(actual: &[f32], floor: &[f32], truth: &[f32], shape: &[usize],
 mod tests {
     use super::*;
 
-    const RULE: CalibratedRule = CalibratedRule { k: 4.0, delta_ulps: 1.0, unit_roundoff: 1.0 / 16_777_216.0 };
+    const RULE: CalibratedRule = CalibratedRule { k: 4.0, delta_ulps: 1.0, epsilon: 1.0 / 8_388_608.0 };
 
     /// A row of truth values and a floor off by `f` at every element.
     fn row(f: f32) -> (Vec<f32>, Vec<f32>) {
