@@ -119,8 +119,16 @@ pub struct RunReport {
 }
 
 /// Metrics shown in the Markdown table and console summary, in this order, when present.
-const KEY_METRICS: [&str; 6] =
-    [key::MAX_ABS_DIFF, key::COSINE, key::ARGMAX_MATCH, key::TOP10_JACCARD, key::TOKEN_MATCH_RATIO, key::VIOLATIONS];
+const KEY_METRICS: [&str; 8] = [
+    key::MAX_ABS_DIFF,
+    key::CALIBRATED_RATIO,
+    key::FIXED_ROW_STATUS,
+    key::COSINE,
+    key::ARGMAX_MATCH,
+    key::TOP10_JACCARD,
+    key::TOKEN_MATCH_RATIO,
+    key::VIOLATIONS,
+];
 
 impl RunReport {
     /// The report of trial records (grouped by case, levels in record order; metadata from the

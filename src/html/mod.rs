@@ -40,8 +40,10 @@ table.tokens td{font-family:ui-monospace,monospace;font-size:12px;padding:1px 5p
 td.diff{background:#ffd6d6;font-weight:700}
 svg.plot{background:#fff;display:block;margin:6px 0}
 svg .grid{stroke:#eee}svg .tick{font-size:10px;fill:#666}svg .tolerance{stroke:#e8590c;stroke-dasharray:5 3}
-svg .series{fill:none;stroke-width:2}svg .propagated{stroke:#1971c2}svg .local{stroke:#2f9e44}
-svg circle.propagated{fill:#1971c2}svg circle.local{fill:#2f9e44}svg .swatch.propagated{fill:#1971c2}svg .swatch.local{fill:#2f9e44}
+svg .series{fill:none;stroke-width:2}svg .propagated{stroke:#1971c2}svg .local{stroke:#2f9e44}svg .floor{stroke:#868e96;stroke-dasharray:4 2}
+svg circle.propagated{fill:#1971c2}svg circle.local{fill:#2f9e44}svg circle.floor{fill:#868e96}svg .swatch.propagated{fill:#1971c2}svg .swatch.local{fill:#2f9e44}svg .swatch.floor{fill:#868e96}
+table.calibration{border-collapse:collapse}table.calibration td,table.calibration th{border:1px solid #dee2e6;padding:2px 8px;font-size:12.5px;text-align:right}
+table.calibration td:first-child{text-align:left;font-family:ui-monospace,monospace}
 svg .first-divergent{fill:none;stroke:#c92a2a;stroke-width:2.5}svg .bar{fill:#74c0fc}svg .bar.over{fill:#ff8787}
 svg .image-block{fill:#fff3bf}
 "#;
@@ -166,6 +168,34 @@ fn matrix(h: &mut String, r: &RunReport) {
     h.push_str("</table>\n");
 }
 
+/// The calibrated rule per compared tensor: both errors against f64, the ratio, both verdicts.
+fn calibration_table(h: &mut String, table: &serde_json::Map<String, serde_json::Value>) {
+    h.push_str(
+        "<table class=\"calibration\"><tr><th>tensor</th><th>e_cand rms</th><th>e_cand max</th><th>e_floor rms</th><th>e_floor max</th>\
+         <th>ratio</th><th>calibrated</th><th>fixed row</th></tr>",
+    );
+    for (name, row) in table {
+        let num = |k: &str| row.get(k).and_then(|v| v.as_f64()).map(|v| format!("{v:.2e}")).unwrap_or_else(|| "–".into());
+        let status = |k: &str| {
+            let s = row.get(k).and_then(|v| v.as_str()).unwrap_or("–");
+            format!("<td class=\"{}\">{}</td>", esc(s), esc(s))
+        };
+        let ratio = row.get("ratio").and_then(|v| v.as_f64()).map(|v| format!("{v:.2}")).unwrap_or_else(|| "–".into());
+        let _ = write!(
+            h,
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{ratio}</td>{}{}</tr>",
+            esc(name),
+            num("e_cand_rms"),
+            num("e_cand_max"),
+            num("e_floor_rms"),
+            num("e_floor_max"),
+            status("calibrated_status"),
+            status("fixed_row_status")
+        );
+    }
+    h.push_str("</table>");
+}
+
 fn floats(m: &Metrics, k: &str) -> Option<Vec<f64>> {
     m.get(k)?.as_array().map(|a| a.iter().map(|v| v.as_f64().unwrap_or(f64::NAN)).collect())
 }
@@ -193,10 +223,21 @@ fn detail(h: &mut String, case: &str, l: &LevelReport) {
     if let Some(sig) = m.get(key::XFAIL_SIGNATURE).and_then(|v| v.as_str()) {
         let _ = write!(h, "<div class=\"signature\">expected failure signature: {}</div>", esc(sig));
     }
-    let tol = m.get(key::ATOL).and_then(|v| v.as_f64());
-    if let Some(prop) = floats(m, key::LAYER_MAX_ABS_DIFF) {
-        let local = floats(m, key::LAYER_LOCAL_MAX_ABS_DIFF);
+    let calibrated = m.get(key::L3_RULE).and_then(|v| v.as_str()) == Some("calibrated");
+    // Under the calibrated rule there is no one tolerance line: each layer has its own floor.
+    let tol = if calibrated { None } else { m.get(key::ATOL).and_then(|v| v.as_f64()) };
+    let layer_keys = if calibrated && m.contains_key(key::LAYER_E_CAND) {
+        (key::LAYER_E_CAND, key::LAYER_LOCAL_E_CAND)
+    } else {
+        (key::LAYER_MAX_ABS_DIFF, key::LAYER_LOCAL_MAX_ABS_DIFF)
+    };
+    if let Some(prop) = floats(m, layer_keys.0) {
+        let local = floats(m, layer_keys.1);
+        let floor = floats(m, key::LAYER_LOCAL_E_FLOOR).filter(|_| calibrated);
         let mut series = vec![svg::Series { name: "propagated", class: "propagated", values: &prop }];
+        if let Some(f) = &floor {
+            series.push(svg::Series { name: "local floor (reference)", class: "floor", values: f });
+        }
         if let Some(l) = &local {
             series.push(svg::Series { name: "local (fed the reference's stream)", class: "local", values: l });
         }
@@ -206,8 +247,14 @@ fn detail(h: &mut String, case: &str, l: &LevelReport) {
             let part = m.get(key::DIVERGENT_MODULE).and_then(|v| v.as_str()).map(|p| format!(" ({})", esc(p))).unwrap_or_default();
             let _ = write!(h, ": first divergent layer <b>{k}</b>{part}");
         }
+        if calibrated {
+            h.push_str(" — max |x − f64| per layer; the calibrated rule blames the first local error beyond k × its floor");
+        }
         h.push_str("</div>");
         h.push_str(&svg::layer_plot(&series, tol, first));
+    }
+    if let Some(table) = m.get(key::CALIBRATION).and_then(|v| v.as_object()) {
+        calibration_table(h, table);
     }
     let components: Vec<(String, f64)> = [
         ("image_features", "image_features_max_abs_diff"),

@@ -284,25 +284,31 @@ fn agreed(compared: &[String]) -> String {
 
 /// A per-layer profile of `layer_max_abs_diff` for tables: one bar per layer on a log scale
 /// from 1e-7 (▁) to ≥ 1 (█), prefixed by the first divergent layer when there is one
-/// (`layer 3 ▁▁▁▇▇▇`), followed by the local profile when there is one (`· local ▁▁▁▇▁▁`).
+/// (`layer 3 ▁▁▁▇▇▇`), followed by the local profile when there is one (`· local ▁▁▁▇▁▁`),
+/// and under the calibrated rule the local ratios to each layer's floor, log scale from 1 (▁) to
+/// ≥ 10⁷ (█) (`· ratio ▁▁▄▁▁▁`).
 pub fn layer_sparkline(metrics: &Metrics) -> Option<String> {
     const BARS: [char; 8] = ['▁', '▂', '▃', '▄', '▅', '▆', '▇', '█'];
-    let bars = |key: &str| -> Option<String> {
+    // `lowest`: the decade drawn as ▁; seven decades above it reach █.
+    let bars = |key: &str, lowest: f64| -> Option<String> {
         let diffs = metrics.get(key)?.as_array()?;
         Some(
             diffs
                 .iter()
                 .map(|d| match d.as_f64() {
-                    // log10 in [-7, 0] → 0..=7; NaN or a missing value shows as the tallest bar.
-                    Some(v) if v.is_finite() => BARS[((v.max(1e-7).log10() + 7.0).floor().clamp(0.0, 7.0)) as usize],
+                    // NaN or a missing value shows as the tallest bar.
+                    Some(v) if v.is_finite() => BARS[((v.max(lowest) / lowest).log10().floor().clamp(0.0, 7.0)) as usize],
                     _ => '█',
                 })
                 .collect(),
         )
     };
-    let mut out = bars(key::LAYER_MAX_ABS_DIFF)?;
-    if let Some(local) = bars(key::LAYER_LOCAL_MAX_ABS_DIFF) {
+    let mut out = bars(key::LAYER_MAX_ABS_DIFF, 1e-7)?;
+    if let Some(local) = bars(key::LAYER_LOCAL_MAX_ABS_DIFF, 1e-7) {
         out = format!("{out} · local {local}");
+    }
+    if let Some(ratio) = bars(key::LAYER_LOCAL_CALIBRATED_RATIO, 1.0) {
+        out = format!("{out} · ratio {ratio}");
     }
     Some(match metrics.get(key::FIRST_DIVERGENT_LAYER).and_then(|v| v.as_u64()) {
         Some(i) => format!("layer {i} {out}"),
