@@ -80,7 +80,9 @@ pub struct L3Values {
 fn k<'de, D: Deserializer<'de>>(d: D) -> Result<Option<f64>, D::Error> {
     let v = checked(d, "k", false)?;
     match v {
-        Some(x) if x < 1.0 => Err(de::Error::custom(format!("`k`: expected ≥ 1 (a candidate is allowed at least the reference's own error), got {x}"))),
+        Some(x) if x < 1.0 => {
+            Err(de::Error::custom(format!("`k`: expected ≥ 1 (a candidate is allowed at least the reference's own error), got {x}")))
+        }
         _ => Ok(v),
     }
 }

@@ -412,8 +412,16 @@ fn one_reference_run_for_all_variants() {
         .expect("runs the onnx-parity binary");
     let log = String::from_utf8_lossy(&o.stderr).to_string();
     let runs: Vec<&str> = log.lines().filter(|l| l.contains(" ran in ")).collect();
-    let reference = runs.iter().filter(|l| l.contains("candle reference")).count();
+    let reference = runs.iter().filter(|l| l.contains("candle reference") && !l.contains("(calibration)")).count();
     assert_eq!(reference, 1, "{log}");
+    // The calibrated rule's runs: one f64 arbiter for the case, one floor per precision (the f32
+    // builds share the f32 one, the two f16 builds the f16 one; bf16 builds are skipped).
+    let calibration: Vec<&str> = runs.iter().filter(|l| l.contains("(calibration)")).copied().collect();
+    for dtype in ["F64", "F32", "F16"] {
+        let n = calibration.iter().filter(|l| l.contains(&format!("candle reference {dtype} "))).count();
+        assert_eq!(n, 1, "{dtype}: {log}");
+    }
+    assert_eq!(calibration.len(), 3, "{log}");
     let exports: std::collections::BTreeSet<&str> = runs
         .iter()
         .filter(|l| l.contains("ONNX Runtime"))

@@ -12,48 +12,27 @@
 //! are kept), so a case's peak memory is the largest single implementation's, not their sum —
 //! what lets a real checkpoint and its export share one machine.
 
+mod error;
 pub mod implementations;
 pub mod precision;
+mod request;
 
-use std::path::PathBuf;
+pub use error::{EvalError, SharedError};
+use request::request;
+pub use request::{eos_ids, max_new_tokens, DEFAULT_MAX_NEW_TOKENS};
+
 use std::sync::{Arc, OnceLock};
 
 use crate::artifacts::Artifacts;
 use crate::backend::{Backend, BackendError, GenerationRequest};
 use crate::case::{Case, ImplementationName, Level};
-use crate::inputs::replay::{IdsDrift, ReplayError};
-use crate::inputs::{InputsError, ModelInputs};
+use crate::inputs::replay::IdsDrift;
+use crate::inputs::ModelInputs;
 use crate::metrics::greedy_token;
 use crate::outputs::{GeneratedTokens, Isolation, Run};
+use crate::tiers::l3::Calibration;
 use implementations::Implementation;
 use onnx_parity_reference::BidirectionalScope;
-
-/// Default number of new tokens when neither the case nor a golden says.
-pub const DEFAULT_MAX_NEW_TOKENS: usize = 20;
-
-/// Why a case's inputs or one of its runs is unavailable.
-#[derive(Debug, thiserror::Error)]
-pub enum EvalError {
-    #[error(transparent)]
-    Inputs(#[from] InputsError),
-    /// A golden's `input_ids` that cannot be fed with the case's images.
-    #[error("replaying the golden's input_ids: {0}")]
-    Replay(#[from] ReplayError),
-    /// The implementation's artifact (checkpoint, export) is not there.
-    #[error("{0}")]
-    NoArtifact(&'static str),
-    #[error("{label} ({}): {source}", dir.display())]
-    Run {
-        label: &'static str,
-        dir: PathBuf,
-        #[source]
-        source: BackendError,
-    },
-}
-
-/// A shared, cloneable evaluation error: every tier that needs a failed computation reports the
-/// same cause.
-pub type SharedError = Arc<EvalError>;
 
 /// What the reference computed for a case.
 #[derive(Debug, Clone)]
@@ -156,6 +135,25 @@ impl CaseEvaluation {
             })
             .as_ref()
             .map_err(Arc::clone)
+    }
+
+    /// The f64 arbiter's run of the case's inputs, teacher-forced with the reference's tokens
+    /// (the calibrated L3 rule's truth).
+    pub fn arbiter(&self, case: &Case) -> Result<&Run, SharedError> {
+        self.precision.arbiter(case, self.inputs(case)?, &self.reference(case)?.run)
+    }
+
+    /// What the calibrated rule judges `case`'s candidates with, when it decides their L3
+    /// ([`precision::calibrated_rule`]); an error when a run it needs failed (L3 fails with it).
+    pub fn calibration(&self, case: &Case) -> Option<Result<Calibration<'_>, SharedError>> {
+        let rule = precision::calibrated_rule(case)?;
+        let get = || -> Result<Calibration<'_>, SharedError> {
+            let (inputs, reference) = (self.inputs(case)?, &self.reference(case)?.run);
+            let truth = self.precision.arbiter(case, inputs, reference)?;
+            let at = self.precision.at_precision(case, case.dtype, inputs, reference, truth)?;
+            Ok(Calibration { rule, truth, floor: at.run.as_ref().unwrap_or(reference), local: &at.local })
+        };
+        Some(get())
     }
 
     /// The runs of the candidates judged in `case` — its own export's, the variant's it is, or
@@ -279,23 +277,6 @@ impl CaseEvaluations {
             None => (&self.real, None),
         })
     }
-}
-
-/// Number of tokens to generate: the case's `max_new_tokens`, else the default.
-pub fn max_new_tokens(case: &Case) -> usize {
-    case.generation.max_new_tokens.unwrap_or(DEFAULT_MAX_NEW_TOKENS)
-}
-
-/// EOS ids: the case's `eos_token_id`, else Gemma's `<eos>` (1).
-pub fn eos_ids(case: &Case) -> Vec<i64> {
-    case.generation.eos_token_id.clone().unwrap_or_else(|| vec![1])
-}
-
-/// The generation a case asks for; all-position logits and layer outputs only when it has an L3
-/// tier.
-fn request<'a>(case: &Case, eos: &'a [i64], forced: Option<&'a [i64]>) -> GenerationRequest<'a> {
-    let l3 = case.levels.contains(&Level::L3);
-    GenerationRequest { max_new_tokens: max_new_tokens(case), eos, forced, all_position_logits: l3, layer_outputs: l3 }
 }
 
 /// A candidate's forced run, its free-running decode (the same run when they agree) and, with

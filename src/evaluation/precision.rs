@@ -12,13 +12,14 @@ use std::sync::{Arc, OnceLock};
 
 use candle_core::DType;
 
-use super::{eos_ids, max_new_tokens, CaseEvaluation, EvalError, SharedError};
+use super::error::{EvalError, SharedError};
+use super::request::{eos_ids, max_new_tokens};
 use crate::artifacts::Artifacts;
 use crate::backend::reference::ReferenceBackend;
 use crate::backend::{Backend, BackendError, GenerationRequest};
 use crate::case::{Case, Dtype, L3Rule, Level};
+use crate::inputs::ModelInputs;
 use crate::outputs::{LocalLayers, Run};
-use crate::tiers::l3::Calibration;
 use crate::tolerance::{CalibratedRule, Tolerances};
 
 /// The reference at one precision: its own run (`None` for f32: the reference's run is it) and
@@ -57,46 +58,35 @@ pub fn calibrated_rule(case: &Case) -> Option<CalibratedRule> {
     case.thresholds(&Tolerances::defaults()).ok()?.l3_calibrated
 }
 
-impl CaseEvaluation {
-    /// The f64 arbiter's run of the case's inputs, teacher-forced with the reference's tokens.
-    pub fn arbiter(&self, case: &Case) -> Result<&Run, SharedError> {
-        self.precision
-            .arbiter
+impl PrecisionRuns {
+    /// The f64 arbiter's run of `inputs`, teacher-forced with `reference`'s tokens.
+    pub fn arbiter(&self, case: &Case, inputs: &ModelInputs, reference: &Run) -> Result<&Run, SharedError> {
+        self.arbiter
             .get_or_init(|| {
-                let inputs = self.inputs(case)?;
-                let tokens = &self.reference(case)?.run.generation.tokens;
                 let eos = eos_ids(case);
-                let request = GenerationRequest {
-                    max_new_tokens: max_new_tokens(case),
-                    eos: &eos,
-                    forced: Some(tokens),
-                    all_position_logits: true,
-                    layer_outputs: true,
-                };
-                with_reference(case, DType::F64, |b| b.run(inputs, &request))
+                with_reference(case, DType::F64, |b| b.run(inputs, &forced(case, &eos, &reference.generation.tokens)))
             })
             .as_ref()
             .map_err(Arc::clone)
     }
 
-    /// The reference at `dtype`'s precision (see [`AtPrecision`]).
-    fn at_precision(&self, case: &Case, dtype: Dtype) -> Result<&AtPrecision, SharedError> {
+    /// The reference at `dtype`'s precision (see [`AtPrecision`]), its layers fed `arbiter`'s
+    /// streams.
+    pub fn at_precision(
+        &self,
+        case: &Case,
+        dtype: Dtype,
+        inputs: &ModelInputs,
+        reference: &Run,
+        arbiter: &Run,
+    ) -> Result<&AtPrecision, SharedError> {
         let Some((i, compute)) = slot(dtype) else {
             return Err(Arc::new(EvalError::NoArtifact("int4 has no precision of its own to run the reference at")));
         };
-        self.precision.at[i]
+        self.at[i]
             .get_or_init(|| {
-                let inputs = self.inputs(case)?;
-                let tokens = &self.reference(case)?.run.generation.tokens;
-                let arbiter = self.arbiter(case)?;
                 let eos = eos_ids(case);
-                let request = GenerationRequest {
-                    max_new_tokens: max_new_tokens(case),
-                    eos: &eos,
-                    forced: Some(tokens),
-                    all_position_logits: true,
-                    layer_outputs: true,
-                };
+                let request = forced(case, &eos, &reference.generation.tokens);
                 with_reference(case, compute, |b| {
                     let run = if compute == DType::F32 { None } else { Some(b.run(inputs, &request)?) };
                     Ok(AtPrecision { run, local: b.local_layers(inputs, arbiter)? })
@@ -105,23 +95,19 @@ impl CaseEvaluation {
             .as_ref()
             .map_err(Arc::clone)
     }
+}
 
-    /// What the calibrated rule judges `case`'s candidates with, when it decides their L3; an
-    /// error when a run it needs failed (then L3 fails with it).
-    pub fn calibration(&self, case: &Case) -> Option<Result<Calibration<'_>, SharedError>> {
-        let rule = calibrated_rule(case)?;
-        let get = || -> Result<Calibration<'_>, SharedError> {
-            let reference = &self.reference(case)?.run;
-            let truth = self.arbiter(case)?;
-            let at = self.at_precision(case, case.dtype)?;
-            Ok(Calibration { rule, truth, floor: at.run.as_ref().unwrap_or(reference), local: &at.local })
-        };
-        Some(get())
-    }
+/// A run teacher-forced with `tokens`, every position's logits and every layer kept.
+fn forced<'a>(case: &Case, eos: &'a [i64], tokens: &'a [i64]) -> GenerationRequest<'a> {
+    GenerationRequest { max_new_tokens: max_new_tokens(case), eos, forced: Some(tokens), all_position_logits: true, layer_outputs: true }
 }
 
 /// Loads the case's reference at `dtype`, runs `f` on it and drops it; logs time and peak memory.
-fn with_reference<T>(case: &Case, dtype: DType, f: impl FnOnce(&mut ReferenceBackend) -> Result<T, BackendError>) -> Result<T, SharedError> {
+fn with_reference<T>(
+    case: &Case,
+    dtype: DType,
+    f: impl FnOnce(&mut ReferenceBackend) -> Result<T, BackendError>,
+) -> Result<T, SharedError> {
     let artifacts = Artifacts::of(case);
     let dir = artifacts.checkpoint.as_deref().ok_or(EvalError::NoArtifact("the case has no `checkpoint:` for the reference"))?;
     let fail = |source: BackendError| Arc::new(EvalError::Run { label: "reference", dir: dir.into(), source });

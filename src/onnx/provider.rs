@@ -136,6 +136,19 @@ impl RunEp {
         }
     }
 
+    /// The EP a run uses for mobius's build for `ep` (device 0 for CUDA); `None` for the builds
+    /// that are for no EP in particular (`default`, `cpu`) or for one this harness cannot run
+    /// (`dml`, `qnn`, `mlx`). The inverse of [`RunEp::mobius_ep`].
+    pub fn for_build(ep: Ep) -> Option<RunEp> {
+        match ep {
+            Ep::Cuda => Some(RunEp::Cuda(0)),
+            Ep::Webgpu => Some(RunEp::Webgpu),
+            Ep::Openvino => Some(RunEp::Openvino),
+            Ep::TrtRtx => Some(RunEp::TensorrtRtx),
+            Ep::Default | Ep::Cpu | Ep::Dml | Ep::Qnn | Ep::Mlx => None,
+        }
+    }
+
     /// Whether this is the CPU EP (every node runs on the CPU by request).
     pub fn is_cpu(self) -> bool {
         self == RunEp::Cpu
@@ -178,5 +191,15 @@ mod tests {
         assert_eq!(RunEp::Cuda(1).to_string(), "cuda:1");
         assert_eq!(RunEp::Webgpu.plugin().map(|p| p.wheel.spec()), Some("onnxruntime-ep-webgpu==0.4.0".into()));
         assert!(RunEp::Cpu.plugin().is_none() && RunEp::Cuda(0).plugin().is_none());
+    }
+
+    /// Guards: the EP a build is run on is the one whose build it is (the inverse of `mobius_ep`).
+    #[test]
+    fn build_eps_map_back() {
+        for run in [RunEp::Cuda(0), RunEp::Webgpu, RunEp::Openvino, RunEp::TensorrtRtx] {
+            assert_eq!(run.mobius_ep().and_then(RunEp::for_build), Some(run));
+        }
+        assert_eq!(RunEp::for_build(Ep::Default), None);
+        assert_eq!(RunEp::for_build(Ep::Dml), None);
     }
 }

@@ -1,14 +1,20 @@
-//! Skips that can be known without loading a model (`skip_reason`, `ci_skip_reason`, a level the
-//! case does not request, a missing checkpoint, export or golden), decided when the trial list is
-//! built: nextest counts a run-time skip as a pass, which would hide it. Every reason says how to
-//! provide what is missing.
+//! Skips that can be known without running a model (`skip_reason`, `ci_skip_reason`, a level the
+//! case does not request, a missing checkpoint, export or golden, an export ONNX Runtime accepts
+//! but has no kernels for on this run's EP), decided when the trial list is built: nextest counts
+//! a run-time skip as a pass, which would hide it. Every reason says how to provide what is
+//! missing. A failure is never a skip: an export ORT rejects runs, and fails with ORT's error.
 
 use std::borrow::Cow;
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, OnceLock};
 
 use super::options::RunOptions;
 use crate::artifacts::{export_hint, has_weights, Artifacts};
 use crate::case::{Case, ImplementationName, Level};
 use crate::golden::golden_paths;
+use crate::onnx::eps::Ep;
+use crate::onnx::graph::GraphSummary;
 
 /// The reason a trial will not run, if it can be known before running it.
 pub fn static_skip(case: &Case, level: Level, opts: &RunOptions) -> Option<String> {
@@ -43,7 +49,7 @@ pub fn static_skip(case: &Case, level: Level, opts: &RunOptions) -> Option<Strin
     let case = case.as_ref();
     let artifacts = Artifacts::of(case);
     if matches!(level, Level::L3 | Level::L4 | Level::L5) {
-        if let Some(reason) = artifacts.export.as_deref().and_then(not_runnable_here) {
+        if let Some(reason) = artifacts.export.as_deref().and_then(|export| not_runnable_here(case, export)) {
             return Some(reason);
         }
     }
@@ -150,7 +156,7 @@ fn artifact_skip(case: &Case, artifacts: &Artifacts, needs_weights: bool) -> Opt
 }
 
 /// What a checkpoint folder lacks: its config.json, or (`needs_weights`) its safetensors.
-fn incomplete_checkpoint(dir: &std::path::Path, needs_weights: bool) -> Option<String> {
+fn incomplete_checkpoint(dir: &Path, needs_weights: bool) -> Option<String> {
     if !dir.join("config.json").is_file() {
         return Some(format!("checkpoint {} has no config.json: download or regenerate it", dir.display()));
     }
@@ -158,23 +164,63 @@ fn incomplete_checkpoint(dir: &std::path::Path, needs_weights: bool) -> Option<S
         .then(|| format!("checkpoint {} has no safetensors weights: download or regenerate them", dir.display()))
 }
 
-/// Why an export cannot run on this run's execution provider, known from its graph: bf16
-/// activations on the CPU EP, which has no bfloat16 kernels for the decoder's MatMul and Mul (L1
-/// loads the export and names the node).
-fn not_runnable_here(export: &std::path::Path) -> Option<String> {
-    let package = crate::onnx::package::OnnxPackage::open(export).ok()?;
-    let decoder = package.submodel(crate::onnx::package::DECODER).or_else(|| package.submodel(crate::onnx::package::TEXT_MODEL))?;
-    let graph = crate::onnx::graph::GraphSummary::load(decoder).ok()?;
-    let float = graph.output("logits").map(|t| t.dtype)?;
+/// Why an export cannot run on this run's execution provider: ONNX Runtime accepts its graph
+/// but has no kernel here for an op at its dtype (bf16 MatMul/Mul on the CPU EP). ORT's verdict is
+/// L1's ([`super::l1::load`]: the sub-models loaded on the CPU EP), reached once per export and
+/// process; only a bf16 export on an EP without bf16 kernels is loaded (the one case where that
+/// EP can lack kernels for a mobius build), so listing the trials loads nothing else. A graph ORT
+/// rejects (a type error, the same on every EP) is no skip: L3–L5 run and fail with the load
+/// error, as they would anywhere.
+fn not_runnable_here(case: &Case, export: &Path) -> Option<String> {
     let run = crate::onnx::provider::run_ep_or_cpu();
+    if run.has_bf16_kernels() {
+        return None;
+    }
+    let missing = kernels_missing_on_cpu(export)?;
     let ep = run.ort_name();
-    (float == "bfloat16" && !run.has_bf16_kernels()).then(|| {
-        format!(
-            "not runnable on {ep}: the export computes in bfloat16 and ONNX Runtime {}'s CPU EP has no bfloat16 kernels for its \
-             MatMul/Mul (L1 loads it and names the node); run it where its EP is",
-            crate::onnx::runtime::ORT_VERSION
-        )
-    })
+    let build = case.export.as_ref().and_then(|p| p.ep);
+    let there = match build.and_then(crate::onnx::provider::RunEp::for_build) {
+        Some(its) => format!("run it on its EP, {}: {}={its}", its.ort_name(), crate::onnx::provider::EP_VAR),
+        None => match build {
+            Some(b) if b != Ep::Default && b != Ep::Cpu => {
+                format!(
+                    "it is a {b} build, and this harness does not run that EP; run it on an EP with the kernels ({}=cuda)",
+                    crate::onnx::provider::EP_VAR
+                )
+            }
+            _ => format!("run it on an EP with the kernels ({}=cuda)", crate::onnx::provider::EP_VAR),
+        },
+    };
+    Some(format!(
+        "not runnable on {ep}: ONNX Runtime {} accepts the graph but has no kernel for it on this EP ({}); {there}",
+        crate::onnx::runtime::ORT_VERSION,
+        missing.join("; ")
+    ))
+}
+
+/// The sub-models of the bf16 export at `export` that ONNX Runtime accepts as graphs but cannot
+/// run on the CPU EP (L1's load verdict, memoised per export folder); `None` when the export is
+/// not bf16, unreadable (its tiers fail saying why), rejected by ORT, or runnable.
+fn kernels_missing_on_cpu(export: &Path) -> Option<Vec<String>> {
+    static VERDICTS: OnceLock<Mutex<HashMap<PathBuf, Option<Vec<String>>>>> = OnceLock::new();
+    let verdicts = VERDICTS.get_or_init(Mutex::default);
+    if let Some(v) = verdicts.lock().unwrap_or_else(|e| e.into_inner()).get(export) {
+        return v.clone();
+    }
+    let verdict = (|| {
+        use crate::onnx::package::{OnnxPackage, DECODER, TEXT_MODEL};
+        let package = OnnxPackage::open(export).ok()?;
+        let graphs: BTreeMap<String, GraphSummary> =
+            package.submodels.iter().filter_map(|(role, file)| Some((role.clone(), GraphSummary::load(file).ok()?))).collect();
+        let decoder = graphs.get(DECODER).or_else(|| graphs.get(TEXT_MODEL))?;
+        if decoder.output("logits").map(|t| t.dtype)? != "bfloat16" {
+            return None;
+        }
+        let report = super::l1::load::load_on_cpu(&package, &graphs);
+        (report.failures.is_empty() && !report.no_cpu_kernel.is_empty()).then_some(report.no_cpu_kernel)
+    })();
+    verdicts.lock().unwrap_or_else(|e| e.into_inner()).insert(export.to_path_buf(), verdict.clone());
+    verdict
 }
 
 /// The case a tier runs on: L1 and L3 of a case with `synthetic:` run on its stand-in.

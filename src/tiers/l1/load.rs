@@ -1,7 +1,9 @@
 //! L1's last question: does ONNX Runtime accept each sub-model? Each is loaded on the CPU EP (ORT
-//! type-checks and assigns kernels at load): a graph ORT rejects is a failure naming the node; a
-//! graph that is valid but has no CPU kernel for its dtype (bf16 MatMul, say) is a note — it is
-//! not runnable on a CPU-only machine, and L3–L5 say so — not a failure.
+//! type-checks and assigns kernels at load): a graph ORT rejects is a failure naming the node (the
+//! type check is the same on every EP, so L3–L5 run and fail with the load error); a graph that is
+//! valid but has no CPU kernel for its dtype (bf16 MatMul, say) is a note — it is not runnable on
+//! a CPU-only machine, and L3–L5 are skipped there naming the EP to run it on
+//! (`tiers::skip`, from this same verdict) — not a failure.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -12,10 +14,20 @@ use crate::onnx::package::OnnxPackage;
 /// What loading the sub-models found.
 #[derive(Debug, Default)]
 pub struct LoadReport {
-    /// Sub-models ORT rejects, each naming the node.
+    /// Sub-models ORT rejects as graphs (on every EP), each naming the node.
     pub failures: Vec<String>,
-    /// Sub-models not runnable on the CPU EP, or not loaded (too large for this machine).
-    pub notes: Vec<String>,
+    /// Sub-models ORT accepts as graphs but cannot run on the CPU EP: no kernel for an op at
+    /// their dtype, each naming the op and the node.
+    pub no_cpu_kernel: Vec<String>,
+    /// Why nothing was loaded (the package is too large for this machine), when so.
+    pub not_loaded: Option<String>,
+}
+
+impl LoadReport {
+    /// What is not a failure: sub-models without CPU kernels, or why nothing was loaded.
+    pub fn notes(&self) -> impl Iterator<Item = &String> {
+        self.no_cpu_kernel.iter().chain(&self.not_loaded)
+    }
 }
 
 /// The fraction of the available memory a package's files may take before L1 does not load it.
@@ -27,7 +39,7 @@ pub fn load_on_cpu(package: &OnnxPackage, graphs: &BTreeMap<String, GraphSummary
     let bytes = folder_bytes(&package.root);
     if let Some(available) = available_memory() {
         if bytes as f64 > MAX_SHARE_OF_AVAILABLE * available as f64 {
-            report.notes.push(format!(
+            report.not_loaded = Some(format!(
                 "not loaded by ONNX Runtime: the package holds {} and this machine has {} available",
                 crate::memory::gib(bytes),
                 crate::memory::gib(available)
@@ -40,7 +52,7 @@ pub fn load_on_cpu(package: &OnnxPackage, graphs: &BTreeMap<String, GraphSummary
         let message = e.to_string();
         let graph = graphs.get(role);
         match classify(&message, graph) {
-            Outcome::NoCpuKernel(what) => report.notes.push(format!("{role}: not runnable on the CPU EP: {what}")),
+            Outcome::NoCpuKernel(what) => report.no_cpu_kernel.push(format!("{role}: not runnable on the CPU EP: {what}")),
             Outcome::Rejected(what) => report.failures.push(format!("{role}: ONNX Runtime rejects the graph at {what}")),
         }
     }

@@ -62,7 +62,13 @@ impl CalibratedReport {
 /// precision) as the noise level, row by row over the last axis of `shape`. Lengths that differ
 /// from `shape`, empty input, or a non-finite floor or truth (the reference never yields one) are
 /// errors: nothing was compared.
-pub fn calibrated(actual: &[f32], floor: &[f32], truth: &[f32], shape: &[usize], rule: &CalibratedRule) -> Result<CalibratedReport, MetricError> {
+pub fn calibrated(
+    actual: &[f32],
+    floor: &[f32],
+    truth: &[f32],
+    shape: &[usize],
+    rule: &CalibratedRule,
+) -> Result<CalibratedReport, MetricError> {
     let numel: usize = shape.iter().product();
     for (side, len) in [("actual", actual.len()), ("floor", floor.len()), ("truth", truth.len())] {
         if len != numel {

@@ -2,8 +2,7 @@
 //! against the reference's, so the first divergence names the component that makes it (an
 //! upstream difference no longer smears over a correct decoder, nor hides a wrong one).
 
-use super::stage::{describe, judge_slice, stage, Floor, Judged, Rules, StageError};
-use super::Calibration;
+use super::stage::{describe, judge_slice, stage, Calibration, Floor, Judged, Rules, StageError};
 use crate::metric_keys as key;
 use crate::metric_keys::Metrics;
 use crate::outputs::{Component, Isolated, Run, Stage};

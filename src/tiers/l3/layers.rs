@@ -18,12 +18,15 @@ pub(super) struct LayerFloors<'a> {
     pub local: &'a [Dense<f32>],
 }
 
+/// Per layer, the reference at the candidate's precision and the arbiter (calibration pairs).
+type LayerPairs<'a> = (&'a [Dense<f32>], &'a [Dense<f32>]);
+
 /// Each layer compared in layer order: the per-layer verdicts and the first layer outside its
-/// rule, or why the lists cannot be compared. `floors[i]`: layer i's calibration pair.
+/// rule, or why the lists cannot be compared. `floors`: each layer's calibration pair.
 fn profile(
     expected: &LayerOutputs,
     actual: &LayerOutputs,
-    floors: Option<(&[Dense<f32>], &[Dense<f32>])>,
+    floors: Option<LayerPairs<'_>>,
     rules: &Rules,
 ) -> Option<Result<Profile, NotLocalised>> {
     let (e, a) = match (expected, actual) {
@@ -196,7 +199,8 @@ pub(super) fn layer_localisation(
 /// accumulation. Said, so the verdict does not read as "layer 0 is wrong".
 fn precision_wide(ratios: &[f64], rules: &Rules, lines: &mut Vec<String>) {
     let Some(rule) = rules.calibrated else { return };
-    if ratios.len() >= 2 && ratios.iter().all(|r| !(*r <= rule.k)) {
+    // NaN counts as beyond the floor.
+    if ratios.len() >= 2 && ratios.iter().all(|r| r.is_nan() || *r > rule.k) {
         let min = ratios.iter().copied().fold(f64::INFINITY, f64::min);
         lines.push(format!(
             "every layer exceeds its own floor (local ratios ≥ {min:.1} > k {}): the candidate computes at a lower precision than its dtype \

@@ -14,37 +14,13 @@ use super::outcome::{Status, TierOutcome};
 use crate::metric_keys as key;
 use crate::metric_keys::Metrics;
 use crate::metrics::argmax;
-use crate::outputs::{Isolation, LayerOutputs, LocalLayers, Run, Stage};
-use crate::tolerance::{CalibratedRule, L3Tolerance};
+use crate::outputs::{Isolation, LayerOutputs, Run, Stage};
+use crate::tolerance::L3Tolerance;
 pub use layers::layer_sparkline;
 use layers::{layer_localisation, module_blame};
 use onnx_parity_reference::BidirectionalScope;
-pub use stage::Rules;
 use stage::{describe, judge_slice, stage, Floor, Judged, StageError};
-
-/// What the calibrated rule judges with: the f64 arbiter's run (the truth), the reference at the
-/// candidate's precision (the floor: the f32 reference itself for an f32 candidate), and that
-/// precision's layers run locally on the arbiter's streams (the local floor). All teacher-forced
-/// with the reference's tokens, so every decode step compares on one history.
-#[derive(Debug, Clone, Copy)]
-pub struct Calibration<'a> {
-    pub rule: CalibratedRule,
-    pub truth: &'a Run,
-    pub floor: &'a Run,
-    pub local: &'a LocalLayers,
-}
-
-impl Calibration<'_> {
-    /// The floor pair of a prefill component.
-    fn component(&self, c: crate::outputs::Component) -> Option<Floor<'_>> {
-        Some(Floor::of(self.floor.prefill.components.get(&c)?, self.truth.prefill.components.get(&c)?))
-    }
-
-    /// The floor pair of cached decode step `k`.
-    fn step(&self, k: usize) -> Option<Floor<'_>> {
-        Some(Floor { at_precision: self.floor.generation.step_logits.get(k)?, truth: self.truth.generation.step_logits.get(k)? })
-    }
-}
+pub use stage::{Calibration, Rules};
 
 /// L3 verdict: `actual` (an implementation's prefill and teacher-forced decode) against
 /// `expected` (the reference's, computed in `scope`). With `calibration` the calibrated rule
@@ -177,13 +153,16 @@ pub fn compare(
         truth: &c.truth.prefill.layers,
         local: &c.local.layers,
     });
-    let blamed = layer_localisation(&expected.prefill.layers, layers, local, floors.as_ref(), upstream.as_deref(), &rules, &mut lines, &mut metrics);
+    let blamed =
+        layer_localisation(&expected.prefill.layers, layers, local, floors.as_ref(), upstream.as_deref(), &rules, &mut lines, &mut metrics);
     // Under the calibrated rule a layer beyond its own local floor is a defect of that layer
     // and fails the verdict, even where the logits stay within k: a 1 % error in one layer of an
     // f16 export is lost in the logits' noise but stands 10–20× above the layer's floor.
     if let (Some(k), true) = (blamed, rules.calibrated.is_some() && metrics.contains_key(key::LAYER_LOCAL_CALIBRATED_RATIO)) {
         if pass {
-            lines.push(format!("decoder layer {k} fails: its local error exceeds its own floor by more than k although the logits stay within it"));
+            lines.push(format!(
+                "decoder layer {k} fails: its local error exceeds its own floor by more than k although the logits stay within it"
+            ));
         }
         pass = false;
         first_divergence.get_or_insert(Stage::Layer(k));
@@ -210,7 +189,9 @@ pub fn compare(
                 if fixed_pass { "pass" } else { "fail" }
             ),
         ),
-        None => (if pass { Status::Pass } else { Status::Fail }, format!("rule fixed (atol {:.0e} + rtol {:.0e}·|ref|)", tol.atol, tol.rtol)),
+        None => {
+            (if pass { Status::Pass } else { Status::Fail }, format!("rule fixed (atol {:.0e} + rtol {:.0e}·|ref|)", tol.atol, tol.rtol))
+        }
     };
     let mut out = TierOutcome::new(status, format!("scope {scope}; {rule_line}; {}", lines.join("; ")));
     out.metrics.extend(metrics);
@@ -314,7 +295,9 @@ fn position_profile(actual: &crate::inputs::Dense<f32>, expected: &crate::inputs
 mod tests {
     use super::*;
     use crate::inputs::Dense;
+    use crate::outputs::LocalLayers;
     use crate::outputs::{Component, GeneratedTokens, LayerOutputs, Prefill};
+    use crate::tolerance::CalibratedRule;
 
     /// The reference's run and the mask scope it ran in.
     struct ReferenceRun {
@@ -573,7 +556,11 @@ mod tests {
         o.forced.prefill.layers = layers(&[1.0, 2.5]);
         let out = compare(&r, &o, &TOL);
         let at = |what: &str| out.message.find(what).unwrap_or_else(|| panic!("no {what:?} in {}", out.message));
-        assert!(out.message.starts_with("scope none; rule fixed (atol 1e-3 + rtol 1e-3·|ref|); inputs_embeds: max_abs_diff 0.000e0 at ["), "{}", out.message);
+        assert!(
+            out.message.starts_with("scope none; rule fixed (atol 1e-3 + rtol 1e-3·|ref|); inputs_embeds: max_abs_diff 0.000e0 at ["),
+            "{}",
+            out.message
+        );
         let layer = at("; first divergent decoder layer 1 (layer 1: max_abs_diff 5.000e-1 at [");
         let logits = at("; logits: max_abs_diff 0.000e0 at [");
         assert!(at("inputs_embeds") < layer && layer < logits && logits < at("; decode step 1"), "{}", out.message);
@@ -657,7 +644,8 @@ mod tests {
         let cal = Calibration { rule: CAL, truth: &truth, floor: &reference, local: &local };
         let out = super::compare(&reference, &cand, &iso, BidirectionalScope::None, &TOL, Some(&cal));
         assert_eq!(out.metrics.get("first_divergent_layer").and_then(|v| v.as_u64()), Some(1), "{}", out.message);
-        let ratios: Vec<f64> = out.metrics["layer_local_calibrated_ratio"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect();
+        let ratios: Vec<f64> =
+            out.metrics["layer_local_calibrated_ratio"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect();
         assert!(ratios[0] < 4.0 && ratios[1] > 4.0 && ratios[2] < 4.0, "{ratios:?}");
         assert!(!out.message.contains("every layer exceeds its own floor"), "{}", out.message);
         // Every layer 10x its floor: a precision-wide loss, said as such.

@@ -8,6 +8,7 @@ use super::allclose::{allclose, AllcloseReport};
 use super::calibrated::{calibrated, CalibratedReport, CalibratedRule};
 use crate::inputs::Dense;
 use crate::metrics::MetricError;
+use crate::outputs::{LocalLayers, Run};
 use crate::tolerance::L3Tolerance;
 
 /// The rules one L3 verdict applies: the fixed row always; the calibrated rule when the case is
@@ -36,6 +37,30 @@ pub(crate) struct Floor<'a> {
 impl<'a> Floor<'a> {
     pub(crate) fn of(at_precision: &'a Dense<f32>, truth: &'a Dense<f32>) -> Self {
         Floor { at_precision: &at_precision.data, truth: &truth.data }
+    }
+}
+
+/// What the calibrated rule judges with: the f64 arbiter's run (the truth), the reference at the
+/// candidate's precision (the floor: the f32 reference itself for an f32 candidate), and that
+/// precision's layers run locally on the arbiter's streams (the local floor). All teacher-forced
+/// with the reference's tokens, so every decode step compares on one history.
+#[derive(Debug, Clone, Copy)]
+pub struct Calibration<'a> {
+    pub rule: CalibratedRule,
+    pub truth: &'a Run,
+    pub floor: &'a Run,
+    pub local: &'a LocalLayers,
+}
+
+impl Calibration<'_> {
+    /// The floor pair of a prefill component.
+    pub(crate) fn component(&self, c: crate::outputs::Component) -> Option<Floor<'_>> {
+        Some(Floor::of(self.floor.prefill.components.get(&c)?, self.truth.prefill.components.get(&c)?))
+    }
+
+    /// The floor pair of cached decode step `k`.
+    pub(crate) fn step(&self, k: usize) -> Option<Floor<'_>> {
+        Some(Floor { at_precision: self.floor.generation.step_logits.get(k)?, truth: self.truth.generation.step_logits.get(k)? })
     }
 }
 
@@ -81,7 +106,13 @@ impl Judged {
 
 /// Judges one stage (`name` for messages): `actual` against `expected` (the f32 reference) by the
 /// fixed row, and with `rules.calibrated` against `floor` by the calibrated rule.
-pub(crate) fn stage(name: &str, actual: &Dense<f32>, expected: &Dense<f32>, floor: Option<Floor<'_>>, rules: &Rules) -> Result<Judged, StageError> {
+pub(crate) fn stage(
+    name: &str,
+    actual: &Dense<f32>,
+    expected: &Dense<f32>,
+    floor: Option<Floor<'_>>,
+    rules: &Rules,
+) -> Result<Judged, StageError> {
     if actual.shape != expected.shape {
         return Err(StageError::Shape { stage: name.into(), actual: actual.shape.clone(), expected: expected.shape.clone() });
     }
