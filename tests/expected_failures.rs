@@ -99,8 +99,8 @@ fn ten_times_the_recorded_difference_is_a_fail() {
     let dir = tempfile::tempdir().expect("tmp");
     let case = case_copy(dir.path(), "unified-vision", |t| {
         let edited = t.replace(
-            "image_features_max_abs_diff: 1.63e-3, image_features_calibrated_ratio: 4.13e3, max_abs_diff: 8.02e-3,",
-            "image_features_max_abs_diff: 1.63e-4, image_features_calibrated_ratio: 4.13e2, max_abs_diff: 8.02e-4,",
+            "image_features_max_abs_diff: 1.63e-3, image_features_calibrated_ratio: 5.94e2, max_abs_diff: 8.02e-3,",
+            "image_features_max_abs_diff: 1.63e-4, image_features_calibrated_ratio: 5.94e1, max_abs_diff: 8.02e-4,",
         );
         assert_ne!(edited, t, "the case's signature changed; update this test");
         edited

@@ -399,8 +399,8 @@ fn unknown_ep_is_an_error() {
 }
 
 /// Kills: a reference run per variant: the unified-text-kvshare case and its seven builds run
-/// the reference once, and ONNX Runtime once per build that can run here (the two bf16 builds
-/// are skipped on the CPU EP), each build its own export.
+/// the reference once, and ONNX Runtime once per build that can run here (the portable bf16
+/// build fails at load, the CUDA bf16 build is skipped on the CPU EP), each build its own export.
 #[test]
 fn one_reference_run_for_all_variants() {
     let o = std::process::Command::new(env!("CARGO_BIN_EXE_onnx-parity"))
@@ -415,13 +415,14 @@ fn one_reference_run_for_all_variants() {
     let reference = runs.iter().filter(|l| l.contains("candle reference") && !l.contains("(calibration)")).count();
     assert_eq!(reference, 1, "{log}");
     // The calibrated rule's runs: one f64 arbiter for the case, one floor per precision (the f32
-    // builds share the f32 one, the two f16 builds the f16 one; bf16 builds are skipped).
+    // builds share the f32 one, the two f16 builds the f16 one; the portable bf16 build runs, and
+    // fails at load, the CUDA one is skipped).
     let calibration: Vec<&str> = runs.iter().filter(|l| l.contains("(calibration)")).copied().collect();
-    for dtype in ["F64", "F32", "F16"] {
+    for dtype in ["F64", "F32", "F16", "BF16"] {
         let n = calibration.iter().filter(|l| l.contains(&format!("candle reference {dtype} "))).count();
         assert_eq!(n, 1, "{dtype}: {log}");
     }
-    assert_eq!(calibration.len(), 3, "{log}");
+    assert_eq!(calibration.len(), 4, "{log}");
     let exports: std::collections::BTreeSet<&str> = runs
         .iter()
         .filter(|l| l.contains("ONNX Runtime"))
@@ -429,5 +430,85 @@ fn one_reference_run_for_all_variants() {
         .collect();
     let expected = ["onnx", "variants/cuda-f16", "variants/gqa", "variants/static", "variants/webgpu", "variants/webgpu-f16"];
     assert_eq!(exports.into_iter().collect::<Vec<_>>(), expected, "{log}");
-    assert_eq!(runs.len(), 1 + expected.len(), "one run per build: {log}");
+    assert_eq!(runs.len(), 1 + calibration.len() + expected.len(), "one run per build: {log}");
+}
+
+/// The CUDA bf16 build of unified-text-kvshare copied to a temporary folder (weights included,
+/// so ORT loads it) with the first bfloat16 node output the graph declares (`value_info`)
+/// re-declared float: a graph ORT's type check rejects on every EP. Returns the folder and the
+/// value's name.
+fn cuda_bf16_with_a_float_value() -> (tempfile::TempDir, String) {
+    use onnx_parity::onnx::proto::ValueInfoProto;
+    use onnx_parity::onnx::wire;
+    use prost::Message;
+    const VALUE_INFO: u64 = 13;
+    let src = repo("fixtures/unified-text-kvshare/variants/cuda-bf16");
+    let dir = tempfile::tempdir().expect("temp dir");
+    std::fs::copy(src.join("model.onnx.data"), dir.path().join("model.onnx.data")).expect("copy the weights");
+    let model = std::fs::read(src.join("model.onnx")).expect("read");
+    let outputs: std::collections::HashSet<String> =
+        GraphSummary::load(&src.join("model.onnx")).expect("graph").nodes.into_iter().flat_map(|n| n.outputs).collect();
+    let (_, payload) = wire::graph_field(&model).expect("graph");
+    let g = &model[payload];
+    let (mut graph, mut edited) = (Vec::with_capacity(g.len()), None);
+    for f in wire::fields(g).expect("graph fields") {
+        if edited.is_none() && f.number == VALUE_INFO {
+            let mut v = ValueInfoProto::decode(&g[f.payload.clone()]).expect("value_info");
+            let output = outputs.contains(&v.name);
+            if let Some(t) = v.r#type.as_mut().and_then(|t| t.tensor_type.as_mut()).filter(|t| output && t.elem_type == 16) {
+                t.elem_type = 1;
+                wire::put_len_field(&mut graph, VALUE_INFO, &v.encode_to_vec());
+                edited = Some(v.name);
+                continue;
+            }
+        }
+        graph.extend_from_slice(&g[f.all]);
+    }
+    let name = edited.expect("the graph declares a bfloat16 node output");
+    std::fs::write(dir.path().join("model.onnx"), wire::with_graph(&model, &graph).expect("model")).expect("write");
+    (dir, name)
+}
+
+/// Kills: a graph ORT rejects reported as a skip (a failure that happens on every EP hidden as
+/// "run it where its EP is"), and a valid graph without kernels here run into a failure. On the
+/// CPU EP: the portable bf16 build (its residual Add mixes bfloat16 and float) is not skipped at
+/// L3–L5 and its L3 (its xfail set aside) fails carrying ORT's load error; the CUDA bf16 build
+/// (valid, no bfloat16 Mul kernel on the CPU EP) is skipped at L3–L5 naming the node and the
+/// CUDA EP; the same CUDA build with one value re-declared float (deliberately broken) is no
+/// longer skipped, and its L3 fails with ORT's type error.
+#[test]
+fn rejected_graph_fails_and_a_kernel_less_graph_is_skipped() {
+    use onnx_parity::case::{Case, Level};
+    use onnx_parity::evaluation::CaseEvaluations;
+    use onnx_parity::tiers::{run_level, static_skip, RunOptions};
+    let case = Case::load(&repo("cases/causal-lm/unified-text-kvshare.yaml")).expect("case");
+    let opts = RunOptions { goldens_root: repo("goldens"), ci: false };
+    let computed = [Level::L3, Level::L4, Level::L5];
+    let l3 = |c: &Case| run_level(c, Level::L3, &opts, &CaseEvaluations::for_case(c));
+
+    let mut portable = case.for_variant("bf16").expect("bf16 variant");
+    portable.xfail = None;
+    for level in computed {
+        assert_eq!(static_skip(&portable, level, &opts), None, "{level}");
+    }
+    assert_fails_with(
+        &l3(&portable),
+        "model.onnx: Type Error: Type parameter (T) of Optype (Add) bound to different types (tensor(bfloat16) and tensor(float)",
+    );
+
+    let mut cuda = case.for_variant("cuda-bf16").expect("cuda-bf16 variant");
+    for level in computed {
+        let reason = static_skip(&cuda, level, &opts).unwrap_or_else(|| panic!("{level} of the CUDA bf16 build is not skipped"));
+        assert!(
+            reason.starts_with("not runnable on CPUExecutionProvider: ONNX Runtime 1.31.1 accepts the graph but has no kernel for it on this EP (model: no bfloat16 kernel for Mul (node `model/embed_tokens/Mul_node_1`)); run it on its EP: ONNX_PARITY_EP=cuda:0 (CUDAExecutionProvider)"),
+            "{reason}"
+        );
+    }
+
+    let (broken, value) = cuda_bf16_with_a_float_value();
+    cuda.onnx = Some(broken.path().to_path_buf());
+    for level in computed {
+        assert_eq!(static_skip(&cuda, level, &opts), None, "{level}");
+    }
+    assert_fails_with(&l3(&cuda), &format!("Type Error: Type (tensor(float)) of output arg ({value}) of node"));
 }

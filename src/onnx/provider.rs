@@ -153,11 +153,6 @@ impl RunEp {
     pub fn is_cpu(self) -> bool {
         self == RunEp::Cpu
     }
-
-    /// Whether bfloat16 kernels exist on this EP (ONNX Runtime's CPU EP has none for MatMul).
-    pub fn has_bf16_kernels(self) -> bool {
-        !self.is_cpu()
-    }
 }
 
 static RUN_EP: OnceLock<Result<RunEp, UnknownEp>> = OnceLock::new();

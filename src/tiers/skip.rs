@@ -167,42 +167,42 @@ fn incomplete_checkpoint(dir: &Path, needs_weights: bool) -> Option<String> {
 /// Why an export cannot run on this run's execution provider: ONNX Runtime accepts its graph
 /// but has no kernel here for an op at its dtype (bf16 MatMul/Mul on the CPU EP). ORT's verdict is
 /// L1's ([`super::l1::load`]: the sub-models loaded on the CPU EP), reached once per export and
-/// process; only a bf16 export on an EP without bf16 kernels is loaded (the one case where that
-/// EP can lack kernels for a mobius build), so listing the trials loads nothing else. A graph ORT
+/// process on a CPU run; only a bf16 export is loaded (the CPU EP has kernels for the ops of
+/// mobius's f32 and f16 builds), so listing the trials loads nothing else. A graph ORT
 /// rejects (a type error, the same on every EP) is no skip: L3–L5 run and fail with the load
 /// error, as they would anywhere.
 fn not_runnable_here(case: &Case, export: &Path) -> Option<String> {
     let run = crate::onnx::provider::run_ep_or_cpu();
-    if run.has_bf16_kernels() {
+    if !run.is_cpu() {
         return None;
     }
     let missing = kernels_missing_on_cpu(export)?;
-    let ep = run.ort_name();
+    let missing: Vec<String> = missing.iter().map(|(role, what)| format!("{role}: {what}")).collect();
+    let var = crate::onnx::provider::EP_VAR;
     let build = case.export.as_ref().and_then(|p| p.ep);
-    let there = match build.and_then(crate::onnx::provider::RunEp::for_build) {
-        Some(its) => format!("run it on its EP, {}: {}={its}", its.ort_name(), crate::onnx::provider::EP_VAR),
-        None => match build {
-            Some(b) if b != Ep::Default && b != Ep::Cpu => {
-                format!(
-                    "it is a {b} build, and this harness does not run that EP; run it on an EP with the kernels ({}=cuda)",
-                    crate::onnx::provider::EP_VAR
-                )
-            }
-            _ => format!("run it on an EP with the kernels ({}=cuda)", crate::onnx::provider::EP_VAR),
-        },
+    let there = match (build, build.and_then(crate::onnx::provider::RunEp::for_build)) {
+        (_, Some(its)) => format!("run it on its EP: {var}={its} ({})", its.ort_name()),
+        (Some(b), None) if b != Ep::Default && b != Ep::Cpu => {
+            format!("it is a {b} build, an EP this harness does not run; run it on one with the kernels ({var}=cuda)")
+        }
+        _ => format!("run it on an EP with the kernels ({var}=cuda)"),
     };
     Some(format!(
-        "not runnable on {ep}: ONNX Runtime {} accepts the graph but has no kernel for it on this EP ({}); {there}",
+        "not runnable on {}: ONNX Runtime {} accepts the graph but has no kernel for it on this EP ({}); {there}",
+        run.ort_name(),
         crate::onnx::runtime::ORT_VERSION,
         missing.join("; ")
     ))
 }
 
+/// [`kernels_missing_on_cpu`]'s answers, by export folder.
+type Verdicts = Mutex<HashMap<PathBuf, Option<Vec<(String, String)>>>>;
+
 /// The sub-models of the bf16 export at `export` that ONNX Runtime accepts as graphs but cannot
 /// run on the CPU EP (L1's load verdict, memoised per export folder); `None` when the export is
 /// not bf16, unreadable (its tiers fail saying why), rejected by ORT, or runnable.
-fn kernels_missing_on_cpu(export: &Path) -> Option<Vec<String>> {
-    static VERDICTS: OnceLock<Mutex<HashMap<PathBuf, Option<Vec<String>>>>> = OnceLock::new();
+fn kernels_missing_on_cpu(export: &Path) -> Option<Vec<(String, String)>> {
+    static VERDICTS: OnceLock<Verdicts> = OnceLock::new();
     let verdicts = VERDICTS.get_or_init(Mutex::default);
     if let Some(v) = verdicts.lock().unwrap_or_else(|e| e.into_inner()).get(export) {
         return v.clone();

@@ -16,17 +16,18 @@ use crate::onnx::package::OnnxPackage;
 pub struct LoadReport {
     /// Sub-models ORT rejects as graphs (on every EP), each naming the node.
     pub failures: Vec<String>,
-    /// Sub-models ORT accepts as graphs but cannot run on the CPU EP: no kernel for an op at
-    /// their dtype, each naming the op and the node.
-    pub no_cpu_kernel: Vec<String>,
+    /// Sub-models ORT accepts as graphs but cannot run on the CPU EP: (role, what has no kernel,
+    /// `no bfloat16 kernel for Mul (node `…`)`).
+    pub no_cpu_kernel: Vec<(String, String)>,
     /// Why nothing was loaded (the package is too large for this machine), when so.
     pub not_loaded: Option<String>,
 }
 
 impl LoadReport {
     /// What is not a failure: sub-models without CPU kernels, or why nothing was loaded.
-    pub fn notes(&self) -> impl Iterator<Item = &String> {
-        self.no_cpu_kernel.iter().chain(&self.not_loaded)
+    pub fn notes(&self) -> Vec<String> {
+        let no_kernel = self.no_cpu_kernel.iter().map(|(role, what)| format!("{role}: not runnable on the CPU EP: {what}"));
+        no_kernel.chain(self.not_loaded.clone()).collect()
     }
 }
 
@@ -52,7 +53,7 @@ pub fn load_on_cpu(package: &OnnxPackage, graphs: &BTreeMap<String, GraphSummary
         let message = e.to_string();
         let graph = graphs.get(role);
         match classify(&message, graph) {
-            Outcome::NoCpuKernel(what) => report.no_cpu_kernel.push(format!("{role}: not runnable on the CPU EP: {what}")),
+            Outcome::NoCpuKernel(what) => report.no_cpu_kernel.push((role.clone(), what)),
             Outcome::Rejected(what) => report.failures.push(format!("{role}: ONNX Runtime rejects the graph at {what}")),
         }
     }

@@ -170,7 +170,7 @@ impl Interface {
             .and_then(|v| v.get("transformers_version").and_then(|s| s.as_str()).map(String::from));
         if let Some(load) = &load {
             violations.extend(load.failures.iter().cloned());
-            notes.extend(load.notes().cloned());
+            notes.extend(load.notes());
         }
         let inventory = ops.iter().map(|(k, v)| format!("{k}×{v}")).collect::<Vec<_>>().join(" ");
         let status = if violations.is_empty() { Status::Pass } else { Status::Fail };
@@ -183,7 +183,7 @@ impl Interface {
                 contract.kv.len(),
                 contract.hidden_size,
                 contract.vocab_size,
-                if load.is_some_and(|l| l.failures.is_empty() && l.notes().next().is_none()) {
+                if load.is_some_and(|l| l.failures.is_empty() && l.notes().is_empty()) {
                     "; loaded by ONNX Runtime on the CPU EP"
                 } else {
                     ""

@@ -156,7 +156,7 @@ pub(crate) fn describe(name: &str, j: &Judged) -> String {
     match &j.calibrated {
         None => format!("{name}: {fixed}"),
         Some(c) => format!(
-            "{name}: {} vs f64 e_cand rms {:.2e} max {:.2e}, floor rms {:.2e} max {:.2e}, ratio {:.2} {} k {} (row {:?}, {}){}; fixed row {}: {fixed}",
+            "{name}: {} vs f64 e_cand rms {:.2e} max {:.2e}, floor rms {:.2e} max {:.2e}, ratio {:.2} {} k {} ({}; largest error in row {:?}){}; fixed row {}: {fixed}",
             if c.pass { "agrees" } else { "differs" },
             c.e_cand_rms,
             c.e_cand_max,
@@ -165,8 +165,8 @@ pub(crate) fn describe(name: &str, j: &Judged) -> String {
             c.ratio,
             if c.ratio <= c.k { "≤" } else { ">" },
             c.k,
-            c.worst_row,
             c.worst_statistic,
+            c.worst_row,
             if c.nonfinite > 0 { format!(", {} non-finite", c.nonfinite) } else { String::new() },
             if r.pass { "pass" } else { "fail" },
         ),
