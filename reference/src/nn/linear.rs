@@ -27,6 +27,11 @@ impl Linear {
         Self { weight_t, bias: None }
     }
 
+    /// The dtype the weight is held in (f32 in the f64 mode, whose matmuls upcast it).
+    pub(crate) fn weight_dtype(&self) -> candle_core::DType {
+        self.weight_t.dtype()
+    }
+
     /// Output columns `start..start + cols` only (no bias): `[n, cols]`.
     pub(crate) fn forward_columns(&self, x: &Tensor, start: usize, cols: usize) -> Result<Tensor> {
         Ok(x.matmul(&in_dtype_of(&self.weight_t.narrow(1, start, cols)?, x)?)?)

@@ -369,8 +369,11 @@ impl TextModel {
         let seq = hidden.dim(0)?;
         let vocab = self.vocab_size;
         // Off the CPU one call: cuBLAS cannot take a column slice of the weight as its operand
-        // (candle's CUDA matmul wants a leading dimension equal to the columns).
-        if seq < 16 || vocab <= VOCAB_SLICE || !self.device.is_cpu() {
+        // (candle's CUDA matmul wants a leading dimension equal to the columns). A weight held in
+        // another dtype (f32 in the f64 mode) is sliced whatever the rows, so that only one
+        // slice is ever upcast (the whole vocabulary would be an f64 copy of the embedding).
+        let upcast = self.lm_head.weight_dtype() != hidden.dtype();
+        if (seq < 16 && !upcast) || vocab <= VOCAB_SLICE || !self.device.is_cpu() {
             let logits = self.lm_head.forward(hidden)?;
             return match self.softcap {
                 Some(c) => softcap(logits, c),
