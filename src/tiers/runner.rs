@@ -81,13 +81,18 @@ fn run_l3(case: &Case, eval: &CaseEvaluation) -> TierOutcome {
         Ok(r) => r,
         Err(e) => return TierOutcome::fail(e.to_string()),
     };
-    let calibration = match eval.calibration(case).transpose() {
-        Ok(c) => c,
-        Err(e) => return TierOutcome::fail(format!("the calibrated rule's runs: {e}")),
+    // The candidates first (their isolation needs the f64 arbiter only): the floor at their
+    // precision is run only when one of them ran (a graph ORT rejects needs none).
+    let candidates = eval.candidates(case);
+    let calibration = match candidates.iter().any(Result::is_ok) {
+        true => match eval.calibration(case).transpose() {
+            Ok(c) => c,
+            Err(e) => return TierOutcome::fail(format!("the calibrated rule's runs: {e}")),
+        },
+        false => None,
     };
-    let mut out = per_candidate(eval.candidates(case), |c| {
-        l3::compare(&reference.run, &c.forced, &c.isolation, reference.scope, &tol, calibration.as_ref())
-    });
+    let mut out =
+        per_candidate(candidates, |c| l3::compare(&reference.run, &c.forced, &c.isolation, reference.scope, &tol, calibration.as_ref()));
     if let Some(types) = eval.inputs(case).ok().and_then(|i| i.mm_token_type_ids.as_ref()) {
         let blocks = image_blocks(types);
         if !blocks.is_empty() {
