@@ -319,7 +319,7 @@ impl Gemma4 {
         let (embeds, ple) = squeeze_batch(prepared)?;
         let rule = self.mask_rule(prepared, scope);
         let mut cache = self.text.new_cache(embeds.dim(0)?)?;
-        let streams = streams.iter().map(|s| Ok(s.squeeze(0)?.to_dtype(self.dtype())?)).collect::<Result<Vec<_>>>()?;
+        let streams = streams.iter().map(|s| Ok(s.squeeze(0)?)).collect::<Result<Vec<_>>>()?;
         let ple = ple.map(|p| p.to_dtype(self.dtype())).transpose()?;
         let c = self.text.forward_local(&streams, ple.as_ref(), &rule, &mut cache)?;
         Ok((c.states, c.modules))

@@ -4,6 +4,7 @@
 use std::path::Path;
 
 use candle_core::Tensor;
+use onnx_parity_reference::text::ModuleOutputs as ReferenceModules;
 use onnx_parity_reference::{BidirectionalScope, Gemma4, GenerateOptions};
 
 use super::{Backend, BackendError, GenerationRequest};
@@ -59,14 +60,20 @@ impl ReferenceBackend {
             streams.push(tensor(s)?);
         }
         let (layers, modules) = self.model.local_layers(&prepared, self.scope, &streams)?;
-        let d = |t: &Tensor| t.unsqueeze(0).and_then(|t| dense(&t)).map_err(r);
-        let layers = layers.iter().map(d).collect::<Result<Vec<_>, _>>()?;
-        let modules = modules
-            .iter()
-            .map(|layer| layer.iter().map(|(name, t)| Ok((name.to_string(), d(t)?))).collect::<Result<ModuleOutputs, BackendError>>())
-            .collect::<Result<Vec<_>, _>>()?;
+        let (layers, modules) = layer_outputs(&layers, &modules).map_err(r)?;
         Ok(LocalLayers { layers, modules })
     }
+}
+
+/// Each layer's output `[S, hidden]` and its modules' as the export's layout, `[1, S, hidden]`.
+fn layer_outputs(layers: &[Tensor], modules: &[ReferenceModules]) -> candle_core::Result<(Vec<Dense<f32>>, Vec<ModuleOutputs>)> {
+    let d = |t: &Tensor| t.unsqueeze(0).and_then(|t| dense(&t));
+    let layers = layers.iter().map(d).collect::<candle_core::Result<Vec<_>>>()?;
+    let modules = modules
+        .iter()
+        .map(|layer| layer.iter().map(|(name, t)| Ok((name.to_string(), d(t)?))).collect::<candle_core::Result<ModuleOutputs>>())
+        .collect::<candle_core::Result<Vec<_>>>()?;
+    Ok((layers, modules))
 }
 
 /// A candle tensor as a dense f32 array.
@@ -110,16 +117,9 @@ impl Backend for ReferenceBackend {
                 .insert(Component::PerLayerInputs, d(&ple.reshape((b, s, l * w)).map_err(onnx_parity_reference::Error::from)?)?);
         }
         if request.layer_outputs {
-            // [S, hidden] per layer → [1, S, hidden], the export's layout.
-            let layers = run.layers.iter().map(|t| t.unsqueeze(0).and_then(|t| dense(&t))).collect::<candle_core::Result<Vec<_>>>();
-            prefill.layers = LayerOutputs::Tensors(layers.map_err(onnx_parity_reference::Error::from)?);
-            for layer in &run.modules {
-                let mut m = ModuleOutputs::new();
-                for (name, t) in layer {
-                    m.insert(name.to_string(), d(&t.unsqueeze(0).map_err(onnx_parity_reference::Error::from)?)?);
-                }
-                prefill.modules.push(m);
-            }
+            let (layers, modules) = layer_outputs(&run.layers, &run.modules).map_err(onnx_parity_reference::Error::from)?;
+            prefill.layers = LayerOutputs::Tensors(layers);
+            prefill.modules = modules;
         }
         let mut step_inputs = BTreeMap::new();
         if let Some((e, p)) = &run.step_inputs {

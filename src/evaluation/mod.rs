@@ -14,10 +14,12 @@
 
 mod error;
 pub mod implementations;
+mod loaded;
 pub mod precision;
 mod request;
 
 pub use error::{EvalError, SharedError};
+use loaded::{run_loaded, Opened};
 use request::request;
 pub use request::{eos_ids, max_new_tokens, DEFAULT_MAX_NEW_TOKENS};
 
@@ -203,20 +205,8 @@ fn run_once<T>(
 ) -> Result<(T, Opened), SharedError> {
     let artifacts = Artifacts::of(case);
     let dir = (implementation.artifact)(&artifacts).ok_or(EvalError::NoArtifact(implementation.missing))?;
-    let fail = |source: BackendError| Arc::new(EvalError::Run { label: implementation.label, dir: dir.into(), source });
-    let t = std::time::Instant::now();
-    crate::memory::reset_peak();
-    let mut backend = (implementation.open)(dir, case).map_err(fail)?;
-    let out = f(backend.as_mut()).map_err(fail)?;
-    let opened = Opened { description: backend.describe(), scope: backend.bidirectional_scope() };
-    tracing::info!("{}: {} ran in {:.2} s{}", case.name, opened.description, t.elapsed().as_secs_f64(), crate::memory::stage_peak());
-    Ok((out, opened))
-}
-
-/// What is kept of a back end after its run.
-struct Opened {
-    description: String,
-    scope: Option<BidirectionalScope>,
+    // `f` takes any `dyn Backend`; the opened one is boxed `'static`.
+    run_loaded(case, implementation.label, dir, "", |dir| (implementation.open)(dir, case), |b: &mut (dyn Backend + 'static)| f(b))
 }
 
 /// A case's evaluations (its variants' included): the synthetic stand-in's (L1, L3, when the case has `synthetic:`), the

@@ -8,11 +8,13 @@
 //! the peak is one model's weights; the f64 arbiter keeps its matrices in f32 and upcasts them
 //! one matmul at a time, so it is never an f64 copy of the checkpoint.
 
+use std::path::Path;
 use std::sync::{Arc, OnceLock};
 
 use candle_core::DType;
 
 use super::error::{EvalError, SharedError};
+use super::loaded::run_loaded;
 use super::request::{eos_ids, max_new_tokens};
 use crate::artifacts::Artifacts;
 use crate::backend::reference::ReferenceBackend;
@@ -110,17 +112,6 @@ fn with_reference<T>(
 ) -> Result<T, SharedError> {
     let artifacts = Artifacts::of(case);
     let dir = artifacts.checkpoint.as_deref().ok_or(EvalError::NoArtifact("the case has no `checkpoint:` for the reference"))?;
-    let fail = |source: BackendError| Arc::new(EvalError::Run { label: "reference", dir: dir.into(), source });
-    let t = std::time::Instant::now();
-    crate::memory::reset_peak();
-    let mut backend = ReferenceBackend::load_with_dtype(dir, case.bidirectional, dtype).map_err(fail)?;
-    let out = f(&mut backend).map_err(fail)?;
-    tracing::info!(
-        "{}: {} (calibration) ran in {:.2} s{}",
-        case.name,
-        backend.describe(),
-        t.elapsed().as_secs_f64(),
-        crate::memory::stage_peak()
-    );
-    Ok(out)
+    let open = |dir: &Path| Ok(Box::new(ReferenceBackend::load_with_dtype(dir, case.bidirectional, dtype)?));
+    Ok(run_loaded(case, "reference", dir, " (calibration)", open, f)?.0)
 }

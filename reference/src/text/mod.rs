@@ -335,7 +335,7 @@ impl TextModel {
                 if per_layer_inputs.is_some() { "given" } else { "not given" }
             )));
         }
-        let mut x = embeds.to_dtype(self.dtype)?;
+        let mut x = embeds.clone();
         for (i, (layer, lt)) in self.layers.iter().zip(&self.layer_types).enumerate() {
             let (_, cos, sin, mask) =
                 per_type.iter().find(|(t, ..)| t == lt).ok_or_else(|| Error::Internal(format!("no RoPE for {}", lt.as_str())))?;

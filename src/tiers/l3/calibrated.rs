@@ -52,19 +52,6 @@ pub struct CalibratedReport {
     pub k: f64,
 }
 
-impl CalibratedReport {
-    /// `e_cand / e_floor` of the whole tensor (rms), for reports; ∞ for a zero floor.
-    pub fn floor_multiple(&self) -> f64 {
-        if self.e_floor_rms > 0.0 {
-            self.e_cand_rms / self.e_floor_rms
-        } else if self.e_cand_rms > 0.0 {
-            f64::INFINITY
-        } else {
-            0.0
-        }
-    }
-}
-
 /// Judges `actual` against the f64 `truth` with `floor` (the reference at the candidate's
 /// precision) as the noise level, over the whole tensor of `shape` (the last axis is a row for
 /// `worst_row`). Lengths that differ from `shape`, empty input, or a non-finite floor or truth
@@ -90,7 +77,8 @@ pub fn calibrated(
     }
     let (mut sc, mut sf, mut st, mut mc, mut mf, mut mt) = (0.0f64, 0.0f64, 0.0f64, 0.0f64, 0.0f64, 0.0f64);
     let mut nonfinite = 0usize;
-    let mut worst: Option<usize> = None;
+    // The first non-finite candidate value, else the largest error.
+    let (mut first_nonfinite, mut largest) = (None, 0usize);
     for (i, ((&a, &f), &t)) in actual.iter().zip(floor).zip(truth).enumerate() {
         let t = f64::from(t);
         let df = f64::from(f) - t;
@@ -99,19 +87,14 @@ pub fn calibrated(
         mf = mf.max(df.abs());
         mt = mt.max(t.abs());
         if !a.is_finite() {
-            if nonfinite == 0 {
-                worst = Some(i);
-            }
+            first_nonfinite.get_or_insert(i);
             nonfinite += 1;
             continue;
         }
         let dc = f64::from(a) - t;
         sc += dc * dc;
-        if dc.abs() > mc || worst.is_none() {
-            if nonfinite == 0 {
-                worst = Some(i);
-            }
-            mc = mc.max(dc.abs());
+        if dc.abs() > mc {
+            (mc, largest) = (dc.abs(), i);
         }
     }
     let n = numel as f64;
@@ -136,7 +119,7 @@ pub fn calibrated(
         (r_rms, "rms")
     };
     let width = shape.last().copied().unwrap_or(1).max(1);
-    let row = worst.unwrap_or(0) / width;
+    let row = first_nonfinite.unwrap_or(largest) / width;
     let worst_row = if shape.len() > 1 { crate::metrics::unravel_index(row, &shape[..shape.len() - 1]) } else { vec![row] };
     Ok(CalibratedReport {
         pass: nonfinite == 0 && ratio <= rule.k,
@@ -178,7 +161,7 @@ mod tests {
         assert!(!above.pass && above.ratio > 4.0, "{above:?}");
         let far = judge(0.1);
         assert!(!far.pass && far.ratio > 90.0, "{far:?}");
-        assert!((far.floor_multiple() - 100.0).abs() < 1.0, "{far:?}");
+        assert!((far.e_cand_rms / far.e_floor_rms - 100.0).abs() < 1.0, "{far:?}");
         assert!((far.e_cand_max - 0.1).abs() < 1e-6 && (far.e_floor_max - 1e-3).abs() < 1e-6);
     }
 

@@ -1,0 +1,44 @@
+//! One implementation's run: load it from its folder, run it, keep the results and drop it,
+//! logging the time and this stage's peak memory — the same for a case's implementations and
+//! for the calibrated rule's reference runs.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use super::error::{EvalError, SharedError};
+use crate::backend::{Backend, BackendError};
+use crate::case::Case;
+use onnx_parity_reference::BidirectionalScope;
+
+/// What is kept of a back end after its run.
+pub(super) struct Opened {
+    pub description: String,
+    pub scope: Option<BidirectionalScope>,
+}
+
+/// Opens a back end with `open` on `dir`, runs `f` on it and returns the result with the back
+/// end's description; `label` names it in errors, `purpose` follows its description in the log
+/// line (`""`, `" (calibration)"`). The back end is dropped before the next one loads.
+pub(super) fn run_loaded<B: Backend + ?Sized, T>(
+    case: &Case,
+    label: &'static str,
+    dir: &Path,
+    purpose: &str,
+    open: impl FnOnce(&Path) -> Result<Box<B>, BackendError>,
+    f: impl FnOnce(&mut B) -> Result<T, BackendError>,
+) -> Result<(T, Opened), SharedError> {
+    let fail = |source: BackendError| Arc::new(EvalError::Run { label, dir: dir.into(), source });
+    let t = std::time::Instant::now();
+    crate::memory::reset_peak();
+    let mut backend = open(dir).map_err(fail)?;
+    let out = f(backend.as_mut()).map_err(fail)?;
+    let opened = Opened { description: backend.describe(), scope: backend.bidirectional_scope() };
+    tracing::info!(
+        "{}: {}{purpose} ran in {:.2} s{}",
+        case.name,
+        opened.description,
+        t.elapsed().as_secs_f64(),
+        crate::memory::stage_peak()
+    );
+    Ok((out, opened))
+}
