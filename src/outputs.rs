@@ -111,8 +111,11 @@ pub struct Isolated {
     /// The embedding model on the ids and the reference's image features (multimodal packages).
     pub embedding: BTreeMap<Component, Dense<f32>>,
     /// The decoder on the reference's `inputs_embeds` (and `per_layer_inputs`): prefill logits
-    /// `[1, S, V]`.
-    pub logits: Dense<f32>,
+    /// `[1, S, V]`. `None` for a text-only package, whose isolated decoder run is its own forced
+    /// run (the same ids, the same graph): that run's logits are judged, not a copy of them (at
+    /// real width a copy is one more `[S, 262144]` tensor alive beside the reference's, the
+    /// arbiter's and the candidate's).
+    pub logits: Option<Dense<f32>>,
     /// The decoder's first cached decode step on the reference's inputs for it, when the
     /// reference generated one.
     pub step_logits: Option<Vec<f32>>,

@@ -56,9 +56,9 @@ impl OnnxPipeline {
 
         match own.filter(|o| iso.text_only && matches!(o.prefill.layers, LayerOutputs::Tensors(_))) {
             // A text-only package's isolated decoder sees the ids, as its own forced run did:
-            // that run (teacher-forced with the reference's tokens) is the isolated one.
+            // that run (teacher-forced with the reference's tokens) is the isolated one, and its
+            // logits are judged where they are (`logits: None`).
             Some(own) => {
-                iso.logits = own.prefill.logits.clone();
                 iso.layers = own.prefill.layers.clone();
                 iso.step_logits =
                     (reference.generation.step_logits.len() > 1).then(|| own.generation.step_logits.get(1).cloned()).flatten();
@@ -67,7 +67,7 @@ impl OnnxPipeline {
                 let embedded = self.reference_embedded(&reference.prefill.components)?;
                 let cache = self.empty_cache()?;
                 let prefill = self.run_decoder(ids, embedded, s, cache, true)?;
-                iso.logits = prefill.logits;
+                iso.logits = Some(prefill.logits);
                 iso.layers = match prefill.layers {
                     Some(layers) => LayerOutputs::Tensors(layers),
                     None => LayerOutputs::Unavailable(

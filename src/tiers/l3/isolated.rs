@@ -50,7 +50,8 @@ impl Verdict {
     }
 }
 
-/// Judges `iso` against `expected` (the reference's run) and, under the calibrated rule,
+/// Judges `iso` (with `actual`'s prefill logits for a text-only package's decoder, see
+/// [`Isolated::logits`]) against `expected` (the reference's run) and, under the calibrated rule,
 /// against the arbiter with the reference at the candidate's precision as the floor (for the
 /// decoder alone: the reference's own propagated run, whose inputs differ from the arbiter's
 /// by the upstream rounding only): one line per sub-model, the metrics
@@ -60,6 +61,7 @@ impl Verdict {
 /// pipeline order.
 pub(super) fn judge(
     expected: &Run,
+    actual: &Run,
     iso: &Isolated,
     rules: &Rules,
     calibration: Option<&Calibration<'_>>,
@@ -91,7 +93,8 @@ pub(super) fn judge(
     }
     let mut v = Verdict::default();
     let floor = calibration.map(|c| Floor::of(&c.floor.prefill.logits, &c.truth.prefill.logits));
-    v.note(Stage::Logits, "logits", stage("logits", &iso.logits, &expected.prefill.logits, floor, rules));
+    let logits = iso.logits.as_ref().unwrap_or(&actual.prefill.logits);
+    v.note(Stage::Logits, "logits", stage("logits", logits, &expected.prefill.logits, floor, rules));
     if let (Some(a), Some(e)) = (&iso.step_logits, expected.generation.step_logits.get(1)) {
         let floor = calibration.and_then(|c| c.step(1));
         v.note(Stage::DecodeStep(1), "decode step 1", judge_slice("decode step 1", a, e, &[a.len()], floor, rules));
@@ -129,7 +132,7 @@ mod tests {
         Isolated {
             image_features: Some(Dense::new(vec![1, 2], vec![0.5, 0.5])),
             embedding: [(Component::InputsEmbeds, Dense::new(vec![1, 1, 2], vec![0.5, 0.5]))].into(),
-            logits: Dense::new(vec![1, 1, 2], vec![1.0, 2.0]),
+            logits: Some(Dense::new(vec![1, 1, 2], vec![1.0, 2.0])),
             step_logits: Some(vec![3.0, 4.0]),
             ..Default::default()
         }
@@ -137,7 +140,7 @@ mod tests {
 
     fn judged(iso: &Isolated) -> (Option<Stage>, Metrics, Vec<String>) {
         let (mut lines, mut metrics) = (Vec::new(), Metrics::new());
-        let first = judge(&reference(), iso, &TOL, None, &mut lines, &mut metrics);
+        let first = judge(&reference(), &reference(), iso, &TOL, None, &mut lines, &mut metrics);
         (first, metrics, lines)
     }
 
@@ -161,7 +164,7 @@ mod tests {
         assert_eq!(first, Some(Stage::DecodeStep(1)));
         assert_eq!(m.get("decoder_isolated_max_abs_diff").and_then(|v| v.as_f64()), Some(0.5));
         let mut iso = isolated();
-        iso.logits = Dense::new(vec![1, 1, 2], vec![1.0, f32::NAN]);
+        iso.logits = Some(Dense::new(vec![1, 1, 2], vec![1.0, f32::NAN]));
         let (first, m, _) = judged(&iso);
         assert_eq!(first, Some(Stage::Logits));
         assert_eq!(m.get("decoder_isolated_pass"), Some(&false.into()));

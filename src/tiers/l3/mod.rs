@@ -144,7 +144,7 @@ pub fn compare(
     };
     let mut isolated_agree = true;
     if let Some(iso) = iso {
-        if let Some(at) = isolated::judge(expected, iso, &rules, calibration, &mut lines, &mut metrics) {
+        if let Some(at) = isolated::judge(expected, actual, iso, &rules, calibration, &mut lines, &mut metrics) {
             first_divergence = Some(at);
             isolated_agree = false;
         }
@@ -443,7 +443,7 @@ mod tests {
     fn isolated(r: &ReferenceRun, layers: LayerOutputs, local: LayerOutputs) -> Isolation {
         Isolation::Done(Box::new(crate::outputs::Isolated {
             embedding: r.run.prefill.components.clone(),
-            logits: r.run.prefill.logits.clone(),
+            logits: Some(r.run.prefill.logits.clone()),
             layers,
             local,
             ..Default::default()
@@ -646,7 +646,7 @@ mod tests {
         // The local floor: 1e-4 off at every layer; the candidate: 2e-4 at layers 0 and 2, 1e-3 at layer 1.
         let local = LocalLayers { layers: l(&[1.0001, 2.0001, 3.0001]), modules: Vec::new() };
         let iso = Isolation::Done(Box::new(crate::outputs::Isolated {
-            logits: cand.prefill.logits.clone(),
+            logits: None,
             layers: LayerOutputs::Tensors(l(&[1.0002, 2.001, 3.001])),
             local: LayerOutputs::Tensors(l(&[1.0002, 2.001, 3.0002])),
             ..Default::default()
@@ -660,7 +660,7 @@ mod tests {
         assert!(!out.message.contains("every layer exceeds its own floor"), "{}", out.message);
         // Every layer 10x its floor: a precision-wide loss, said as such.
         let iso = Isolation::Done(Box::new(crate::outputs::Isolated {
-            logits: cand.prefill.logits.clone(),
+            logits: None,
             layers: LayerOutputs::Tensors(l(&[1.001, 2.001, 3.001])),
             local: LayerOutputs::Tensors(l(&[1.001, 2.001, 3.001])),
             ..Default::default()
