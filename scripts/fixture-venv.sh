@@ -4,7 +4,7 @@
 # Usage: scripts/fixture-venv.sh  -> prints the venv's python path on the last line.
 set -euo pipefail
 VENV="${ONNX_PARITY_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/onnx-parity/fixture-venv}"
-PINS=(torch==2.15.0 torchvision==0.29.2 transformers==5.14.1 mobius-onnx==0.1.0 onnxruntime==1.31.1 safetensors numpy pillow==13.0.0 jinja2==3.1.6)
+PINS=(torch==2.15.0 torchvision==0.29.2 transformers==5.14.1 mobius-onnx==0.1.0 onnxruntime==1.31.1 onnx-ir==1.1.0 safetensors numpy pillow==13.0.0 jinja2==3.1.6)
 STAMP="$VENV/.pins"
 want="${PINS[*]}"
 if [ -x "$VENV/bin/python" ] && [ "$(cat "$STAMP" 2>/dev/null)" = "$want" ]; then

@@ -10,15 +10,19 @@
 #                   decoder layer's MLP weight perturbed (fixtures/broken-mlp-layer, fixtures/gemma4-broken-mlp-layer)
 #   mutant family:  scripts/make_mutant_fixtures.py, copies of the unified-vision f32/f16 exports with decoder layer 2's
 #                   layer_scalar x1.01 (fixtures/unified-vision-mutant, fixtures/unified-vision-f16-mutant)
+#   quantized family: scripts/make_quantized_fixtures.py, ONNX Runtime MatMulNBits/GatherBlockQuantized builds (int4,
+#                   int4-acc4, int4-asym, int8) of the gemma4-text-dense, gemma4-text-ple and unified-vision f32 exports
+#                   (fixtures/<fixture>/variants/<build>/, fixtures/<fixture>/quantized.json) and two int4 mutants of
+#                   gemma4-text-dense (variants/int4-mutant-scales, variants/int4-mutant-nibbles)
 #   jpeg family:    scripts/make_jpeg_fixtures.py, fixtures/jpeg/: JPEGs written by Pillow and Pillow's RGB decoding of them
 # and the float64 HF oracles of the unified and gemma4 families (reference/tests/data/<fixture>-f64.safetensors).
-# FIXTURE_FAMILIES="unified gemma4 real broken mutant jpeg" (default) selects the families.
+# FIXTURE_FAMILIES="unified gemma4 real broken mutant quantized jpeg" (default) selects the families.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY="$(scripts/fixture-venv.sh | tail -n 1)"
 export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 PYTHONHASHSEED=0 CUDA_VISIBLE_DEVICES="" \
   HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false PYTHONDONTWRITEBYTECODE=1
-FAMILIES="${FIXTURE_FAMILIES:-unified gemma4 real broken mutant jpeg}"
+FAMILIES="${FIXTURE_FAMILIES:-unified gemma4 real broken mutant quantized jpeg}"
 for family in $FAMILIES; do
   case "$family" in
     unified)
@@ -45,9 +49,12 @@ for family in $FAMILIES; do
     mutant)
       "$PY" scripts/make_mutant_fixtures.py
       ;;
+    quantized)
+      "$PY" scripts/make_quantized_fixtures.py
+      ;;
     jpeg)
       "$PY" scripts/make_jpeg_fixtures.py
       ;;
-    *) echo "unknown fixture family: $family (unified, gemma4, real, broken, mutant, jpeg)" >&2; exit 2 ;;
+    *) echo "unknown fixture family: $family (unified, gemma4, real, broken, mutant, quantized, jpeg)" >&2; exit 2 ;;
   esac
 done

@@ -42,6 +42,18 @@ pub const EMBEDDING_ISOLATED_MAX_ABS_DIFF: &str = "embedding_isolated_max_abs_di
 pub const DECODER_ISOLATED_MAX_ABS_DIFF: &str = "decoder_isolated_max_abs_diff";
 /// Whether the decoder alone agrees with the reference on the reference's inputs.
 pub const DECODER_ISOLATED_PASS: &str = "decoder_isolated_pass";
+// L3 of a quantized build (`tiers::l3::quantization`).
+/// The build's quantization as its graphs say (the protocol line's part).
+pub const QUANTIZATION: &str = "quantization";
+/// Per quantized weight: node, bits, `relative_error` against the checkpoint, `ratio_to_median`.
+pub const QUANTIZATION_WEIGHT_ERROR: &str = "quantization_weight_error";
+pub const QUANTIZATION_WEIGHT_ERROR_RATIO_MAX: &str = "quantization_weight_error_ratio_max";
+/// The export against the float reference: mean and 99th percentile of the per-position KL
+/// divergence (nats), the share of positions whose top-1 agrees, and the per-position KL.
+pub const QUANTIZATION_KL_MEAN: &str = "quantization_kl_mean";
+pub const QUANTIZATION_KL_P99: &str = "quantization_kl_p99";
+pub const QUANTIZATION_TOP1_AGREEMENT: &str = "quantization_top1_agreement";
+pub const QUANTIZATION_KL: &str = "quantization_kl";
 /// Per prompt position: the largest logit difference over the vocabulary (L3, the report's plot).
 pub const LOGITS_POSITION_MAX_ABS_DIFF: &str = "logits_position_max_abs_diff";
 /// `[[first, last], …]` prompt positions of each image block (the plot shades them).

@@ -57,6 +57,7 @@ pub fn plan(roots: &[PathBuf], opts: &RunOptions) -> Vec<PlannedTrial> {
             Ok(case) => {
                 // The case and each of its variants: one evaluation, so one reference run.
                 let eval = Arc::new(CaseEvaluations::for_case(&case));
+                let base_quantized = case.dtype.is_quantized();
                 let variants: Vec<Case> = case.variants.keys().filter_map(|v| case.for_variant(v)).collect();
                 // Other implementations are judged on the tiers that compare computed outputs;
                 // L1 and L2 judge an export's graph and the config.
@@ -64,7 +65,14 @@ pub fn plan(roots: &[PathBuf], opts: &RunOptions) -> Vec<PlannedTrial> {
                 let others: Vec<Case> = case.implementations.iter().filter_map(|e| case.for_implementation(e.name)).collect();
                 let exports = if case.judges_onnx() { std::iter::once(case).chain(variants).collect() } else { Vec::new() };
                 let planned = exports.into_iter().map(|c| (c, &Level::ALL[..])).chain(others.into_iter().map(|c| (c, &COMPUTED[..])));
+                // A quantized build is judged against the reference on its own dequantized
+                // weights: its own evaluation (and a float variant of a quantized case, the float
+                // reference's).
                 for (case, levels) in planned {
+                    let eval = match case.variant.is_some() && (case.dtype.is_quantized() || base_quantized) {
+                        true => Arc::new(CaseEvaluations::for_case(&case)),
+                        false => Arc::clone(&eval),
+                    };
                     let case = Arc::new(case);
                     let id = case.id();
                     for &level in levels {

@@ -127,7 +127,7 @@ pub fn epsilon(dtype: Dtype) -> Option<f64> {
         Dtype::Float32 => Some(2f64.powi(-23)),
         Dtype::Float16 => Some(2f64.powi(-10)),
         Dtype::Bfloat16 => Some(2f64.powi(-7)),
-        Dtype::Int4 => None,
+        Dtype::Int4 | Dtype::Int8 => None,
     }
 }
 
@@ -308,7 +308,9 @@ pub fn resolve(tol: &Tolerances, dtype: Dtype, overrides: &ToleranceOverrides) -
     let ov = overrides;
     let mut overridden = Vec::new();
 
-    let row3 = tol.l3.get(&dtype);
+    // A quantized build's L3 compares it with the reference on its own dequantized weights: the
+    // arithmetic is its activations' precision's, and so are the rows.
+    let row3 = tol.l3.get(&dtype.compute());
     let o3 = ov.l3.unwrap_or_default();
     let atol = pick("L3.atol", o3.atol, row3.map(|r| r.atol), &mut overridden);
     let rtol = pick("L3.rtol", o3.rtol, row3.map(|r| r.rtol), &mut overridden);
@@ -344,7 +346,7 @@ pub fn resolve(tol: &Tolerances, dtype: Dtype, overrides: &ToleranceOverrides) -
         Some(min_token_match_ratio) => L5Tolerance { min_token_match_ratio },
         None => return Err(ToleranceError::MissingRow { level: Level::L5, dtype, missing: "min_token_match_ratio" }),
     };
-    let l3_calibrated = tol.l3_calibrated.get(&dtype).copied();
+    let l3_calibrated = tol.l3_calibrated.get(&dtype.compute()).copied();
     Ok(Thresholds { dtype, l3, l3_calibrated, l4, l5, overridden })
 }
 

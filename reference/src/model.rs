@@ -20,7 +20,7 @@ use crate::io::{Dense, GeneratedTokens, ModelInputs};
 use crate::mask::{block_ids, BidirectionalScope, MaskRule};
 use crate::text::TextModel;
 use crate::vision::{UnifiedEmbedder, VisionPath, VisionTower};
-use crate::weights::{Weights, UNIFIED_RENAMES};
+use crate::weights::{Overrides, Weights, UNIFIED_RENAMES};
 
 /// What the decoder stack starts from, for one prompt: the components a divergence is
 /// localised by.
@@ -114,6 +114,24 @@ impl Gemma4 {
     pub fn load_on(checkpoint_dir: &Path, dtype: DType, device: &Device) -> Result<Self> {
         let config = ModelConfig::from_file(&checkpoint_dir.join("config.json"))?;
         Ok(Self::build(config, Weights::open_with_dtype(checkpoint_dir, dtype)?.with_device(device.clone()))?.0)
+    }
+
+    /// Like [`Gemma4::load_on`], reading `overrides` in place of the checkpoint's tensors they
+    /// stand for (a quantized export's dequantized weights, see [`Overrides`]); every override
+    /// must be read by the model, or loading fails naming those that were not.
+    pub fn load_with_overrides(checkpoint_dir: &Path, dtype: DType, device: &Device, overrides: Overrides) -> Result<Self> {
+        let config = ModelConfig::from_file(&checkpoint_dir.join("config.json"))?;
+        let w = Weights::open_with_dtype(checkpoint_dir, dtype)?.with_device(device.clone()).with_overrides(overrides);
+        let (model, w) = Self::build(config, w)?;
+        let unused = w.unused_overrides();
+        if !unused.is_empty() {
+            return Err(Error::input(format!(
+                "{} of the export's quantized weights stand for no tensor the reference reads: {}",
+                unused.len(),
+                unused.join(", ")
+            )));
+        }
+        Ok(model)
     }
 
     /// The device the model computes on.

@@ -17,6 +17,8 @@ use std::collections::BTreeMap;
 pub struct ReferenceBackend {
     model: Gemma4,
     scope: BidirectionalScope,
+    /// How many of its weights are a quantized build's, dequantized (0: the checkpoint's).
+    dequantized: usize,
 }
 
 impl ReferenceBackend {
@@ -29,10 +31,24 @@ impl ReferenceBackend {
     /// Like [`ReferenceBackend::load`] computing in `dtype`: F64 (the calibrated rule's arbiter),
     /// F16 / BF16 (the reference at a half-precision candidate's precision), F32.
     pub fn load_with_dtype(checkpoint: &Path, scope: Option<BidirectionalScope>, dtype: candle_core::DType) -> Result<Self, BackendError> {
+        Self::load_with_overrides(checkpoint, scope, dtype, None)
+    }
+
+    /// Like [`ReferenceBackend::load_with_dtype`], on a quantized build's dequantized weights
+    /// where `overrides` has them (the checkpoint's elsewhere).
+    pub fn load_with_overrides(
+        checkpoint: &Path,
+        scope: Option<BidirectionalScope>,
+        dtype: candle_core::DType,
+        overrides: Option<&onnx_parity_reference::weights::Overrides>,
+    ) -> Result<Self, BackendError> {
         let device = crate::gpu::reference_device()?;
-        let model = Gemma4::load_on(checkpoint, dtype, &device)?;
+        let model = match overrides {
+            Some(o) => Gemma4::load_with_overrides(checkpoint, dtype, &device, o.clone())?,
+            None => Gemma4::load_on(checkpoint, dtype, &device)?,
+        };
         let scope = scope.unwrap_or_else(|| model.hf_forward_scope());
-        Ok(Self { model, scope })
+        Ok(Self { model, scope, dequantized: overrides.map_or(0, |o| o.len()) })
     }
 
     /// Each decoder layer at this model's precision fed `oracle`'s residual stream entering it
@@ -85,7 +101,11 @@ impl Backend for ReferenceBackend {
     fn describe(&self) -> String {
         let device = onnx_parity_reference::DeviceSpec::of(self.model.device());
         let (dtype, model_type) = (self.model.dtype(), self.model.config().model_type());
-        format!("candle reference {dtype:?} on {device} ({model_type}, bidirectional scope {})", self.scope)
+        let weights = match self.dequantized {
+            0 => String::new(),
+            n => format!(", {n} weights dequantized from the quantized build"),
+        };
+        format!("candle reference {dtype:?} on {device} ({model_type}, bidirectional scope {}{weights})", self.scope)
     }
 
     fn bidirectional_scope(&self) -> Option<BidirectionalScope> {

@@ -31,8 +31,12 @@ named_enum! {
         Float32 = "float32",
         Float16 = "float16",
         Bfloat16 = "bfloat16",
-        /// Weight-only 4-bit quantisation; has no L3 (atol/rtol) row.
+        /// Weight-only 4-bit quantisation (MatMulNBits, GatherBlockQuantized, 4-bit
+        /// DequantizeLinear); its L3 is judged against the reference on the build's own
+        /// dequantized weights, in its activations' precision ([`Dtype::compute`]).
         Int4 = "int4",
+        /// Weight-only 8-bit quantisation, judged as int4 is.
+        Int8 = "int8",
     }
 }
 
@@ -50,9 +54,26 @@ impl Dtype {
     /// it). int4 is weight-only (MatMulNBits); its activations stay float32.
     pub fn onnx_elem_type(self) -> &'static str {
         match self {
-            Dtype::Float32 | Dtype::Int4 => "float32",
+            Dtype::Float32 | Dtype::Int4 | Dtype::Int8 => "float32",
             Dtype::Float16 => "float16",
             Dtype::Bfloat16 => "bfloat16",
+        }
+    }
+}
+
+impl Dtype {
+    /// Whether the weights are quantized (the build's graphs say how: `onnx::quantized`).
+    pub fn is_quantized(self) -> bool {
+        matches!(self, Dtype::Int4 | Dtype::Int8)
+    }
+
+    /// The precision the export computes in: its own for a float build; for a weight-only
+    /// quantized one, its activations' (float32: the builds judged here quantize mobius's f32
+    /// exports; a q4f16 build would compute in float16 and is not told apart yet).
+    pub fn compute(self) -> Dtype {
+        match self {
+            Dtype::Int4 | Dtype::Int8 => Dtype::Float32,
+            d => d,
         }
     }
 }

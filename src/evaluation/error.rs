@@ -18,6 +18,9 @@ pub enum EvalError {
     /// The implementation's artifact (checkpoint, export) is not there.
     #[error("{0}")]
     NoArtifact(&'static str),
+    /// A quantized build (`dtype: int4` / `int8`) whose weights cannot be read, or that has none.
+    #[error("the quantized build's weights: {0}")]
+    Quantized(String),
     #[error("{label} ({}): {source}", dir.display())]
     Run {
         label: &'static str,

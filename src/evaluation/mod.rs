@@ -26,14 +26,18 @@ pub use request::{eos_ids, max_new_tokens, DEFAULT_MAX_NEW_TOKENS};
 use std::sync::{Arc, OnceLock};
 
 use crate::artifacts::Artifacts;
+use crate::backend::reference::ReferenceBackend;
 use crate::backend::{Backend, BackendError, GenerationRequest};
 use crate::case::{Case, ImplementationName, Level};
 use crate::inputs::replay::IdsDrift;
 use crate::inputs::ModelInputs;
 use crate::metrics::greedy_token;
+use crate::onnx::quantized::QuantizedBuild;
 use crate::outputs::{GeneratedTokens, Isolation, Run};
+use crate::tiers::l3::quantization::{relative_error, WeightError};
 use crate::tiers::l3::Calibration;
 use implementations::Implementation;
+use onnx_parity_reference::weights::Overrides;
 use onnx_parity_reference::BidirectionalScope;
 
 /// What the reference computed for a case.
@@ -69,11 +73,51 @@ struct Candidate {
     run: OnceLock<Result<CandidateRun, SharedError>>,
 }
 
+/// A quantized build's weights (`dtype: int4` / `int8`): what its graphs say and the weights
+/// dequantized, read once per evaluation and shared by its reference runs (f32, the f64
+/// arbiter, the floor).
+#[derive(Debug)]
+pub struct Dequantized {
+    pub build: QuantizedBuild,
+    pub weights: Overrides,
+    /// Each dequantized weight against the checkpoint's (the weights check of L3).
+    pub errors: Vec<WeightError>,
+}
+
+/// Each of `build`'s dequantized `weights` against the checkpoint tensor it stands for (a tied
+/// `lm_head` against the token embedding), read one at a time.
+fn weight_errors(build: &QuantizedBuild, weights: &Overrides, checkpoint: &std::path::Path) -> Result<Vec<WeightError>, String> {
+    let w = onnx_parity_reference::weights::Weights::open(checkpoint).map_err(|e| e.to_string())?;
+    let names: Vec<String> = w.names().map(str::to_string).collect();
+    let find = |key: &str| names.iter().find(|n| !n.contains("vision") && (n.as_str() == key || n.ends_with(&format!(".{key}")))).cloned();
+    let mut out = Vec::new();
+    for q in &build.weights {
+        let Some(o) = weights.get(&q.key) else { continue };
+        let name = find(&q.key)
+            .or_else(|| (q.key == "lm_head.weight").then(|| find("embed_tokens.weight")).flatten())
+            .ok_or_else(|| format!("`{}` (node `{}`) stands for `{}`, which the checkpoint does not hold", q.initializer, q.node, q.key))?;
+        let t = w.get(&name, &o.shape).map_err(|e| e.to_string())?;
+        let reference: Vec<f32> = t.flatten_all().and_then(|t| t.to_vec1()).map_err(|e| e.to_string())?;
+        out.push(WeightError {
+            key: q.key.clone(),
+            node: q.node.clone(),
+            bits: q.bits,
+            relative_error: relative_error(&o.data, &reference),
+        });
+    }
+    Ok(out)
+}
+
 /// Lazily computed, shared results for one case.
 #[derive(Debug)]
 pub struct CaseEvaluation {
     inputs: OnceLock<Result<ModelInputs, SharedError>>,
+    /// A quantized case's build weights (`None` for a float case).
+    dequantized: OnceLock<Result<Option<Dequantized>, SharedError>>,
     reference: OnceLock<Result<ReferenceRun, SharedError>>,
+    /// A quantized case's float reference (the checkpoint's own weights), teacher-forced with the
+    /// reference's tokens: what the quantization's cost is measured against.
+    float_reference: OnceLock<Result<Run, SharedError>>,
     /// The calibrated L3 rule's runs (the f64 arbiter, the reference at each precision).
     precision: precision::PrecisionRuns,
     candidates: Vec<Candidate>,
@@ -110,7 +154,14 @@ impl CaseEvaluation {
         for &name in others {
             candidates.push(Candidate { name, implementation: implementations::candidate(name), variant: None, run: OnceLock::new() });
         }
-        CaseEvaluation { inputs: OnceLock::new(), reference: OnceLock::new(), precision: Default::default(), candidates }
+        CaseEvaluation {
+            inputs: OnceLock::new(),
+            dequantized: OnceLock::new(),
+            reference: OnceLock::new(),
+            float_reference: OnceLock::new(),
+            precision: Default::default(),
+            candidates,
+        }
     }
 
     /// An evaluation of given inputs (a golden's replayed ids) instead of the case's own, with
@@ -125,13 +176,79 @@ impl CaseEvaluation {
         self.inputs.get_or_init(|| crate::inputs::for_case(case).map_err(|e| Arc::new(e.into()))).as_ref().map_err(Arc::clone)
     }
 
-    /// Runs the reference (prefill with components and logits, then greedy decoding).
+    /// A quantized case's build weights, read from its graphs and dequantized on first use;
+    /// `None` for a float case. A quantized dtype on a build with no quantized weight is an
+    /// error (a float model under a quantized name).
+    pub fn dequantized(&self, case: &Case) -> Result<Option<&Dequantized>, SharedError> {
+        self.dequantized
+            .get_or_init(|| {
+                if !case.dtype.is_quantized() {
+                    return Ok(None);
+                }
+                let artifacts = Artifacts::of(case);
+                let dir = artifacts.export.as_deref().ok_or(EvalError::NoArtifact("the case has no `onnx:` export"))?;
+                let err = |m: String| Arc::new(EvalError::Quantized(m));
+                let build = QuantizedBuild::read(dir).map_err(|e| err(e.to_string()))?.ok_or_else(|| {
+                    err(format!(
+                        "{}: dtype {} but no graph has a quantized weight (MatMulNBits, GatherBlockQuantized, DequantizeLinear into a MatMul): a float build under a quantized name",
+                        dir.display(),
+                        case.dtype
+                    ))
+                })?;
+                let weights = build.dequantize().map_err(|e| err(e.to_string()))?;
+                tracing::info!("{}: quantized build: {}", case.name, build.summary());
+                let checkpoint = artifacts.checkpoint.as_deref().ok_or(EvalError::NoArtifact(implementations::REFERENCE.missing))?;
+                let errors = weight_errors(&build, &weights, checkpoint).map_err(err)?;
+                Ok(Some(Dequantized { build, weights, errors }))
+            })
+            .as_ref()
+            .map(Option::as_ref)
+            .map_err(Arc::clone)
+    }
+
+    /// The dequantized weights the reference runs on (`None`: the checkpoint's).
+    fn weights(&self, case: &Case) -> Result<Option<&Overrides>, SharedError> {
+        Ok(self.dequantized(case)?.map(|d| &d.weights))
+    }
+
+    /// A quantized case's float reference run, teacher-forced with the reference's tokens;
+    /// `None` for a float case.
+    pub fn float_reference(&self, case: &Case) -> Option<Result<&Run, SharedError>> {
+        if !case.dtype.is_quantized() {
+            return None;
+        }
+        Some(
+            self.float_reference
+                .get_or_init(|| {
+                    let (inputs, reference) = (self.inputs(case)?, &self.reference(case)?.run);
+                    let eos = eos_ids(case);
+                    let request = GenerationRequest { layer_outputs: false, ..precision::forced(case, &eos, &reference.generation.tokens) };
+                    precision::with_reference(case, candle_core::DType::F32, None, |b| b.run(inputs, &request))
+                })
+                .as_ref()
+                .map_err(Arc::clone),
+        )
+    }
+
+    /// Runs the reference (prefill with components and logits, then greedy decoding), on a
+    /// quantized case's dequantized weights.
     pub fn reference(&self, case: &Case) -> Result<&ReferenceRun, SharedError> {
         self.reference
             .get_or_init(|| {
                 let inputs = self.inputs(case)?;
                 let eos = eos_ids(case);
-                let (run, opened) = run_once(&implementations::REFERENCE, case, |backend| backend.run(inputs, &request(case, &eos, None)))?;
+                let weights = self.weights(case)?;
+                let (run, opened) = match weights {
+                    None => run_once(&implementations::REFERENCE, case, |backend| backend.run(inputs, &request(case, &eos, None)))?,
+                    Some(w) => {
+                        let artifacts = Artifacts::of(case);
+                        let dir = artifacts.checkpoint.as_deref().ok_or(EvalError::NoArtifact(implementations::REFERENCE.missing))?;
+                        let open = |dir: &std::path::Path| {
+                            Ok(Box::new(ReferenceBackend::load_with_overrides(dir, case.bidirectional, candle_core::DType::F32, Some(w))?))
+                        };
+                        run_loaded(case, "reference", dir, "", open, |b: &mut ReferenceBackend| b.run(inputs, &request(case, &eos, None)))?
+                    }
+                };
                 let scope = opened.scope.unwrap_or(BidirectionalScope::None);
                 Ok(ReferenceRun { scope, run })
             })
@@ -142,7 +259,7 @@ impl CaseEvaluation {
     /// The f64 arbiter's run of the case's inputs, teacher-forced with the reference's tokens
     /// (the calibrated L3 rule's truth).
     pub fn arbiter(&self, case: &Case) -> Result<&Run, SharedError> {
-        self.precision.arbiter(case, self.inputs(case)?, &self.reference(case)?.run)
+        self.precision.arbiter(case, self.inputs(case)?, &self.reference(case)?.run, self.weights(case)?)
     }
 
     /// What the calibrated rule judges `case`'s candidates with, when it decides their L3
@@ -151,8 +268,9 @@ impl CaseEvaluation {
         let rule = precision::calibrated_rule(case)?;
         let get = || -> Result<Calibration<'_>, SharedError> {
             let (inputs, reference) = (self.inputs(case)?, &self.reference(case)?.run);
-            let truth = self.precision.arbiter(case, inputs, reference)?;
-            let at = self.precision.at_precision(case, case.dtype, inputs, reference, truth)?;
+            let weights = self.weights(case)?;
+            let truth = self.precision.arbiter(case, inputs, reference, weights)?;
+            let at = self.precision.at_precision(case, case.dtype, inputs, reference, truth, weights)?;
             Ok(Calibration { rule, truth, floor: at.run.as_ref().unwrap_or(reference), local: &at.local })
         };
         Some(get())

@@ -23,6 +23,7 @@ use crate::case::{Case, Dtype, L3Rule, Level};
 use crate::inputs::ModelInputs;
 use crate::outputs::{LocalLayers, Run};
 use crate::tolerance::{CalibratedRule, Tolerances};
+use onnx_parity_reference::weights::Overrides;
 
 /// The reference at one precision: its own run (`None` for f32: the reference's run is it) and
 /// its layers fed the arbiter's streams.
@@ -41,13 +42,14 @@ pub struct PrecisionRuns {
     at: [OnceLock<Result<AtPrecision, SharedError>>; 3],
 }
 
-/// Which precision's slot and compute dtype `dtype` is; `None` for int4 (no roundoff of its own).
+/// Which precision's slot and compute dtype `dtype` computes in (a quantized build: its
+/// activations', [`Dtype::compute`]).
 fn slot(dtype: Dtype) -> Option<(usize, DType)> {
-    match dtype {
+    match dtype.compute() {
         Dtype::Float32 => Some((0, DType::F32)),
         Dtype::Float16 => Some((1, DType::F16)),
         Dtype::Bfloat16 => Some((2, DType::BF16)),
-        Dtype::Int4 => None,
+        Dtype::Int4 | Dtype::Int8 => None,
     }
 }
 
@@ -62,11 +64,11 @@ pub fn calibrated_rule(case: &Case) -> Option<CalibratedRule> {
 
 impl PrecisionRuns {
     /// The f64 arbiter's run of `inputs`, teacher-forced with `reference`'s tokens.
-    pub fn arbiter(&self, case: &Case, inputs: &ModelInputs, reference: &Run) -> Result<&Run, SharedError> {
+    pub fn arbiter(&self, case: &Case, inputs: &ModelInputs, reference: &Run, weights: Option<&Overrides>) -> Result<&Run, SharedError> {
         self.arbiter
             .get_or_init(|| {
                 let eos = eos_ids(case);
-                with_reference(case, DType::F64, |b| b.run(inputs, &forced(case, &eos, &reference.generation.tokens)))
+                with_reference(case, DType::F64, weights, |b| b.run(inputs, &forced(case, &eos, &reference.generation.tokens)))
             })
             .as_ref()
             .map_err(Arc::clone)
@@ -81,6 +83,7 @@ impl PrecisionRuns {
         inputs: &ModelInputs,
         reference: &Run,
         arbiter: &Run,
+        weights: Option<&Overrides>,
     ) -> Result<&AtPrecision, SharedError> {
         let Some((i, compute)) = slot(dtype) else {
             return Err(Arc::new(EvalError::NoArtifact("int4 has no precision of its own to run the reference at")));
@@ -89,7 +92,7 @@ impl PrecisionRuns {
             .get_or_init(|| {
                 let eos = eos_ids(case);
                 let request = forced(case, &eos, &reference.generation.tokens);
-                with_reference(case, compute, |b| {
+                with_reference(case, compute, weights, |b| {
                     let run = if compute == DType::F32 { None } else { Some(b.run(inputs, &request)?) };
                     Ok(AtPrecision { run, local: b.local_layers(inputs, arbiter)? })
                 })
@@ -100,18 +103,20 @@ impl PrecisionRuns {
 }
 
 /// A run teacher-forced with `tokens`, every position's logits and every layer kept.
-fn forced<'a>(case: &Case, eos: &'a [i64], tokens: &'a [i64]) -> GenerationRequest<'a> {
+pub(super) fn forced<'a>(case: &Case, eos: &'a [i64], tokens: &'a [i64]) -> GenerationRequest<'a> {
     GenerationRequest { max_new_tokens: max_new_tokens(case), eos, forced: Some(tokens), all_position_logits: true, layer_outputs: true }
 }
 
-/// Loads the case's reference at `dtype`, runs `f` on it and drops it; logs time and peak memory.
-fn with_reference<T>(
+/// Loads the case's reference at `dtype` (on a quantized build's dequantized `weights` where it
+/// has them), runs `f` on it and drops it; logs time and peak memory.
+pub(super) fn with_reference<T>(
     case: &Case,
     dtype: DType,
+    weights: Option<&Overrides>,
     f: impl FnOnce(&mut ReferenceBackend) -> Result<T, BackendError>,
 ) -> Result<T, SharedError> {
     let artifacts = Artifacts::of(case);
     let dir = artifacts.checkpoint.as_deref().ok_or(EvalError::NoArtifact("the case has no `checkpoint:` for the reference"))?;
-    let open = |dir: &Path| Ok(Box::new(ReferenceBackend::load_with_dtype(dir, case.bidirectional, dtype)?));
+    let open = |dir: &Path| Ok(Box::new(ReferenceBackend::load_with_overrides(dir, case.bidirectional, dtype, weights)?));
     Ok(run_loaded(case, "reference", dir, " (calibration)", open, f)?.0)
 }

@@ -13,6 +13,7 @@ pub mod placement;
 pub mod proto;
 pub mod protocol;
 pub mod provider;
+pub mod quantized;
 pub mod runtime;
 pub mod session;
 pub mod shapes;

@@ -2,14 +2,15 @@
 //! the golden, the thresholds, the artifacts) and calls it, once per candidate implementation.
 
 use super::options::RunOptions;
-use super::outcome::TierOutcome;
+use super::outcome::{Status, TierOutcome};
 use super::skip::tier_case;
 use super::{l1, l2, l3, l4, l5};
 use crate::artifacts::Artifacts;
 use crate::case::{Case, Level};
-use crate::evaluation::{CandidateRun, CaseEvaluation, CaseEvaluations, ReferenceRun, SharedError};
+use crate::evaluation::{CandidateRun, CaseEvaluation, CaseEvaluations, Dequantized, ReferenceRun, SharedError};
 use crate::golden::{golden_paths, GenerationGolden, Golden};
 use crate::metric_keys as key;
+use crate::outputs::Run;
 use crate::tolerance::{L4Tolerance, Thresholds, Tolerances};
 
 /// Runs one tier of one case (after [`super::static_skip`] said it may run). `evals` holds the
@@ -91,14 +92,49 @@ fn run_l3(case: &Case, eval: &CaseEvaluation) -> TierOutcome {
         },
         false => None,
     };
-    let mut out =
-        per_candidate(candidates, |c| l3::compare(&reference.run, &c.forced, &c.isolation, reference.scope, &tol, calibration.as_ref()));
+    // A quantized build: its weights against the checkpoint's, and its cost against the float
+    // reference (`l3::quantization`).
+    let quantized = match eval.dequantized(case) {
+        Ok(d) => d,
+        Err(e) => return TierOutcome::fail(e.to_string()),
+    };
+    let float = match eval.float_reference(case).transpose() {
+        Ok(f) => f,
+        Err(e) => return TierOutcome::fail(format!("the float reference (the quantization's cost): {e}")),
+    };
+    let mut out = per_candidate(candidates, |c| {
+        let out = l3::compare(&reference.run, &c.forced, &c.isolation, reference.scope, &tol, calibration.as_ref());
+        match quantized {
+            Some(q) => quantized_verdict(out, q, float, &c.forced),
+            None => out,
+        }
+    });
     if let Some(types) = eval.inputs(case).ok().and_then(|i| i.mm_token_type_ids.as_ref()) {
         let blocks = image_blocks(types);
         if !blocks.is_empty() {
             out = out.metric(key::IMAGE_BLOCKS, blocks);
         }
     }
+    out
+}
+
+/// A quantized build's L3: the arithmetic verdict (against the reference on its dequantized
+/// weights) failed by a weight that is not the checkpoint's; the quantization named and its cost
+/// against the float reference reported.
+fn quantized_verdict(mut out: TierOutcome, q: &Dequantized, float: Option<&Run>, candidate: &Run) -> TierOutcome {
+    let mut lines = vec![format!("quantized build: {}; judged against the reference on its dequantized weights", q.build.summary())];
+    out.metrics.insert(key::QUANTIZATION.into(), q.build.summary().into());
+    if let Some(message) = l3::quantization::judge_weights(&q.errors, &mut out.metrics) {
+        if out.status == Status::Pass {
+            out.status = Status::Fail;
+        }
+        out.metrics.insert(key::FIRST_DIVERGENCE.into(), "weights".into());
+        lines.push(message);
+    }
+    if let Some(line) = float.and_then(|f| l3::quantization::cost(f, candidate, &mut out.metrics)) {
+        lines.push(line);
+    }
+    out.message = format!("{}; {}", lines.join("; "), out.message);
     out
 }
 

@@ -1,9 +1,9 @@
 //! `nn.Linear` and Gemma 4's `Gemma4ClippableLinear`.
 
-use candle_core::Tensor;
+use candle_core::{DType, Tensor};
 
 use crate::error::Result;
-use crate::weights::Weights;
+use crate::weights::{quantize_activations, Weights};
 
 /// `nn.Linear`: `x · Wᵀ (+ b)`. `W` is stored `[out, in]` in the checkpoint and kept
 /// transposed, `weight_t = Wᵀ` (`[in, out]`, contiguous), so the matmul reads a row-major
@@ -12,19 +12,52 @@ use crate::weights::Weights;
 pub(crate) struct Linear {
     weight_t: Tensor,
     bias: Option<Tensor>,
+    /// A quantized export's int8 activation block for this matmul (MatMulNBits at
+    /// `accuracy_level` 4), emulated before the matmul ([`crate::weights::quantize_activations`]).
+    activation_block: Option<usize>,
 }
 
 impl Linear {
     pub(crate) fn load(w: &Weights, prefix: &str, in_dim: usize, out_dim: usize, bias: bool) -> Result<Self> {
+        let name = format!("{prefix}.weight");
         Ok(Self {
-            weight_t: w.get_t(&format!("{prefix}.weight"), [out_dim, in_dim])?,
+            weight_t: w.get_t(&name, [out_dim, in_dim])?,
             bias: if bias { Some(w.get(&format!("{prefix}.bias"), &[out_dim])?) } else { None },
+            activation_block: w.activation_block(&name),
         })
     }
 
     /// A bias-free Linear from an already transposed weight `[in, out]`.
     pub(crate) fn from_weight_t(weight_t: Tensor) -> Self {
-        Self { weight_t, bias: None }
+        Self { weight_t, bias: None, activation_block: None }
+    }
+
+    /// With its activations quantized per `block` as a quantized export's matmul does.
+    pub(crate) fn with_activation_block(mut self, block: Option<usize>) -> Self {
+        self.activation_block = block;
+        self
+    }
+
+    /// `x` as this matmul sees it: quantized per block when the export does that.
+    fn input(&self, x: &Tensor) -> Result<Tensor> {
+        let Some(block) = self.activation_block else { return Ok(x.clone()) };
+        let dims = x.dims().to_vec();
+        let k = dims.last().copied().unwrap_or(0);
+        let dtype = x.dtype();
+        let flat = x.flatten_all()?;
+        let out = match dtype {
+            DType::F64 => {
+                let mut v = flat.to_vec1::<f64>()?;
+                quantize_activations(&mut v, k, block);
+                Tensor::from_vec(v, dims, x.device())?
+            }
+            _ => {
+                let mut v = flat.to_dtype(DType::F32)?.to_vec1::<f32>()?;
+                quantize_activations(&mut v, k, block);
+                Tensor::from_vec(v, dims, x.device())?.to_dtype(dtype)?
+            }
+        };
+        Ok(out)
     }
 
     /// The dtype the weight is held in (f32 in the f64 mode, whose matmuls upcast it).
@@ -34,12 +67,14 @@ impl Linear {
 
     /// Output columns `start..start + cols` only (no bias): `[n, cols]`.
     pub(crate) fn forward_columns(&self, x: &Tensor, start: usize, cols: usize) -> Result<Tensor> {
-        Ok(x.matmul(&in_dtype_of(&self.weight_t.narrow(1, start, cols)?, x)?)?)
+        let x = self.input(x)?;
+        Ok(x.matmul(&in_dtype_of(&self.weight_t.narrow(1, start, cols)?, &x)?)?)
     }
 
     /// `x`: `[n, in]` → `[n, out]`.
     pub(crate) fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        let y = x.matmul(&in_dtype_of(&self.weight_t, x)?)?;
+        let x = self.input(x)?;
+        let y = x.matmul(&in_dtype_of(&self.weight_t, &x)?)?;
         Ok(match &self.bias {
             Some(b) => y.broadcast_add(b)?,
             None => y,

@@ -163,11 +163,11 @@ impl TextModel {
         // (it skips tying when both exist with different values); untied, it is required.
         let lm_head = if tie {
             match w.get_opt_t("lm_head.weight", [v, h])? {
-                Some(t) => Linear::from_weight_t(t),
+                Some(t) => Linear::from_weight_t(t).with_activation_block(w.activation_block("lm_head.weight")),
                 None => Linear::from_weight_t(embed_t.clone()),
             }
         } else {
-            Linear::from_weight_t(w.get_t("lm_head.weight", [v, h])?)
+            Linear::from_weight_t(w.get_t("lm_head.weight", [v, h])?).with_activation_block(w.activation_block("lm_head.weight"))
         };
         let layer_types = cfg.layer_types()?.to_vec();
         let mut ropes = Vec::new();

@@ -26,10 +26,12 @@ use safetensors::{Dtype as StDtype, SafeTensors};
 use crate::error::{Error, Result};
 
 mod decode;
+mod overrides;
 mod rows;
 mod shard;
 
 use decode::{decode, Bf16Le, F16Le, F32Le, Order};
+pub use overrides::{quantize_activations, ActFloat, Override, Overrides};
 pub use rows::RowTable;
 use shard::Shard;
 
@@ -117,6 +119,10 @@ pub struct Weights {
     row_tables: Mutex<std::collections::BTreeSet<String>>,
     /// Where returned tensors live: each is decoded on the host and uploaded once.
     device: Device,
+    /// Tensors that stand in for the checkpoint's (a quantized export's, dequantized).
+    overrides: Overrides,
+    /// The override keys read so far.
+    used_overrides: Mutex<std::collections::BTreeSet<String>>,
 }
 
 #[derive(serde::Deserialize)]
@@ -233,6 +239,8 @@ impl Weights {
             problems: Mutex::new(Vec::new()),
             row_tables: Mutex::new(std::collections::BTreeSet::new()),
             device: Device::Cpu,
+            overrides: Overrides::default(),
+            used_overrides: Mutex::new(std::collections::BTreeSet::new()),
         }
     }
 
@@ -285,6 +293,37 @@ impl Weights {
     pub fn with_device(mut self, device: Device) -> Self {
         self.device = device;
         self
+    }
+
+    /// Reads `overrides` in place of the checkpoint's tensors they match (see [`Overrides`]).
+    pub fn with_overrides(mut self, overrides: Overrides) -> Self {
+        self.overrides = overrides;
+        self
+    }
+
+    /// The override `module_name` reads, recorded as used.
+    fn override_for(&self, module_name: &str) -> Option<(&str, &Override)> {
+        let (key, o) = self.overrides.lookup(module_name)?;
+        if let Ok(mut used) = self.used_overrides.lock() {
+            used.insert(key.to_string());
+        }
+        Some((key, o))
+    }
+
+    /// Overrides no tensor the model read matched (each a mapping error of the caller's).
+    pub fn unused_overrides(&self) -> Vec<String> {
+        let used = self.used_overrides.lock().map(|u| u.clone()).unwrap_or_default();
+        self.overrides.keys().filter(|k| !used.contains(*k)).map(|k| format!("{k} (from {})", self.overrides_source(k))).collect()
+    }
+
+    fn overrides_source(&self, key: &str) -> String {
+        self.overrides.lookup(key).map(|(_, o)| o.source.clone()).unwrap_or_default()
+    }
+
+    /// The activation block of `module_name`'s matmul when the export quantizes its activations
+    /// (see [`Override::activation_block`]).
+    pub fn activation_block(&self, module_name: &str) -> Option<usize> {
+        self.overrides.lookup(module_name).and_then(|(_, o)| o.activation_block)
     }
 
     /// The device returned tensors live on.
@@ -432,6 +471,11 @@ impl Weights {
         if let Some(t) = self.placeholder(module_name, &expected, &expected)? {
             return Ok(RowTable::placeholder(t));
         }
+        if self.overrides.lookup(module_name).is_some() {
+            let data = self.read_with(module_name, &expected, Order::RowMajor)?;
+            let t = Tensor::from_vec(data, (expected[0], expected[1]), &Device::Cpu)?;
+            return Ok(RowTable::placeholder(self.upload(if self.dtype == DType::F32 { t } else { t.to_dtype(self.dtype)? })?));
+        }
         let (name, entry, shard) = self.entry(module_name, &expected)?;
         let elem = element_size(&name, entry.dtype, &shard.path)?;
         if entry.end - entry.begin != expected[0] * expected[1] * elem {
@@ -473,6 +517,29 @@ impl Weights {
 
     /// Shape-checks `module_name` and decodes it to f32 values in `order`.
     fn read_with(&self, module_name: &str, expected: &[usize], order: Order) -> Result<Vec<f32>> {
+        if let Some((key, o)) = self.override_for(module_name) {
+            if o.shape != expected {
+                return Err(Error::TensorShape {
+                    name: format!("{key} (dequantized from the export's `{}`)", o.source),
+                    file: self.dir.clone(),
+                    expected: expected.to_vec(),
+                    actual: o.shape.clone(),
+                });
+            }
+            self.record(key, expected);
+            return Ok(match order {
+                Order::RowMajor => o.data.as_ref().clone(),
+                Order::Transposed { rows, cols } => {
+                    let mut t = vec![0f32; o.data.len()];
+                    for (r, row) in o.data.chunks_exact(cols.max(1)).enumerate().take(rows) {
+                        for (c, &v) in row.iter().enumerate() {
+                            t[c * rows + r] = v;
+                        }
+                    }
+                    t
+                }
+            });
+        }
         let (name, entry, shard) = self.entry(module_name, expected)?;
         let mmap = shard.mmap.as_ref().ok_or_else(|| Error::Internal("a mapped read from a headers-only source".into()))?;
         let begin = shard.data_start + entry.begin;
@@ -509,7 +576,7 @@ impl Weights {
     /// Reads `name` if present (shape-checked), `None` if absent. A dry source answers `None`
     /// (the checkpoint HF writes does not have it), a headers source answers what the headers say.
     pub fn get_opt(&self, name: &str, expected: &[usize]) -> Result<Option<Tensor>> {
-        if self.stored_name(name).is_some() {
+        if self.stored_name(name).is_some() || self.overrides.lookup(name).is_some() {
             self.get(name, expected).map(Some)
         } else {
             Ok(None)
@@ -518,7 +585,7 @@ impl Weights {
 
     /// [`Weights::get_t`] if present, `None` if absent (as [`Weights::get_opt`]).
     pub fn get_opt_t(&self, name: &str, expected: [usize; 2]) -> Result<Option<Tensor>> {
-        if self.stored_name(name).is_some() {
+        if self.stored_name(name).is_some() || self.overrides.lookup(name).is_some() {
             self.get_t(name, expected).map(Some)
         } else {
             Ok(None)

@@ -20,7 +20,8 @@ pub struct RowTable(Inner);
 enum Inner {
     /// Rows decoded from the mapping on lookup.
     Mapped { name: String, shard: Arc<Shard>, offset: usize, dtype: StDtype, shape: [usize; 2], out: DType, device: Device },
-    /// A dry/headers source's stand-in (zeros of the table's shape).
+    /// A table in memory: a dry/headers source's stand-in (zeros of the table's shape), or a
+    /// quantized export's table dequantized ([`super::Overrides`]).
     Placeholder(Tensor),
 }
 

@@ -8,6 +8,7 @@ pub mod allclose;
 pub mod calibrated;
 mod isolated;
 mod layers;
+pub mod quantization;
 mod stage;
 
 use super::outcome::{Status, TierOutcome};

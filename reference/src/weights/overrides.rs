@@ -1,0 +1,177 @@
+//! Weights that stand in for the checkpoint's: a quantized export's matrices, dequantized, so
+//! that the reference computes the function the export claims to compute (the export against
+//! the float checkpoint would mix the quantization's cost with the export's bugs).
+//!
+//! Keys are the text model's parameter names below its prefix (`layers.0.self_attn.q_proj.weight`,
+//! `embed_tokens.weight`, `embed_tokens_per_layer.weight`, `per_layer_model_projection.weight`)
+//! and `lm_head.weight` for a tied head quantized apart from the embedding. A module name matches
+//! a key when it ends with it at a name boundary (`model.language_model.layers.0.…` and
+//! `model.layers.0.…` both end with `layers.0.…`), outside the vision tower. Every override must
+//! be used by the model; [`crate::Gemma4::load_with_overrides`] fails naming the ones that were not.
+//!
+//! The data is shared (`Arc`): the f32 reference, the f64 arbiter and the floor of one case read
+//! one dequantized copy.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+/// One dequantized matrix or table.
+#[derive(Debug, Clone)]
+pub struct Override {
+    /// `[rows, cols]` as the checkpoint stores it (`[out, in]` for a linear weight).
+    pub shape: Vec<usize>,
+    /// Row-major values.
+    pub data: Arc<Vec<f32>>,
+    /// Where the export quantizes this matmul's activations to int8 per block of this many
+    /// input elements (MLAS's CompInt8, MatMulNBits `accuracy_level` 4): the reference does the
+    /// same before its matmul ([`quantize_activations`]).
+    pub activation_block: Option<usize>,
+    /// What the export calls it (the initializer or node), for messages.
+    pub source: String,
+}
+
+/// The set of overrides of one model.
+#[derive(Debug, Clone, Default)]
+pub struct Overrides {
+    by_key: BTreeMap<String, Override>,
+}
+
+impl Overrides {
+    /// Adds `key`'s override; a second one for the same key is an error naming both sources.
+    pub fn insert(&mut self, key: &str, o: Override) -> Result<(), String> {
+        if let Some(prev) = self.by_key.get(key) {
+            return Err(format!("`{}` and `{}` both stand for `{key}`", prev.source, o.source));
+        }
+        self.by_key.insert(key.to_string(), o);
+        Ok(())
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.by_key.is_empty()
+    }
+
+    pub fn len(&self) -> usize {
+        self.by_key.len()
+    }
+
+    /// The override stored under `key`.
+    pub fn get(&self, key: &str) -> Option<&Override> {
+        self.by_key.get(key)
+    }
+
+    pub fn keys(&self) -> impl Iterator<Item = &str> {
+        self.by_key.keys().map(String::as_str)
+    }
+
+    /// The override `module_name` reads, with its key.
+    pub(crate) fn lookup(&self, module_name: &str) -> Option<(&str, &Override)> {
+        if module_name.contains("vision") || module_name.contains("audio") {
+            return None;
+        }
+        self.by_key.iter().find_map(|(key, o)| {
+            let hit =
+                module_name == key || (module_name.ends_with(key.as_str()) && module_name[..module_name.len() - key.len()].ends_with('.'));
+            hit.then_some((key.as_str(), o))
+        })
+    }
+}
+
+/// MLAS's int8 quantization of a matmul's activations (CompInt8), applied in place to `x`
+/// (`rows × k`, row-major) and returned dequantized: per row, per block of `block` elements along
+/// `k` (the last one shorter), `scale = amax / 127`, `q = round_half_even(x · (127 / amax))`
+/// (0 where amax = 0), `x' = q · scale`. ORT then sums int8 × int4 products per block and scales
+/// each block's sum by `scale · weight_scale`: the same value as `x' · W` up to the order of
+/// the f32 additions, which the floor measures.
+pub fn quantize_activations<T: ActFloat>(x: &mut [T], k: usize, block: usize) {
+    if k == 0 || block == 0 {
+        return;
+    }
+    for row in x.chunks_mut(k) {
+        for b in row.chunks_mut(block) {
+            let amax = b.iter().fold(T::ZERO, |m, v| m.max_abs(*v));
+            let scale = amax.div127();
+            let inv = if amax == T::ZERO { T::ZERO } else { T::inv127(amax) };
+            for v in b.iter_mut() {
+                *v = (*v * inv).round_even() * scale;
+            }
+        }
+    }
+}
+
+/// The float types [`quantize_activations`] works in (the reference's f32 and the arbiter's f64:
+/// each does MLAS's arithmetic in its own precision).
+pub trait ActFloat: Copy + PartialEq + std::ops::Mul<Output = Self> {
+    const ZERO: Self;
+    fn max_abs(self, v: Self) -> Self;
+    fn div127(self) -> Self;
+    /// `127 / self`.
+    fn inv127(self) -> Self;
+    fn round_even(self) -> Self;
+}
+
+impl ActFloat for f32 {
+    const ZERO: Self = 0.0;
+    fn max_abs(self, v: Self) -> Self {
+        self.max(v.abs())
+    }
+    fn div127(self) -> Self {
+        self / 127.0
+    }
+    fn inv127(self) -> Self {
+        127.0 / self
+    }
+    fn round_even(self) -> Self {
+        self.round_ties_even()
+    }
+}
+
+impl ActFloat for f64 {
+    const ZERO: Self = 0.0;
+    fn max_abs(self, v: Self) -> Self {
+        self.max(v.abs())
+    }
+    fn div127(self) -> Self {
+        self / 127.0
+    }
+    fn inv127(self) -> Self {
+        127.0 / self
+    }
+    fn round_even(self) -> Self {
+        self.round_ties_even()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Guards the emulation: per-block scales from each block's own amax, ties to even, a zero
+    /// block stays zero, the short last block is its own block.
+    #[test]
+    fn activations_are_quantized_per_block() {
+        let mut x = vec![1.0f32, -0.5, 0.25, 0.0, 0.0, 0.0, 2.0];
+        quantize_activations(&mut x, 7, 3);
+        // Block 0: amax 1 → steps of 1/127: 0.25·127 = 31.75 → 32.
+        assert_eq!(x[0], 1.0);
+        assert_eq!(x[1], (-63.5f32).round_ties_even() * (1.0 / 127.0));
+        assert_eq!(x[2], 32.0 * (1.0 / 127.0));
+        assert_eq!(&x[3..6], &[0.0, 0.0, 0.0]);
+        assert_eq!(x[6], 127.0 * (2.0 / 127.0));
+    }
+
+    /// Guards the lookup: a key matches at a name boundary under either text prefix, never a
+    /// longer name nor the vision tower.
+    #[test]
+    fn keys_match_module_names_at_a_boundary() {
+        let mut o = Overrides::default();
+        let one = |s: &str| Override { shape: vec![1, 1], data: Arc::new(vec![0.0]), activation_block: None, source: s.into() };
+        o.insert("layers.1.mlp.up_proj.weight", one("a")).unwrap();
+        o.insert("lm_head.weight", one("b")).unwrap();
+        assert!(o.lookup("model.language_model.layers.1.mlp.up_proj.weight").is_some());
+        assert!(o.lookup("model.layers.1.mlp.up_proj.weight").is_some());
+        assert!(o.lookup("model.layers.11.mlp.up_proj.weight").is_none());
+        assert!(o.lookup("model.vision_tower.layers.1.mlp.up_proj.weight").is_none());
+        assert!(o.lookup("lm_head.weight").is_some());
+        assert!(o.insert("lm_head.weight", one("c")).unwrap_err().contains("`b` and `c`"));
+    }
+}

@@ -1,0 +1,653 @@
+//! A quantized build's weights, read from its graphs: which matmuls and gathers are quantized
+//! and how (MatMulNBits, GatherBlockQuantized, DequantizeLinear → MatMul), the checkpoint tensor
+//! each stands for, and that tensor dequantized — so the reference can compute the function the
+//! build claims to compute ([`onnx_parity_reference::weights::Overrides`]) and L3 judges the
+//! export's arithmetic, not the quantization's cost (reported apart,
+//! [`crate::tiers::l3::quantization`]).
+//!
+//! Layouts (ONNX Runtime's contrib ops, `docs/ContribOperators.md`; MLAS):
+//! - **MatMulNBits** `Y = A · Bᵀ`: `B` uint8 `[N, n_blocks, block·bits/8]`, element `2i` in the
+//!   low nibble (4 bits; 2 bits: lowest pair first); `scales` `[N·n_blocks]` in the float type;
+//!   `zero_points` absent (= 2^(bits−1)) or uint8 packed like `B`, each row padded to whole
+//!   bytes; `W[n, k] = (q − zp) · scale[n, k / block]`, HF's `[out, in]`.
+//! - **GatherBlockQuantized** (an embedding table): `data` uint8 (two 4-bit values a byte, low
+//!   first) or (u)int4 `[rows, cols]`, quantized along `quantize_axis` 1 in blocks;
+//!   `W[r, c] = (q − zp) · scale[r, c / block]` (zp absent: 8 for uint8-packed data, 0 for int4).
+//! - **DequantizeLinear → MatMul**: `B = (x − zp) · scale` along `axis` (per channel or in
+//!   `block_size` blocks); `B` is `[K, N]`, so the checkpoint's tensor is its transpose.
+//!
+//! Names: a quantizer keeps the float initializer's name with a suffix (`…weight_t_Q4`,
+//! `…weight_t_scales`); mobius names its matmul weights `<module>.weight_t` and its tables
+//! `<module>.weight`. The key is the text model's parameter name below its prefix
+//! (`layers.3.mlp.up_proj.weight`, `embed_tokens.weight`, `lm_head.weight`).
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use onnx_parity_reference::weights::{Override, Overrides};
+use prost::Message;
+
+use super::package::OnnxPackage;
+use super::proto::{AttributeProto, StringStringEntryProto};
+
+/// Why a quantized build's weights cannot be read.
+#[derive(Debug, thiserror::Error)]
+pub enum QuantizedError {
+    #[error("{path}: {source}")]
+    Io { path: PathBuf, source: std::io::Error },
+    #[error("{path}: not an ONNX model: {source}")]
+    Decode { path: PathBuf, source: prost::DecodeError },
+    #[error("{path}: {message}")]
+    Package { path: PathBuf, message: String },
+    #[error("{path}: node `{node}` ({op}): {message}")]
+    Node { path: PathBuf, node: String, op: String, message: String },
+    #[error("{path}: {message}")]
+    Overrides { path: PathBuf, message: String },
+}
+
+/// How one weight is quantized.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum QuantOp {
+    MatMulNBits,
+    GatherBlockQuantized,
+    DequantizeLinear,
+}
+
+impl QuantOp {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            QuantOp::MatMulNBits => "MatMulNBits",
+            QuantOp::GatherBlockQuantized => "GatherBlockQuantized",
+            QuantOp::DequantizeLinear => "DequantizeLinear",
+        }
+    }
+}
+
+/// One quantized weight of the build.
+#[derive(Debug, Clone)]
+pub struct QuantizedWeight {
+    /// The sub-model (`model`, `decoder`, `embedding`).
+    pub submodel: String,
+    pub node: String,
+    pub op: QuantOp,
+    /// The quantized initializer (`B`, `data`, `x`).
+    pub initializer: String,
+    /// The reference's parameter it stands for ([`key_of`]).
+    pub key: String,
+    pub bits: u32,
+    /// Elements per scale along the quantized axis (0: one scale per channel).
+    pub block_size: usize,
+    /// MatMulNBits' `accuracy_level` (4: MLAS quantizes the activations to int8 per block).
+    pub accuracy_level: i64,
+    /// Whether the build stores zero points (asymmetric) or uses the default.
+    pub zero_points: bool,
+    /// `[rows, cols]` of the dequantized tensor in the checkpoint's layout.
+    pub shape: [usize; 2],
+    /// The scales' element type (`float32`, `float16`).
+    pub scale_type: &'static str,
+}
+
+/// A package's quantized weights, read from its graphs (payloads not yet read).
+#[derive(Debug, Clone)]
+pub struct QuantizedBuild {
+    pub root: PathBuf,
+    pub weights: Vec<QuantizedWeight>,
+    /// MatMuls on a float initializer the quantizer left (too small, or excluded).
+    pub float_matmuls: usize,
+}
+
+impl QuantizedBuild {
+    /// The quantized weights of the package at `root`; `None` when no graph has any.
+    pub fn read(root: &Path) -> Result<Option<Self>, QuantizedError> {
+        let package = OnnxPackage::open(root).map_err(|e| QuantizedError::Package { path: root.into(), message: e.to_string() })?;
+        let mut weights = Vec::new();
+        let mut float_matmuls = 0;
+        for (role, path) in &package.submodels {
+            let graph = PayloadGraph::load(path)?;
+            let found = graph.quantized(role, path)?;
+            if role.contains("vision") && !found.is_empty() {
+                return Err(QuantizedError::Package {
+                    path: path.clone(),
+                    message: format!("{} quantized weights in the vision encoder: only the text model's are judged", found.len()),
+                });
+            }
+            weights.extend(found);
+            float_matmuls += graph.float_matmuls();
+        }
+        Ok((!weights.is_empty()).then(|| QuantizedBuild { root: root.into(), weights, float_matmuls }))
+    }
+
+    /// `n MatMulNBits (int4, block 32, symmetric, accuracy_level 4), m GatherBlockQuantized …`:
+    /// the protocol line's account of the quantization.
+    pub fn summary(&self) -> String {
+        let mut groups: BTreeMap<String, usize> = BTreeMap::new();
+        for w in &self.weights {
+            let zp = if w.zero_points { "zero points" } else { "symmetric" };
+            let acc = if w.op == QuantOp::MatMulNBits { format!(", accuracy_level {}", w.accuracy_level) } else { String::new() };
+            let block = if w.block_size > 0 { format!("block {}", w.block_size) } else { "per channel".into() };
+            *groups.entry(format!("{} (int{}, {block}, {zp}{acc}, scales {})", w.op.as_str(), w.bits, w.scale_type)).or_default() += 1;
+        }
+        let mut parts: Vec<String> = groups.into_iter().map(|(g, n)| format!("{n} {g}")).collect();
+        if self.float_matmuls > 0 {
+            parts.push(format!("{} MatMul left in float", self.float_matmuls));
+        }
+        parts.join(", ")
+    }
+
+    /// The widest weight bit count (8 for an int8 build, 4 for int4).
+    pub fn bits(&self) -> u32 {
+        self.weights.iter().map(|w| w.bits).max().unwrap_or(0)
+    }
+
+    /// Whether some matmul quantizes its activations (MatMulNBits at `accuracy_level` 4).
+    pub fn quantizes_activations(&self) -> bool {
+        self.weights.iter().any(|w| w.op == QuantOp::MatMulNBits && w.accuracy_level == 4)
+    }
+
+    /// Every quantized weight dequantized, keyed for the reference. A key two weights claim is
+    /// an error, except a tied `lm_head` also read as the embedding (kept apart by its key).
+    pub fn dequantize(&self) -> Result<Overrides, QuantizedError> {
+        let package =
+            OnnxPackage::open(&self.root).map_err(|e| QuantizedError::Package { path: self.root.clone(), message: e.to_string() })?;
+        let mut out = Overrides::default();
+        for (role, path) in &package.submodels {
+            let mine: Vec<&QuantizedWeight> = self.weights.iter().filter(|w| &w.submodel == role).collect();
+            if mine.is_empty() {
+                continue;
+            }
+            let t = std::time::Instant::now();
+            let graph = PayloadGraph::load(path)?;
+            let mut data = ExternalData::new(path);
+            for w in mine {
+                let values = graph.dequantize(w, path, &mut data)?;
+                let activation_block = (w.op == QuantOp::MatMulNBits && w.accuracy_level == 4).then_some(w.block_size);
+                let o = Override {
+                    shape: w.shape.to_vec(),
+                    data: Arc::new(values),
+                    activation_block,
+                    source: format!("{role}: {}", w.initializer),
+                };
+                out.insert(&w.key, o).map_err(|message| QuantizedError::Overrides { path: path.clone(), message })?;
+            }
+            tracing::info!("{}: dequantized {} weights in {:.2} s", path.display(), out.len(), t.elapsed().as_secs_f64());
+        }
+        Ok(out)
+    }
+}
+
+/// The reference parameter a quantized initializer (or its float original's name) stands for:
+/// quantizer suffixes and mobius's `_t` dropped, then the part from `layers.` on, or the name
+/// below its `model.` / `decoder.` prefixes (`lm_head.weight`, `embed_tokens.weight`).
+pub fn key_of(initializer: &str) -> String {
+    let mut s = initializer;
+    for suffix in ["_Q2", "_Q4", "_Q8", "_quantized", "_q4", "_q8", "_DQ"] {
+        if let Some(t) = s.strip_suffix(suffix) {
+            s = t;
+            break;
+        }
+    }
+    let s = s.strip_suffix("_t").unwrap_or(s);
+    if let Some(i) = s.find("layers.") {
+        if i == 0 || s[..i].ends_with('.') {
+            return s[i..].to_string();
+        }
+    }
+    let mut s = s;
+    while let Some(rest) = ["decoder.", "embedding.", "model.", "language_model.", "text_model."].iter().find_map(|p| s.strip_prefix(p)) {
+        s = rest;
+    }
+    s.to_string()
+}
+
+// ---------------------------------------------------------------------------------------------
+// The graph, with initializer payloads (the L1 reader, `super::proto`, skips them).
+
+#[derive(Clone, PartialEq, prost::Message)]
+struct PayloadModel {
+    #[prost(message, optional, tag = "7")]
+    graph: Option<PayloadGraphProto>,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+struct PayloadGraphProto {
+    #[prost(message, repeated, tag = "1")]
+    node: Vec<PayloadNode>,
+    #[prost(message, repeated, tag = "5")]
+    initializer: Vec<PayloadTensor>,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+struct PayloadNode {
+    #[prost(string, repeated, tag = "1")]
+    input: Vec<String>,
+    #[prost(string, repeated, tag = "2")]
+    output: Vec<String>,
+    #[prost(string, tag = "3")]
+    name: String,
+    #[prost(string, tag = "4")]
+    op_type: String,
+    #[prost(message, repeated, tag = "5")]
+    attribute: Vec<AttributeProto>,
+    #[prost(string, tag = "7")]
+    domain: String,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+struct PayloadTensor {
+    #[prost(int64, repeated, tag = "1")]
+    dims: Vec<i64>,
+    #[prost(int32, tag = "2")]
+    data_type: i32,
+    #[prost(float, repeated, tag = "4")]
+    float_data: Vec<f32>,
+    #[prost(int32, repeated, tag = "5")]
+    int32_data: Vec<i32>,
+    #[prost(string, tag = "8")]
+    name: String,
+    #[prost(bytes = "vec", tag = "9")]
+    raw_data: Vec<u8>,
+    #[prost(message, repeated, tag = "13")]
+    external_data: Vec<StringStringEntryProto>,
+    #[prost(int32, tag = "14")]
+    data_location: i32,
+}
+
+/// ONNX element types the dequantization reads.
+const FLOAT: i32 = 1;
+const UINT8: i32 = 2;
+const INT8: i32 = 3;
+const FLOAT16: i32 = 10;
+const UINT4: i32 = 21;
+const INT4: i32 = 22;
+
+struct PayloadGraph {
+    nodes: Vec<PayloadNode>,
+    inits: HashMap<String, PayloadTensor>,
+    /// Which node consumes each value.
+    consumers: HashMap<String, Vec<usize>>,
+}
+
+fn attr(node: &PayloadNode, name: &str) -> Option<i64> {
+    node.attribute.iter().find(|a| a.name == name).map(|a| a.i)
+}
+
+impl PayloadGraph {
+    fn load(path: &Path) -> Result<Self, QuantizedError> {
+        let bytes = std::fs::read(path).map_err(|source| QuantizedError::Io { path: path.into(), source })?;
+        let model = PayloadModel::decode(bytes.as_slice()).map_err(|source| QuantizedError::Decode { path: path.into(), source })?;
+        let g = model.graph.unwrap_or_default();
+        let mut consumers: HashMap<String, Vec<usize>> = HashMap::new();
+        for (i, n) in g.node.iter().enumerate() {
+            for input in &n.input {
+                consumers.entry(input.clone()).or_default().push(i);
+            }
+        }
+        Ok(PayloadGraph { nodes: g.node, inits: g.initializer.into_iter().map(|t| (t.name.clone(), t)).collect(), consumers })
+    }
+
+    fn init(&self, name: &str) -> Option<&PayloadTensor> {
+        self.inits.get(name)
+    }
+
+    fn float_matmuls(&self) -> usize {
+        self.nodes.iter().filter(|n| n.op_type == "MatMul" && n.input.get(1).is_some_and(|b| self.inits.contains_key(b))).count()
+    }
+
+    /// The quantized weights of this graph.
+    fn quantized(&self, role: &str, path: &Path) -> Result<Vec<QuantizedWeight>, QuantizedError> {
+        let mut out = Vec::new();
+        for n in &self.nodes {
+            let bad = |message: String| QuantizedError::Node { path: path.into(), node: n.name.clone(), op: n.op_type.clone(), message };
+            let input = |i: usize, what: &str| -> Result<&PayloadTensor, QuantizedError> {
+                let name = n.input.get(i).filter(|s| !s.is_empty()).ok_or_else(|| bad(format!("no input {i} ({what})")))?;
+                self.init(name).ok_or_else(|| bad(format!("input {i} ({what}) `{name}` is not an initializer")))
+            };
+            let scale_type = |t: &PayloadTensor| super::proto::elem_type_name(t.data_type);
+            match n.op_type.as_str() {
+                "MatMulNBits" => {
+                    let b = input(1, "B")?;
+                    let scales = input(2, "scales")?;
+                    let (k, nn) = (attr(n, "K").unwrap_or(0), attr(n, "N").unwrap_or(0));
+                    let bits = attr(n, "bits").unwrap_or(4);
+                    let block = attr(n, "block_size").unwrap_or(0);
+                    if k <= 0 || nn <= 0 || !matches!(bits, 2 | 4 | 8) || block < 16 || (block & (block - 1)) != 0 {
+                        return Err(bad(format!("attributes K {k}, N {nn}, bits {bits}, block_size {block}: expected K, N > 0, bits 2/4/8, a power-of-two block ≥ 16")));
+                    }
+                    let zp = n.input.get(3).is_some_and(|s| !s.is_empty());
+                    if zp && input(3, "zero_points")?.data_type != UINT8 {
+                        return Err(bad("float zero points are not read yet (only uint8-packed ones)".into()));
+                    }
+                    if n.input.get(4).is_some_and(|s| !s.is_empty()) {
+                        return Err(bad("g_idx (act-order) is not read yet".into()));
+                    }
+                    let n_blocks = (k + block - 1) / block;
+                    let expected = [nn, n_blocks, block * bits / 8];
+                    if b.dims != expected {
+                        return Err(bad(format!(
+                            "B `{}` has shape {:?}, K {k} N {nn} bits {bits} block {block} imply {expected:?}",
+                            b.name, b.dims
+                        )));
+                    }
+                    out.push(QuantizedWeight {
+                        submodel: role.into(),
+                        node: n.name.clone(),
+                        op: QuantOp::MatMulNBits,
+                        initializer: b.name.clone(),
+                        key: key_of(&b.name),
+                        bits: bits as u32,
+                        block_size: block as usize,
+                        accuracy_level: attr(n, "accuracy_level").unwrap_or(0),
+                        zero_points: zp,
+                        shape: [nn as usize, k as usize],
+                        scale_type: scale_type(scales),
+                    });
+                }
+                "GatherBlockQuantized" => {
+                    let data = input(0, "data")?;
+                    let scales = input(2, "scales")?;
+                    let bits = attr(n, "bits").unwrap_or(4);
+                    let block = attr(n, "block_size").unwrap_or(128);
+                    let (gather_axis, quantize_axis) = (attr(n, "gather_axis").unwrap_or(0), attr(n, "quantize_axis").unwrap_or(1));
+                    if gather_axis != 0 || quantize_axis != 1 || data.dims.len() != 2 {
+                        return Err(bad(format!(
+                            "gather_axis {gather_axis}, quantize_axis {quantize_axis}, data rank {}: only a [rows, cols] table gathered by row and quantized along its columns is read",
+                            data.dims.len()
+                        )));
+                    }
+                    let packed = data.data_type == UINT8 && bits == 4;
+                    let cols = data.dims[1] as usize * if packed { 2 } else { 1 };
+                    out.push(QuantizedWeight {
+                        submodel: role.into(),
+                        node: n.name.clone(),
+                        op: QuantOp::GatherBlockQuantized,
+                        initializer: data.name.clone(),
+                        key: key_of(&data.name),
+                        bits: bits as u32,
+                        block_size: block as usize,
+                        accuracy_level: 0,
+                        zero_points: n.input.get(3).is_some_and(|s| !s.is_empty()),
+                        shape: [data.dims[0] as usize, cols],
+                        scale_type: scale_type(scales),
+                    });
+                }
+                "DequantizeLinear" => {
+                    // Only a weight: an initializer dequantized straight into a MatMul's B.
+                    let Some(x) = n.input.first().and_then(|x| self.init(x)) else { continue };
+                    let out_name = n.output.first().cloned().unwrap_or_default();
+                    let feeds_matmul = self.consumers.get(&out_name).is_some_and(|c| {
+                        c.iter().any(|&i| self.nodes[i].op_type == "MatMul" && self.nodes[i].input.get(1) == Some(&out_name))
+                    });
+                    if !feeds_matmul || x.dims.len() != 2 {
+                        continue;
+                    }
+                    let scales = input(1, "x_scale")?;
+                    let bits = match x.data_type {
+                        UINT4 | INT4 => 4,
+                        UINT8 | INT8 => 8,
+                        t => {
+                            return Err(bad(format!(
+                                "x `{}` of type {}: expected (u)int4 or (u)int8",
+                                x.name,
+                                super::proto::elem_type_name(t)
+                            )))
+                        }
+                    };
+                    let (k, nn) = (x.dims[0] as usize, x.dims[1] as usize);
+                    out.push(QuantizedWeight {
+                        submodel: role.into(),
+                        node: n.name.clone(),
+                        op: QuantOp::DequantizeLinear,
+                        initializer: x.name.clone(),
+                        key: key_of(&x.name),
+                        bits,
+                        block_size: attr(n, "block_size").unwrap_or(0) as usize,
+                        accuracy_level: 0,
+                        zero_points: n.input.get(2).is_some_and(|s| !s.is_empty()),
+                        shape: [nn, k],
+                        scale_type: scale_type(scales),
+                    });
+                }
+                _ => {}
+            }
+        }
+        Ok(out)
+    }
+
+    /// `w` dequantized, row-major in the checkpoint's layout.
+    fn dequantize(&self, w: &QuantizedWeight, path: &Path, data: &mut ExternalData) -> Result<Vec<f32>, QuantizedError> {
+        let node = self.nodes.iter().find(|n| n.name == w.node).ok_or_else(|| QuantizedError::Node {
+            path: path.into(),
+            node: w.node.clone(),
+            op: w.op.as_str().into(),
+            message: "gone from the graph".into(),
+        })?;
+        let bad = |message: String| QuantizedError::Node { path: path.into(), node: w.node.clone(), op: w.op.as_str().into(), message };
+        let payload = |i: usize, data: &mut ExternalData| -> Result<Option<(Vec<u8>, i32, Vec<i64>)>, QuantizedError> {
+            let Some(name) = node.input.get(i).filter(|s| !s.is_empty()) else { return Ok(None) };
+            let t = self.init(name).ok_or_else(|| bad(format!("input {i} `{name}` is not an initializer")))?;
+            Ok(Some((data.bytes(t, path)?, t.data_type, t.dims.clone())))
+        };
+        let floats = |bytes: &[u8], ty: i32, what: &str| -> Result<Vec<f32>, QuantizedError> {
+            match ty {
+                FLOAT => Ok(bytes.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()),
+                FLOAT16 => Ok(bytes.chunks_exact(2).map(|c| half::f16::from_le_bytes([c[0], c[1]]).to_f32()).collect()),
+                t => Err(bad(format!("{what} of type {}: expected float32 or float16", super::proto::elem_type_name(t)))),
+            }
+        };
+        let [rows, cols] = w.shape;
+        match w.op {
+            QuantOp::MatMulNBits => {
+                let (b, _, _) = payload(1, data)?.ok_or_else(|| bad("no B".into()))?;
+                let (s, sty, _) = payload(2, data)?.ok_or_else(|| bad("no scales".into()))?;
+                let scales = floats(&s, sty, "scales")?;
+                let (bits, block) = (w.bits as usize, w.block_size);
+                let n_blocks = cols.div_ceil(block);
+                let blob = block * bits / 8;
+                if b.len() != rows * n_blocks * blob || scales.len() != rows * n_blocks {
+                    return Err(bad(format!(
+                        "B has {} bytes and scales {} values; [N {rows}, K {cols}] in blocks of {block} at {bits} bits needs {} and {}",
+                        b.len(),
+                        scales.len(),
+                        rows * n_blocks * blob,
+                        rows * n_blocks
+                    )));
+                }
+                let zp_row = (n_blocks * bits).div_ceil(8);
+                let zps = match payload(3, data)? {
+                    Some((z, _, _)) if z.len() == rows * zp_row => Some(z),
+                    Some((z, _, _)) => return Err(bad(format!("zero_points has {} bytes; {rows} rows of {zp_row} expected", z.len()))),
+                    None => None,
+                };
+                let default_zp = 1u32 << (bits - 1);
+                let mut out = vec![0f32; rows * cols];
+                for n in 0..rows {
+                    for blk in 0..n_blocks {
+                        let scale = scales[n * n_blocks + blk];
+                        let zp = match &zps {
+                            Some(z) => unpack(&z[n * zp_row..(n + 1) * zp_row], bits, blk),
+                            None => default_zp,
+                        } as f32;
+                        let bytes = &b[(n * n_blocks + blk) * blob..(n * n_blocks + blk + 1) * blob];
+                        for i in 0..block {
+                            let k = blk * block + i;
+                            if k >= cols {
+                                break;
+                            }
+                            out[n * cols + k] = (unpack(bytes, bits, i) as f32 - zp) * scale;
+                        }
+                    }
+                }
+                Ok(out)
+            }
+            QuantOp::GatherBlockQuantized => {
+                let (q, qty, _) = payload(0, data)?.ok_or_else(|| bad("no data".into()))?;
+                let (s, sty, _) = payload(2, data)?.ok_or_else(|| bad("no scales".into()))?;
+                let scales = floats(&s, sty, "scales")?;
+                let block = w.block_size;
+                let n_blocks = cols.div_ceil(block);
+                if scales.len() != rows * n_blocks {
+                    return Err(bad(format!(
+                        "scales has {} values; [{rows}, {cols}] in blocks of {block} needs {}",
+                        scales.len(),
+                        rows * n_blocks
+                    )));
+                }
+                let signed = qty == INT4 || qty == INT8;
+                let value = |i: usize| -> f32 {
+                    match (w.bits, signed) {
+                        (4, true) => ((unpack(&q, 4, i) as i32) << 28 >> 28) as f32,
+                        (4, false) => unpack(&q, 4, i) as f32,
+                        (_, true) => q[i] as i8 as f32,
+                        (_, false) => q[i] as f32,
+                    }
+                };
+                let zps = payload(3, data)?.map(|(z, _, _)| z);
+                let default_zp = if signed { 0.0 } else { (1u32 << (w.bits - 1)) as f32 };
+                let mut out = vec![0f32; rows * cols];
+                for r in 0..rows {
+                    for c in 0..cols {
+                        let blk = r * n_blocks + c / block;
+                        let zp = match &zps {
+                            Some(z) if w.bits == 4 => unpack(z, 4, blk) as f32,
+                            Some(z) => z[blk] as f32,
+                            None => default_zp,
+                        };
+                        out[r * cols + c] = (value(r * cols + c) - zp) * scales[blk];
+                    }
+                }
+                Ok(out)
+            }
+            QuantOp::DequantizeLinear => {
+                let (q, qty, _) = payload(0, data)?.ok_or_else(|| bad("no x".into()))?;
+                let (s, sty, sdims) = payload(1, data)?.ok_or_else(|| bad("no x_scale".into()))?;
+                let scales = floats(&s, sty, "x_scale")?;
+                let zps = payload(2, data)?.map(|(z, _, _)| z);
+                // x is [K, N] = [cols, rows] of the checkpoint's layout.
+                let (k_dim, n_dim) = (cols, rows);
+                let axis = attr(node, "axis").unwrap_or(1);
+                let signed = qty == INT4 || qty == INT8;
+                let q_at = |i: usize| -> i32 {
+                    match (w.bits, signed) {
+                        (4, true) => (unpack(&q, 4, i) as i32) << 28 >> 28,
+                        (4, false) => unpack(&q, 4, i) as i32,
+                        (_, true) => q[i] as i8 as i32,
+                        (_, false) => q[i] as i32,
+                    }
+                };
+                let zp_at = |i: usize| -> i32 {
+                    match &zps {
+                        None => 0,
+                        Some(z) => match (w.bits, signed) {
+                            (4, true) => (unpack(z, 4, i) as i32) << 28 >> 28,
+                            (4, false) => unpack(z, 4, i) as i32,
+                            (_, true) => z[i] as i8 as i32,
+                            (_, false) => z[i] as i32,
+                        },
+                    }
+                };
+                let block = w.block_size;
+                let scale_index = |k: usize, n: usize| -> Option<usize> {
+                    match (sdims.len(), axis, block) {
+                        (0, _, _) => Some(0),
+                        (1, 1, 0) => Some(n),
+                        (1, 0, 0) => Some(k),
+                        (2, 0, b) if b > 0 => Some((k / b) * n_dim + n),
+                        (2, 1, b) if b > 0 => Some(k * n_dim.div_ceil(b) + n / b),
+                        _ => None,
+                    }
+                };
+                let mut out = vec![0f32; rows * cols];
+                for k in 0..k_dim {
+                    for n in 0..n_dim {
+                        let si = scale_index(k, n).filter(|&i| i < scales.len()).ok_or_else(|| {
+                            bad(format!("x_scale of shape {sdims:?} with axis {axis}, block_size {block} for x [{k_dim}, {n_dim}]"))
+                        })?;
+                        let i = k * n_dim + n;
+                        out[n * cols + k] = (q_at(i) - zp_at(si)) as f32 * scales[si];
+                    }
+                }
+                Ok(out)
+            }
+        }
+    }
+}
+
+/// Element `i` of `bits`-wide unsigned values packed little-end first in `bytes`.
+fn unpack(bytes: &[u8], bits: usize, i: usize) -> u32 {
+    let per = 8 / bits;
+    let byte = bytes.get(i / per).copied().unwrap_or(0);
+    ((byte >> ((i % per) * bits)) & ((1u16 << bits) - 1) as u8) as u32
+}
+
+/// External-data files of one graph, opened once and read by range.
+struct ExternalData {
+    dir: PathBuf,
+    files: HashMap<String, std::fs::File>,
+}
+
+impl ExternalData {
+    fn new(model: &Path) -> Self {
+        ExternalData { dir: model.parent().map(Path::to_path_buf).unwrap_or_default(), files: HashMap::new() }
+    }
+
+    /// `t`'s bytes: `raw_data`, the typed fields, or its range of an external file.
+    fn bytes(&mut self, t: &PayloadTensor, model: &Path) -> Result<Vec<u8>, QuantizedError> {
+        if t.data_location != 1 {
+            if !t.raw_data.is_empty() {
+                return Ok(t.raw_data.clone());
+            }
+            if !t.float_data.is_empty() {
+                return Ok(t.float_data.iter().flat_map(|v| v.to_le_bytes()).collect());
+            }
+            // int32_data holds each (u)int8 / (u)int4 byte and each float16 as its bits.
+            return Ok(match t.data_type {
+                FLOAT16 => t.int32_data.iter().flat_map(|&v| (v as u16).to_le_bytes()).collect(),
+                _ => t.int32_data.iter().map(|&v| v as u8).collect(),
+            });
+        }
+        let get = |k: &str| t.external_data.iter().find(|e| e.key == k).map(|e| e.value.as_str());
+        let bad = |message: String| QuantizedError::Node { path: model.into(), node: t.name.clone(), op: "initializer".into(), message };
+        let location = get("location").ok_or_else(|| bad("external data without a location".into()))?;
+        let offset: u64 = get("offset").unwrap_or("0").parse().map_err(|_| bad("external data offset is not a number".into()))?;
+        let length: usize = get("length")
+            .ok_or_else(|| bad("external data without a length".into()))?
+            .parse()
+            .map_err(|_| bad("external data length is not a number".into()))?;
+        let path = self.dir.join(location);
+        if !self.files.contains_key(location) {
+            let f = std::fs::File::open(&path).map_err(|source| QuantizedError::Io { path: path.clone(), source })?;
+            self.files.insert(location.to_string(), f);
+        }
+        let f = &self.files[location];
+        let mut buf = vec![0u8; length];
+        use std::os::unix::fs::FileExt;
+        f.read_exact_at(&mut buf, offset).map_err(|source| QuantizedError::Io { path: path.clone(), source })?;
+        Ok(buf)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Guards the naming rule against the names quantizers and mobius write.
+    #[test]
+    fn keys_of_quantized_initializers() {
+        assert_eq!(key_of("model.layers.0.self_attn.q_proj.weight_t_Q4"), "layers.0.self_attn.q_proj.weight");
+        assert_eq!(key_of("decoder.model.layers.3.mlp.down_proj.weight_t_Q8"), "layers.3.mlp.down_proj.weight");
+        assert_eq!(key_of("lm_head.weight_t_Q4"), "lm_head.weight");
+        assert_eq!(key_of("model.embed_tokens.weight_Q4"), "embed_tokens.weight");
+        assert_eq!(key_of("model.per_layer_model_projection.weight_t_Q4"), "per_layer_model_projection.weight");
+    }
+
+    /// Guards the nibble order: element 2i in the low nibble, 2i+1 in the high one.
+    #[test]
+    fn nibbles_unpack_low_first() {
+        assert_eq!(unpack(&[0x21, 0x43], 4, 0), 1);
+        assert_eq!(unpack(&[0x21, 0x43], 4, 1), 2);
+        assert_eq!(unpack(&[0x21, 0x43], 4, 3), 4);
+        assert_eq!(unpack(&[0b11_10_01_00], 2, 2), 2);
+        assert_eq!(unpack(&[200], 8, 0), 200);
+    }
+}

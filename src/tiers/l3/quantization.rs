@@ -1,0 +1,221 @@
+//! What L3 says of a quantized build beside its arithmetic (judged against the reference on the
+//! build's own dequantized weights, [`super::compare`]):
+//!
+//! - **Its weights are the checkpoint's.** Against the reference on its own weights a build whose
+//!   one matmul has its scales off, or its nibbles in the wrong order, computes exactly what it
+//!   claims: only its dequantized weights against the checkpoint's show it. Per weight, the
+//!   relative error `rms(W_deq − W) / rms(W)`; a weight more than [`WEIGHT_ERROR_RATIO`] times the
+//!   median of the build's weights of the same bit width is a wrong weight, blamed on its layer
+//!   and module. (Quantization error is the same order for every weight quantized the same way:
+//!   RTN int4 in blocks of 32 puts the fixtures' weights at 0.10–0.13; one matmul's scales ×1.25
+//!   is 2.4× the median, nibbles swapped 11×.)
+//! - **What the quantization costs** (not a failure: users choose builds by it): the export
+//!   against the *float* reference per position — the KL divergence of the softmax, its mean and
+//!   99th percentile, and how often the top-1 token agrees — as llama.cpp's perplexity tool
+//!   reports KLD and "same top p".
+
+use crate::metric_keys as key;
+use crate::metric_keys::Metrics;
+use crate::metrics::argmax;
+use crate::outputs::Run;
+
+/// A weight whose dequantization error is this many times the median of its build's weights of
+/// the same bit width is not the checkpoint's weight.
+pub const WEIGHT_ERROR_RATIO: f64 = 1.6;
+
+/// One quantized weight against the checkpoint's.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WeightError {
+    /// The reference parameter (`layers.1.mlp.gate_proj.weight`).
+    pub key: String,
+    /// The export's node.
+    pub node: String,
+    pub bits: u32,
+    /// `rms(W_deq − W) / rms(W)`.
+    pub relative_error: f64,
+}
+
+/// `rms(a − b) / rms(b)`; NaN when a value is not finite or the shapes differ.
+pub fn relative_error(dequantized: &[f32], checkpoint: &[f32]) -> f64 {
+    if dequantized.len() != checkpoint.len() {
+        return f64::NAN;
+    }
+    let (mut e, mut s) = (0f64, 0f64);
+    for (&a, &b) in dequantized.iter().zip(checkpoint) {
+        let d = a as f64 - b as f64;
+        e += d * d;
+        s += (b as f64) * (b as f64);
+    }
+    if s == 0.0 {
+        return if e == 0.0 { 0.0 } else { f64::INFINITY };
+    }
+    (e / s).sqrt()
+}
+
+/// The layer index of a reference parameter name (`layers.3.…` → 3).
+fn layer_of(key: &str) -> Option<usize> {
+    key.strip_prefix("layers.")?.split('.').next()?.parse().ok()
+}
+
+/// The weights check: each weight's error over the median of its bit width's; the first
+/// (in layer order) beyond [`WEIGHT_ERROR_RATIO`] fails, named with its layer and module.
+/// Returns the failure message, if any, and records `quantization_weight_error` (per weight) and
+/// `quantization_weight_error_ratio_max`.
+pub fn judge_weights(weights: &[WeightError], metrics: &mut Metrics) -> Option<String> {
+    let mut by_bits: std::collections::BTreeMap<u32, Vec<f64>> = Default::default();
+    for w in weights {
+        by_bits.entry(w.bits).or_default().push(w.relative_error);
+    }
+    let median = |bits: u32| -> f64 {
+        let mut v = by_bits.get(&bits).cloned().unwrap_or_default();
+        v.sort_by(|a, b| a.total_cmp(b));
+        v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
+    };
+    let mut table = serde_json::Map::new();
+    let mut worst: Option<(f64, &WeightError)> = None;
+    let mut first_bad: Option<(f64, &WeightError)> = None;
+    let mut ordered: Vec<&WeightError> = weights.iter().collect();
+    ordered.sort_by_key(|w| (layer_of(&w.key).unwrap_or(usize::MAX), w.key.clone()));
+    for w in ordered {
+        let m = median(w.bits);
+        // NaN (a non-finite weight) is never within the budget.
+        let ratio = if m > 0.0 {
+            w.relative_error / m
+        } else if w.relative_error == 0.0 {
+            1.0
+        } else {
+            f64::INFINITY
+        };
+        let ratio = if ratio.is_nan() { f64::INFINITY } else { ratio };
+        table.insert(
+            w.key.clone(),
+            serde_json::json!({"node": w.node, "bits": w.bits, "relative_error": w.relative_error, "ratio_to_median": ratio}),
+        );
+        if worst.is_none_or(|(r, _)| ratio > r) {
+            worst = Some((ratio, w));
+        }
+        if ratio > WEIGHT_ERROR_RATIO && first_bad.is_none() {
+            first_bad = Some((ratio, w));
+        }
+    }
+    metrics.insert(key::QUANTIZATION_WEIGHT_ERROR.into(), serde_json::Value::Object(table));
+    if let Some((r, _)) = worst {
+        metrics.insert(key::QUANTIZATION_WEIGHT_ERROR_RATIO_MAX.into(), r.into());
+    }
+    let (ratio, w) = first_bad?;
+    let module = w.key.split('.').nth(2).unwrap_or("");
+    if let Some(layer) = layer_of(&w.key) {
+        metrics.insert(key::FIRST_DIVERGENT_LAYER.into(), layer.into());
+        metrics.insert(key::DIVERGENT_MODULE.into(), format!("layer {layer} {module}").into());
+    }
+    Some(format!(
+        "the build's `{}` (node `{}`, int{}) is not the checkpoint's weight: it dequantizes {:.3} off (rms relative), {ratio:.1}× the median of the build's int{} weights (> {WEIGHT_ERROR_RATIO}){}",
+        w.key,
+        w.node,
+        w.bits,
+        w.relative_error,
+        w.bits,
+        layer_of(&w.key).map(|l| format!("; blamed on layer {l} {module}")).unwrap_or_default()
+    ))
+}
+
+/// `KL(p ‖ q)` of the softmax of two logit rows (`p` the float reference's), in nats.
+fn kl(p_logits: &[f32], q_logits: &[f32]) -> f64 {
+    let lse = |x: &[f32]| -> f64 {
+        let m = x.iter().fold(f64::NEG_INFINITY, |m, &v| m.max(v as f64));
+        m + x.iter().map(|&v| (v as f64 - m).exp()).sum::<f64>().ln()
+    };
+    let (lp, lq) = (lse(p_logits), lse(q_logits));
+    p_logits
+        .iter()
+        .zip(q_logits)
+        .map(|(&a, &b)| {
+            let (la, lb) = (a as f64 - lp, b as f64 - lq);
+            la.exp() * (la - lb)
+        })
+        .sum::<f64>()
+        .max(0.0)
+}
+
+/// The quantization's cost: the candidate's logits against the float reference's at every prefill
+/// position and decode step (both teacher-forced with the same tokens). Records
+/// `quantization_kl_mean`, `quantization_kl_p99`, `quantization_top1_agreement` and the per
+/// position `quantization_kl`; returns the line for the verdict.
+pub fn cost(float: &Run, candidate: &Run, metrics: &mut Metrics) -> Option<String> {
+    let v = *float.prefill.logits.shape.last()?;
+    if v == 0 || candidate.prefill.logits.shape != float.prefill.logits.shape {
+        return None;
+    }
+    let mut rows: Vec<(&[f32], &[f32])> =
+        float.prefill.logits.data.chunks_exact(v).zip(candidate.prefill.logits.data.chunks_exact(v)).collect();
+    for (f, c) in float.generation.step_logits.iter().zip(&candidate.generation.step_logits) {
+        if f.len() == v && c.len() == v {
+            rows.push((f, c));
+        }
+    }
+    let kls: Vec<f64> = rows.iter().map(|(f, c)| kl(f, c)).collect();
+    let agree = rows.iter().filter(|(f, c)| argmax(f).is_some() && argmax(f) == argmax(c)).count();
+    let mut sorted = kls.clone();
+    sorted.sort_by(|a, b| a.total_cmp(b));
+    let p99 = sorted.get(((sorted.len() as f64 * 0.99).ceil() as usize).saturating_sub(1)).copied().unwrap_or(f64::NAN);
+    let mean = kls.iter().sum::<f64>() / kls.len().max(1) as f64;
+    let top1 = agree as f64 / rows.len().max(1) as f64;
+    metrics.insert(key::QUANTIZATION_KL_MEAN.into(), mean.into());
+    metrics.insert(key::QUANTIZATION_KL_P99.into(), p99.into());
+    metrics.insert(key::QUANTIZATION_TOP1_AGREEMENT.into(), top1.into());
+    metrics.insert(key::QUANTIZATION_KL.into(), kls.iter().map(|&k| serde_json::Value::from(k)).collect::<Vec<_>>().into());
+    Some(format!(
+        "quantization's cost against the float reference over {} positions: KL mean {mean:.3e}, p99 {p99:.3e} nats, top-1 agreement {:.1}% (reported, not judged)",
+        rows.len(),
+        top1 * 100.0
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn w(key: &str, e: f64) -> WeightError {
+        WeightError { key: key.into(), node: format!("n/{key}"), bits: 4, relative_error: e }
+    }
+
+    /// Guards the weights check: uniform quantization error passes; one weight 2.5× the median
+    /// fails, blamed on its layer and module; a NaN weight fails.
+    #[test]
+    fn one_weight_off_the_checkpoint_fails_and_is_blamed() {
+        let good: Vec<WeightError> = (0..6).map(|l| w(&format!("layers.{l}.mlp.up_proj.weight"), 0.10 + 0.005 * l as f64)).collect();
+        let mut m = Metrics::new();
+        assert_eq!(judge_weights(&good, &mut m), None);
+        let mut bad = good.clone();
+        bad[3].relative_error = 0.28;
+        let mut m = Metrics::new();
+        let msg = judge_weights(&bad, &mut m).expect("fails");
+        assert!(msg.contains("layers.3.mlp.up_proj.weight") && msg.contains("layer 3 mlp"), "{msg}");
+        assert_eq!(m.get("first_divergent_layer").and_then(|v| v.as_u64()), Some(3));
+        let mut nan = good.clone();
+        nan[1].relative_error = f64::NAN;
+        assert!(judge_weights(&nan, &mut Metrics::new()).is_some());
+        assert!(relative_error(&[1.0, f32::NAN], &[1.0, 1.0]).is_nan());
+    }
+
+    /// Guards the cost: identical logits cost nothing and agree everywhere; a flipped argmax is
+    /// counted and costs KL > 0.
+    #[test]
+    fn kl_and_top1_against_the_float_reference() {
+        use crate::inputs::Dense;
+        let run = |d: Vec<f32>| Run {
+            prefill: crate::outputs::Prefill { logits: Dense::new(vec![1, 2, 3], d), ..Default::default() },
+            ..Default::default()
+        };
+        let f = run(vec![1.0, 2.0, 3.0, 3.0, 2.0, 1.0]);
+        let mut m = Metrics::new();
+        cost(&f, &f, &mut m).expect("line");
+        assert_eq!(m["quantization_kl_mean"].as_f64(), Some(0.0));
+        assert_eq!(m["quantization_top1_agreement"].as_f64(), Some(1.0));
+        let c = run(vec![1.0, 2.0, 3.0, 1.0, 2.0, 3.0]);
+        let mut m = Metrics::new();
+        cost(&f, &c, &mut m).expect("line");
+        assert_eq!(m["quantization_top1_agreement"].as_f64(), Some(0.5));
+        assert!(m["quantization_kl_p99"].as_f64().unwrap() > 0.5);
+    }
+}
