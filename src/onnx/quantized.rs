@@ -423,7 +423,7 @@ impl PayloadGraph {
             message: "gone from the graph".into(),
         })?;
         let bad = |message: String| QuantizedError::Node { path: path.into(), node: w.node.clone(), op: w.op.as_str().into(), message };
-        let payload = |i: usize, data: &mut ExternalData| -> Result<Option<(Vec<u8>, i32, Vec<i64>)>, QuantizedError> {
+        let payload = |i: usize, data: &mut ExternalData| -> Result<Option<Payload>, QuantizedError> {
             let Some(name) = node.input.get(i).filter(|s| !s.is_empty()) else { return Ok(None) };
             let t = self.init(name).ok_or_else(|| bad(format!("input {i} `{name}` is not an initializer")))?;
             Ok(Some((data.bytes(t, path)?, t.data_type, t.dims.clone())))
@@ -572,6 +572,9 @@ impl PayloadGraph {
         }
     }
 }
+
+/// An initializer's bytes, element type and dims.
+type Payload = (Vec<u8>, i32, Vec<i64>);
 
 /// Element `i` of `bits`-wide unsigned values packed little-end first in `bytes`.
 fn unpack(bytes: &[u8], bits: usize, i: usize) -> u32 {
