@@ -18,6 +18,7 @@ use crate::onnx::graph::{Dim, GraphSummary, TensorSpec};
 use crate::onnx::package::{OnnxPackage, DECODER, EMBEDDING, TEXT_MODEL};
 use crate::onnx::protocol::ExportProtocol;
 use crate::onnx::provider;
+use crate::onnx::quantized::QuantizedBuild;
 use crate::onnx::runtime::ORT_VERSION;
 
 /// What L1 is asked to judge.
@@ -143,6 +144,22 @@ fn interface(inputs: L1Inputs<'_>) -> Result<Interface, TierOutcome> {
     }
     // The EP whose contract applies: the one the case names, else the one this run uses.
     let mut notes = Vec::new();
+    // A quantized build: how, as its graphs say, and each quantized weight's shape against the
+    // config's; a quantized dtype on a build without quantized weights is a float build.
+    match QuantizedBuild::read(onnx_dir) {
+        Ok(Some(q)) => {
+            notes.push(format!("quantized: {}", q.summary()));
+            violations.extend(quantized_shape_violations(&q, config_json));
+        }
+        Ok(None) => {
+            if let Some(d) = pin.and_then(|p| p.dtype).filter(|d| d.is_quantized()) {
+                violations.push(format!(
+                    "dtype {d}, but no graph has a quantized weight (MatMulNBits, GatherBlockQuantized, DequantizeLinear into a MatMul)"
+                ));
+            }
+        }
+        Err(e) => violations.push(e.to_string()),
+    }
     let named = pin
         .and_then(|p| p.ep)
         .map(|e| (e, "named by the case"))
@@ -202,6 +219,44 @@ impl Interface {
             .metric(key::EXPORTER, producers.join(", "))
             .metric(key::TRANSFORMERS_VERSION, transformers.unwrap_or_else(|| "not recorded".into()))
     }
+}
+
+/// Each quantized weight's `[rows, cols]` against the shape the config gives the checkpoint
+/// tensor it stands for (a tied `lm_head` against the token embedding).
+fn quantized_shape_violations(q: &QuantizedBuild, config_json: &std::path::Path) -> Vec<String> {
+    let model = onnx_parity_reference::ModelConfig::from_file(config_json).and_then(onnx_parity_reference::Gemma4::dry);
+    let model = match model {
+        Ok(m) => m,
+        Err(e) => return vec![format!("quantized weights: cannot build the model's manifest from the config: {e}")],
+    };
+    let manifest = model.weight_manifest();
+    let find = |key: &str| {
+        manifest.iter().find(|(n, _)| !n.contains("vision") && (n.as_str() == key || n.ends_with(&format!(".{key}")))).map(|(_, s)| s)
+    };
+    let mut out = Vec::new();
+    for w in &q.weights {
+        let expected = find(&w.key).or_else(|| (w.key == "lm_head.weight").then(|| find("embed_tokens.weight")).flatten());
+        match expected {
+            None => out.push(format!(
+                "{}: `{}` ({}) stands for `{}`, which the model has no tensor for",
+                w.submodel,
+                w.initializer,
+                w.op.as_str(),
+                w.key
+            )),
+            Some(s) if s.as_slice() != w.shape => out.push(format!(
+                "{}: `{}` ({}) is [{}, {}]; the config makes `{}` {s:?}",
+                w.submodel,
+                w.initializer,
+                w.op.as_str(),
+                w.shape[0],
+                w.shape[1],
+                w.key
+            )),
+            Some(_) => {}
+        }
+    }
+    out
 }
 
 fn tensor_violations(

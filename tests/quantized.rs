@@ -1,0 +1,64 @@
+//! Quantized builds (issue 27): what is read from their graphs, and the gates that must fail —
+//! a float build under a quantized dtype, a quantized weight whose shape is not the config's.
+//! (The mutants and the correct builds are cases of the parity target: `gemma4-text-dense@int4*`.)
+
+mod support;
+
+use std::path::PathBuf;
+
+use onnx_parity::case::ExportPin;
+use onnx_parity::onnx::quantized::{QuantOp, QuantizedBuild};
+use onnx_parity::tiers::l1::{self, L1Inputs};
+use onnx_parity::tiers::outcome::Status;
+
+fn repo(rel: &str) -> PathBuf {
+    support::root().join(rel)
+}
+
+/// Guards the reading: ops, bits, blocks, zero points and accuracy level as the quantizer wrote
+/// them, each weight named by the reference parameter it stands for, and the dequantized values
+/// finite and of the checkpoint's shape.
+#[test]
+fn quantization_is_read_from_the_graph() {
+    let q = QuantizedBuild::read(&repo("fixtures/gemma4-text-dense/variants/int4-acc4")).expect("read").expect("quantized");
+    let matmuls: Vec<_> = q.weights.iter().filter(|w| w.op == QuantOp::MatMulNBits).collect();
+    assert_eq!(matmuls.len(), 43);
+    assert!(matmuls.iter().all(|w| w.bits == 4 && w.block_size == 32 && w.accuracy_level == 4 && !w.zero_points));
+    let gather: Vec<_> = q.weights.iter().filter(|w| w.op == QuantOp::GatherBlockQuantized).collect();
+    assert_eq!(gather.len(), 1);
+    assert_eq!(gather[0].key, "embed_tokens.weight");
+    assert!(q.weights.iter().any(|w| w.key == "lm_head.weight"));
+    assert!(q.weights.iter().any(|w| w.key == "layers.2.self_attn.o_proj.weight"));
+    assert!(q.summary().contains("43 MatMulNBits (int4, block 32, symmetric, accuracy_level 4"), "{}", q.summary());
+    let w = q.dequantize().expect("dequantize");
+    let o = w.get("layers.1.mlp.down_proj.weight").expect("down_proj");
+    assert_eq!(o.shape.len(), 2);
+    assert_eq!(o.activation_block, Some(32));
+    assert!(o.data.iter().all(|v| v.is_finite()));
+    let asym = QuantizedBuild::read(&repo("fixtures/gemma4-text-dense/variants/int4-asym")).expect("read").expect("quantized");
+    assert!(asym.weights.iter().all(|w| w.zero_points), "{}", asym.summary());
+    let int8 = QuantizedBuild::read(&repo("fixtures/gemma4-text-dense/variants/int8")).expect("read").expect("quantized");
+    assert_eq!(int8.bits(), 8);
+    // A float build has none.
+    assert!(QuantizedBuild::read(&repo("fixtures/gemma4-text-dense/onnx")).expect("read").is_none());
+}
+
+/// Guards L1: a float build pinned `dtype: int4` fails (mobius once wrote a float model under
+/// `--keep-quantized`); the quantized builds pass and name their quantization.
+#[test]
+fn a_float_build_under_a_quantized_dtype_fails_l1() {
+    let config = repo("fixtures/gemma4-text-dense/checkpoint/config.json");
+    let pin = ExportPin { ep: None, dtype: Some("int4".parse().expect("dtype")), static_cache: None };
+    let float = repo("fixtures/gemma4-text-dense/onnx");
+    let out = l1::check_interface(L1Inputs { config: &config, export: &float, float_dtype: "float32", pin: Some(&pin) });
+    assert_eq!(out.status, Status::Fail, "{}", out.message);
+    assert!(out.message.contains("no graph has a quantized weight"), "{}", out.message);
+    let int4 = repo("fixtures/gemma4-text-dense/variants/int4");
+    let out = l1::check_interface(L1Inputs { config: &config, export: &int4, float_dtype: "float32", pin: Some(&pin) });
+    assert_eq!(out.status, Status::Pass, "{}", out.message);
+    assert!(out.message.contains("quantized: 1 GatherBlockQuantized"), "{}", out.message);
+    // The same build against another model's config: its weights' shapes are not that config's.
+    let other = repo("fixtures/gemma4-text-ple/checkpoint/config.json");
+    let out = l1::check_interface(L1Inputs { config: &other, export: &int4, float_dtype: "float32", pin: Some(&pin) });
+    assert_eq!(out.status, Status::Fail, "{}", out.message);
+}
