@@ -119,10 +119,12 @@ pub struct RunReport {
 }
 
 /// Metrics shown in the Markdown table and console summary, in this order, when present.
-const KEY_METRICS: [&str; 8] = [
+const KEY_METRICS: [&str; 10] = [
     key::MAX_ABS_DIFF,
     key::CALIBRATED_RATIO,
     key::FIXED_ROW_STATUS,
+    key::QUANTIZATION_KL_MEAN,
+    key::QUANTIZATION_TOP1_AGREEMENT,
     key::COSINE,
     key::ARGMAX_MATCH,
     key::TOP10_JACCARD,

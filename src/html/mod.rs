@@ -282,6 +282,10 @@ fn detail(h: &mut String, case: &str, l: &LevelReport) {
         h.push_str("<div>logits max abs diff per prompt position (image blocks shaded)</div>");
         h.push_str(&svg::positions(&p, tol, &blocks));
     }
+    if let Some(kl) = floats(m, key::QUANTIZATION_KL) {
+        h.push_str("<div>quantization's cost: KL divergence (nats) of the export against the float reference per position (prefill, then decode steps)</div>");
+        h.push_str(&svg::positions(&kl, None, &[]));
+    }
     if let Some(golden) = ints(m, key::GOLDEN_TOP10) {
         top10(h, m, &golden);
     }
