@@ -529,18 +529,17 @@ bidirectional: sliding-windowed
         assert_eq!(th.l5.min_token_match_ratio, 0.85);
     }
 
-    /// Guards: int4 has no L3 row: L4/L5 still resolve, L3 is absent with a clear error, and a
-    /// case giving both atol and rtol supplies it.
+    /// Guards: a quantized dtype is judged at L3 in its activations' precision (float32: against
+    /// the reference on its own dequantized weights), by that precision's rows; L4/L5 keep the
+    /// int4 rows (mobius's); a case may still override L3.
     #[test]
-    fn int4_has_no_l3_row() {
+    fn int4_is_judged_at_its_activations_precision() {
         let t = Tolerances::defaults();
         let th = resolve(&t, &case("", "int4")).unwrap();
-        assert_eq!(th.l3, None);
-        let msg = th.require_l3().unwrap_err().to_string();
-        assert!(msg.contains("L3") && msg.contains("int4"), "{msg}");
+        assert_eq!(th.l3, Some(L3Tolerance { atol: 1e-3, rtol: 1e-3 }));
+        assert_eq!(th.l3_calibrated.map(|r| r.k), Some(4.0));
         assert_eq!(th.l4.near_tie_margin, 1.0);
-        let th = resolve(&t, &case("tolerance_overrides:\n  L3: {atol: 1.0}\n", "int4")).unwrap();
-        assert_eq!(th.l3, None, "half an L3 row is not a row");
+        assert_eq!(th.l5.min_token_match_ratio, 0.7);
         let th = resolve(&t, &case("tolerance_overrides:\n  L3: {atol: 1.0, rtol: 0.5}\n", "int4")).unwrap();
         assert_eq!(th.require_l3().unwrap(), L3Tolerance { atol: 1.0, rtol: 0.5 });
     }
