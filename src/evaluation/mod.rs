@@ -86,18 +86,20 @@ pub struct Dequantized {
 
 /// Each of `build`'s dequantized `weights` against the checkpoint tensor it stands for (a tied
 /// `lm_head` against the token embedding), read one at a time.
-fn weight_errors(build: &QuantizedBuild, weights: &Overrides, checkpoint: &std::path::Path) -> Result<Vec<WeightError>, String> {
-    let w = onnx_parity_reference::weights::Weights::open(checkpoint).map_err(|e| e.to_string())?;
+fn weight_errors(build: &QuantizedBuild, weights: &Overrides, checkpoint: &std::path::Path) -> Result<Vec<WeightError>, SharedError> {
+    let err = |m: String| Arc::new(EvalError::Quantized(m));
+    let w = onnx_parity_reference::weights::Weights::open(checkpoint).map_err(|e| err(e.to_string()))?;
     let names: Vec<String> = w.names().map(str::to_string).collect();
     let find = |key: &str| names.iter().find(|n| !n.contains("vision") && (n.as_str() == key || n.ends_with(&format!(".{key}")))).cloned();
     let mut out = Vec::new();
     for q in &build.weights {
         let Some(o) = weights.get(&q.key) else { continue };
-        let name = find(&q.key)
-            .or_else(|| (q.key == "lm_head.weight").then(|| find("embed_tokens.weight")).flatten())
-            .ok_or_else(|| format!("`{}` (node `{}`) stands for `{}`, which the checkpoint does not hold", q.initializer, q.node, q.key))?;
-        let t = w.get(&name, &o.shape).map_err(|e| e.to_string())?;
-        let reference: Vec<f32> = t.flatten_all().and_then(|t| t.to_vec1()).map_err(|e| e.to_string())?;
+        let name =
+            find(&q.key).or_else(|| (q.key == "lm_head.weight").then(|| find("embed_tokens.weight")).flatten()).ok_or_else(|| {
+                err(format!("`{}` (node `{}`) stands for `{}`, which the checkpoint does not hold", q.initializer, q.node, q.key))
+            })?;
+        let t = w.get(&name, &o.shape).map_err(|e| err(e.to_string()))?;
+        let reference: Vec<f32> = t.flatten_all().and_then(|t| t.to_vec1()).map_err(|e| err(e.to_string()))?;
         out.push(WeightError {
             key: q.key.clone(),
             node: q.node.clone(),
@@ -198,7 +200,7 @@ impl CaseEvaluation {
                 let weights = build.dequantize().map_err(|e| err(e.to_string()))?;
                 tracing::info!("{}: quantized build: {}", case.name, build.summary());
                 let checkpoint = artifacts.checkpoint.as_deref().ok_or(EvalError::NoArtifact(implementations::REFERENCE.missing))?;
-                let errors = weight_errors(&build, &weights, checkpoint).map_err(err)?;
+                let errors = weight_errors(&build, &weights, checkpoint)?;
                 Ok(Some(Dequantized { build, weights, errors }))
             })
             .as_ref()

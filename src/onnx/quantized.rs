@@ -168,7 +168,7 @@ impl QuantizedBuild {
                     activation_block,
                     source: format!("{role}: {}", w.initializer),
                 };
-                out.insert(&w.key, o).map_err(|message| QuantizedError::Overrides { path: path.clone(), message })?;
+                out.insert(&w.key, o).map_err(|e| QuantizedError::Overrides { path: path.clone(), message: e.to_string() })?;
             }
             tracing::info!("{}: dequantized {} weights in {:.2} s", path.display(), out.len(), t.elapsed().as_secs_f64());
         }

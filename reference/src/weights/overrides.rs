@@ -30,6 +30,15 @@ pub struct Override {
     pub source: String,
 }
 
+/// Two of a build's weights claim the same reference parameter.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("`{first}` and `{second}` both stand for `{key}`")]
+pub struct DuplicateOverride {
+    pub key: String,
+    pub first: String,
+    pub second: String,
+}
+
 /// The set of overrides of one model.
 #[derive(Debug, Clone, Default)]
 pub struct Overrides {
@@ -38,9 +47,9 @@ pub struct Overrides {
 
 impl Overrides {
     /// Adds `key`'s override; a second one for the same key is an error naming both sources.
-    pub fn insert(&mut self, key: &str, o: Override) -> Result<(), String> {
+    pub fn insert(&mut self, key: &str, o: Override) -> Result<(), DuplicateOverride> {
         if let Some(prev) = self.by_key.get(key) {
-            return Err(format!("`{}` and `{}` both stand for `{key}`", prev.source, o.source));
+            return Err(DuplicateOverride { key: key.to_string(), first: prev.source.clone(), second: o.source });
         }
         self.by_key.insert(key.to_string(), o);
         Ok(())
@@ -172,6 +181,6 @@ mod tests {
         assert!(o.lookup("model.layers.11.mlp.up_proj.weight").is_none());
         assert!(o.lookup("model.vision_tower.layers.1.mlp.up_proj.weight").is_none());
         assert!(o.lookup("lm_head.weight").is_some());
-        assert!(o.insert("lm_head.weight", one("c")).unwrap_err().contains("`b` and `c`"));
+        assert!(o.insert("lm_head.weight", one("c")).unwrap_err().to_string().contains("`b` and `c`"));
     }
 }
