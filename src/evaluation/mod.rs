@@ -37,7 +37,7 @@ use crate::outputs::{GeneratedTokens, Isolation, Run};
 use crate::tiers::l3::quantization::{relative_error, WeightError};
 use crate::tiers::l3::Calibration;
 use implementations::Implementation;
-use onnx_parity_reference::weights::Overrides;
+use onnx_parity_reference::weights::{name_for, Overrides};
 use onnx_parity_reference::BidirectionalScope;
 
 /// What the reference computed for a case.
@@ -90,15 +90,13 @@ fn weight_errors(build: &QuantizedBuild, weights: &Overrides, checkpoint: &std::
     let err = |m: String| Arc::new(EvalError::Quantized(m));
     let w = onnx_parity_reference::weights::Weights::open(checkpoint).map_err(|e| err(e.to_string()))?;
     let names: Vec<String> = w.names().map(str::to_string).collect();
-    let find = |key: &str| names.iter().find(|n| !n.contains("vision") && (n.as_str() == key || n.ends_with(&format!(".{key}")))).cloned();
     let mut out = Vec::new();
     for q in &build.weights {
         let Some(o) = weights.get(&q.key) else { continue };
-        let name =
-            find(&q.key).or_else(|| (q.key == "lm_head.weight").then(|| find("embed_tokens.weight")).flatten()).ok_or_else(|| {
-                err(format!("`{}` (node `{}`) stands for `{}`, which the checkpoint does not hold", q.initializer, q.node, q.key))
-            })?;
-        let t = w.get(&name, &o.shape).map_err(|e| err(e.to_string()))?;
+        let name = name_for(&q.key, names.iter().map(String::as_str)).ok_or_else(|| {
+            err(format!("`{}` (node `{}`) stands for `{}`, which the checkpoint does not hold", q.initializer, q.node, q.key))
+        })?;
+        let t = w.get(name, &o.shape).map_err(|e| err(e.to_string()))?;
         let reference: Vec<f32> = t.flatten_all().and_then(|t| t.to_vec1()).map_err(|e| err(e.to_string()))?;
         out.push(WeightError {
             key: q.key.clone(),

@@ -31,7 +31,7 @@ mod rows;
 mod shard;
 
 use decode::{decode, Bf16Le, F16Le, F32Le, Order};
-pub use overrides::{quantize_activations, ActFloat, Override, Overrides};
+pub use overrides::{name_for, quantize_activations, stands_for, ActFloat, Override, Overrides};
 pub use rows::RowTable;
 use shard::Shard;
 

@@ -74,15 +74,24 @@ impl Overrides {
 
     /// The override `module_name` reads, with its key.
     pub(crate) fn lookup(&self, module_name: &str) -> Option<(&str, &Override)> {
-        if module_name.contains("vision") || module_name.contains("audio") {
-            return None;
-        }
-        self.by_key.iter().find_map(|(key, o)| {
-            let hit =
-                module_name == key || (module_name.ends_with(key.as_str()) && module_name[..module_name.len() - key.len()].ends_with('.'));
-            hit.then_some((key.as_str(), o))
-        })
+        self.by_key.iter().find_map(|(key, o)| stands_for(key, module_name).then_some((key.as_str(), o)))
     }
+}
+
+/// Whether `name` (a module or checkpoint name) is the text model's parameter `key`: it ends
+/// with `key` at a name boundary, outside the vision and audio towers.
+pub fn stands_for(key: &str, name: &str) -> bool {
+    if name.contains("vision") || name.contains("audio") {
+        return false;
+    }
+    name == key || (name.ends_with(key) && name[..name.len() - key.len()].ends_with('.'))
+}
+
+/// The name among `names` that parameter `key` stands for; a tied `lm_head.weight` the
+/// checkpoint does not hold stands for the token embedding.
+pub fn name_for<'a>(key: &str, names: impl Iterator<Item = &'a str> + Clone) -> Option<&'a str> {
+    let find = |k: &str| names.clone().find(|n| stands_for(k, n));
+    find(key).or_else(|| (key == "lm_head.weight").then(|| find("embed_tokens.weight")).flatten())
 }
 
 /// MLAS's int8 quantization of a matmul's activations (CompInt8), applied in place to `x`
@@ -118,37 +127,27 @@ pub trait ActFloat: Copy + PartialEq + std::ops::Mul<Output = Self> {
     fn round_even(self) -> Self;
 }
 
-impl ActFloat for f32 {
-    const ZERO: Self = 0.0;
-    fn max_abs(self, v: Self) -> Self {
-        self.max(v.abs())
-    }
-    fn div127(self) -> Self {
-        self / 127.0
-    }
-    fn inv127(self) -> Self {
-        127.0 / self
-    }
-    fn round_even(self) -> Self {
-        self.round_ties_even()
-    }
+/// Both float types do MLAS's arithmetic the same way, each in its own precision.
+macro_rules! act_float {
+    ($($t:ty),*) => {$(
+        impl ActFloat for $t {
+            const ZERO: Self = 0.0;
+            fn max_abs(self, v: Self) -> Self {
+                self.max(v.abs())
+            }
+            fn div127(self) -> Self {
+                self / 127.0
+            }
+            fn inv127(self) -> Self {
+                127.0 / self
+            }
+            fn round_even(self) -> Self {
+                self.round_ties_even()
+            }
+        }
+    )*};
 }
-
-impl ActFloat for f64 {
-    const ZERO: Self = 0.0;
-    fn max_abs(self, v: Self) -> Self {
-        self.max(v.abs())
-    }
-    fn div127(self) -> Self {
-        self / 127.0
-    }
-    fn inv127(self) -> Self {
-        127.0 / self
-    }
-    fn round_even(self) -> Self {
-        self.round_ties_even()
-    }
-}
+act_float!(f32, f64);
 
 #[cfg(test)]
 mod tests {

@@ -20,6 +20,7 @@ use crate::onnx::protocol::ExportProtocol;
 use crate::onnx::provider;
 use crate::onnx::quantized::QuantizedBuild;
 use crate::onnx::runtime::ORT_VERSION;
+use onnx_parity_reference::weights::name_for;
 
 /// What L1 is asked to judge.
 #[derive(Debug, Clone, Copy)]
@@ -230,12 +231,9 @@ fn quantized_shape_violations(q: &QuantizedBuild, config_json: &std::path::Path)
         Err(e) => return vec![format!("quantized weights: cannot build the model's manifest from the config: {e}")],
     };
     let manifest = model.weight_manifest();
-    let find = |key: &str| {
-        manifest.iter().find(|(n, _)| !n.contains("vision") && (n.as_str() == key || n.ends_with(&format!(".{key}")))).map(|(_, s)| s)
-    };
     let mut out = Vec::new();
     for w in &q.weights {
-        let expected = find(&w.key).or_else(|| (w.key == "lm_head.weight").then(|| find("embed_tokens.weight")).flatten());
+        let expected = name_for(&w.key, manifest.keys().map(String::as_str)).and_then(|n| manifest.get(n));
         match expected {
             None => out.push(format!(
                 "{}: `{}` ({}) stands for `{}`, which the model has no tensor for",
