@@ -333,12 +333,18 @@ impl Gemma4 {
         prepared: &Prepared,
         scope: BidirectionalScope,
         streams: &[Tensor],
+        ple_source: LocalPle,
     ) -> Result<(Vec<Tensor>, Vec<crate::text::ModuleOutputs>)> {
         let (embeds, ple) = squeeze_batch(prepared)?;
         let rule = self.mask_rule(prepared, scope);
         let mut cache = self.text.new_cache(embeds.dim(0)?)?;
         let streams = streams.iter().map(|s| Ok(s.squeeze(0)?)).collect::<Result<Vec<_>>>()?;
-        let ple = ple.map(|p| p.to_dtype(self.dtype())).transpose()?;
+        let ple = match (ple_source, streams.first()) {
+            (LocalPle::FromStream, Some(first)) => {
+                self.text.per_layer_inputs(&self.llm_ids(&prepared.input_ids)?, &first.to_dtype(self.dtype())?)?
+            }
+            _ => ple.map(|p| p.to_dtype(self.dtype())).transpose()?,
+        };
         let c = self.text.forward_local(&streams, ple.as_ref(), &rule, &mut cache)?;
         Ok((c.states, c.modules))
     }
@@ -398,6 +404,19 @@ impl Gemma4 {
         )?;
         Ok(Run { prepared, logits: logits.unsqueeze(0)?, layers, modules, step_inputs, generation })
     }
+}
+
+/// Where a layer run locally gets its per-layer inputs (PLE) from: what the export under test
+/// does, so that the floor computes what the candidate computes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LocalPle {
+    /// Given with the streams (`prepared.per_layer_inputs`): a package whose decoder is fed them
+    /// by its embedding model.
+    Given,
+    /// Computed at this model's precision from the token ids and the stream entering layer 0:
+    /// a text-only graph, which computes them from `input_ids` and its own embeddings (an
+    /// int8-quantized projection rounds them as the candidate does, not as the arbiter did).
+    FromStream,
 }
 
 /// The prepared embeddings `[S, hidden]` and PLE inputs `[S, L, P]` without the batch axis.

@@ -9,6 +9,7 @@ mod common;
 use anyhow::Result;
 use candle_core::{DType, Tensor};
 use common::{fixture_dir, load_fixture, max_abs_diff};
+use onnx_parity_reference::model::LocalPle;
 use onnx_parity_reference::Gemma4;
 
 fn logits(name: &str, dtype: DType) -> Result<Tensor> {
@@ -36,7 +37,8 @@ fn precision_modes_order_by_their_rounding() -> Result<()> {
 }
 
 /// Guards local layer runs: fed the run's own streams, each layer reproduces the propagated
-/// output bit for bit (KV-shared layers included); fed another stream, a layer's output moves.
+/// output bit for bit (KV-shared layers included), with the per-layer inputs given or computed
+/// from the stream entering layer 0; fed another stream, a layer's output moves.
 #[test]
 fn local_layers_fed_their_own_streams_reproduce_the_run() -> Result<()> {
     for name in ["unified-text-kvshare", "gemma4-text-ple", "unified-vision"] {
@@ -47,16 +49,18 @@ fn local_layers_fed_their_own_streams_reproduce_the_run() -> Result<()> {
         let states = model.layer_outputs(&prepared, scope)?;
         let mut streams = vec![prepared.inputs_embeds.clone()];
         streams.extend(states[..states.len() - 1].iter().cloned());
-        let (local, modules) = model.local_layers(&prepared, scope, &streams)?;
+        let (local, modules) = model.local_layers(&prepared, scope, &streams, LocalPle::Given)?;
         assert_eq!(local.len(), states.len());
         assert_eq!(modules.len(), states.len());
-        for (i, (l, s)) in local.iter().zip(&states).enumerate() {
+        let (from_stream, _) = model.local_layers(&prepared, scope, &streams, LocalPle::FromStream)?;
+        for (i, ((l, f), s)) in local.iter().zip(&from_stream).zip(&states).enumerate() {
             assert_eq!(max_abs_diff(&l.unsqueeze(0)?, s)?, 0.0, "{name}: layer {i}");
+            assert_eq!(max_abs_diff(&f.unsqueeze(0)?, s)?, 0.0, "{name}: layer {i}, per-layer inputs from the stream");
         }
         // A perturbed stream entering layer 1 changes layer 1's local output only there.
         let mut moved = streams.clone();
         moved[1] = (&moved[1] * 1.01)?;
-        let (local2, _) = model.local_layers(&prepared, scope, &moved)?;
+        let (local2, _) = model.local_layers(&prepared, scope, &moved, LocalPle::Given)?;
         assert!(max_abs_diff(&local2[1], &local[1])? > 0.0, "{name}");
         assert_eq!(max_abs_diff(&local2[0], &local[0])?, 0.0, "{name}");
     }

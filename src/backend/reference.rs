@@ -4,6 +4,7 @@
 use std::path::Path;
 
 use candle_core::Tensor;
+use onnx_parity_reference::model::LocalPle;
 use onnx_parity_reference::text::ModuleOutputs as ReferenceModules;
 use onnx_parity_reference::{BidirectionalScope, Gemma4, GenerateOptions};
 
@@ -55,7 +56,7 @@ impl ReferenceBackend {
     /// (its `inputs_embeds` for layer 0, its layer i−1 output for layer i, its per-layer inputs),
     /// with the mask of `inputs`: the local floor of the calibrated rule when `oracle` is the
     /// f64 arbiter's run.
-    pub fn local_layers(&self, inputs: &ModelInputs, oracle: &Run) -> Result<LocalLayers, BackendError> {
+    pub fn local_layers(&self, inputs: &ModelInputs, oracle: &Run, ple: LocalPle) -> Result<LocalLayers, BackendError> {
         let r = |e: candle_core::Error| BackendError::Reference(e.into());
         let LayerOutputs::Tensors(states) = &oracle.prefill.layers else {
             return Err(BackendError::Reference(onnx_parity_reference::Error::Input("the oracle run kept no layer outputs".into())));
@@ -75,7 +76,7 @@ impl ReferenceBackend {
         for s in &states[..states.len().saturating_sub(1)] {
             streams.push(tensor(s)?);
         }
-        let (layers, modules) = self.model.local_layers(&prepared, self.scope, &streams)?;
+        let (layers, modules) = self.model.local_layers(&prepared, self.scope, &streams, ple)?;
         let (layers, modules) = layer_outputs(&layers, &modules).map_err(r)?;
         Ok(LocalLayers { layers, modules })
     }

@@ -32,11 +32,13 @@ use crate::case::{Case, ImplementationName, Level};
 use crate::inputs::replay::IdsDrift;
 use crate::inputs::ModelInputs;
 use crate::metrics::greedy_token;
+use crate::onnx::package::{Layout, OnnxPackage};
 use crate::onnx::quantized::QuantizedBuild;
 use crate::outputs::{GeneratedTokens, Isolation, Run};
 use crate::tiers::l3::quantization::{relative_error, WeightError};
 use crate::tiers::l3::Calibration;
 use implementations::Implementation;
+use onnx_parity_reference::model::LocalPle;
 use onnx_parity_reference::weights::{name_for, Overrides};
 use onnx_parity_reference::BidirectionalScope;
 
@@ -270,7 +272,7 @@ impl CaseEvaluation {
             let (inputs, reference) = (self.inputs(case)?, &self.reference(case)?.run);
             let weights = self.weights(case)?;
             let truth = self.precision.arbiter(case, inputs, reference, weights)?;
-            let at = self.precision.at_precision(case, case.dtype, inputs, reference, truth, weights)?;
+            let at = self.precision.at_precision(case, case.dtype, inputs, reference, truth, weights, local_ple(case))?;
             Ok(Calibration { rule, truth, floor: at.run.as_ref().unwrap_or(reference), local: &at.local })
         };
         Some(get())
@@ -310,6 +312,18 @@ impl CaseEvaluation {
             })
             .as_ref()
             .map_err(Arc::clone)
+    }
+}
+
+/// Where the export under judgment gets its per-layer inputs when its layers run locally: a
+/// text-only graph computes them from `input_ids` and the stream it is fed entering layer 0, a
+/// multimodal package's decoder is fed them (the arbiter's). Without an export (another
+/// implementation judged, or no package yet) they are given.
+fn local_ple(case: &Case) -> LocalPle {
+    let artifacts = Artifacts::of(case);
+    match artifacts.export.as_deref().map(OnnxPackage::open) {
+        Some(Ok(p)) if p.layout == Layout::TextOnly => LocalPle::FromStream,
+        _ => LocalPle::Given,
     }
 }
 

@@ -23,6 +23,7 @@ use crate::case::{Case, Dtype, L3Rule, Level};
 use crate::inputs::ModelInputs;
 use crate::outputs::{LocalLayers, Run};
 use crate::tolerance::{CalibratedRule, Tolerances};
+use onnx_parity_reference::model::LocalPle;
 use onnx_parity_reference::weights::Overrides;
 
 /// The reference at one precision: its own run (`None` for f32: the reference's run is it) and
@@ -38,8 +39,8 @@ pub struct AtPrecision {
 #[derive(Debug, Default)]
 pub struct PrecisionRuns {
     arbiter: OnceLock<Result<Run, SharedError>>,
-    /// f32, f16, bf16.
-    at: [OnceLock<Result<AtPrecision, SharedError>>; 3],
+    /// f32, f16, bf16; each with the per-layer inputs given, then computed from the stream.
+    at: [OnceLock<Result<AtPrecision, SharedError>>; 6],
 }
 
 /// Which precision's slot and compute dtype `dtype` computes in (a quantized build: its
@@ -75,7 +76,8 @@ impl PrecisionRuns {
     }
 
     /// The reference at `dtype`'s precision (see [`AtPrecision`]), its layers fed `arbiter`'s
-    /// streams.
+    /// streams with their per-layer inputs as the export gets them (`ple`).
+    #[allow(clippy::too_many_arguments)]
     pub fn at_precision(
         &self,
         case: &Case,
@@ -84,17 +86,19 @@ impl PrecisionRuns {
         reference: &Run,
         arbiter: &Run,
         weights: Option<&Overrides>,
+        ple: LocalPle,
     ) -> Result<&AtPrecision, SharedError> {
         let Some((i, compute)) = slot(dtype) else {
             return Err(Arc::new(EvalError::NoArtifact("int4 has no precision of its own to run the reference at")));
         };
+        let i = i + if ple == LocalPle::FromStream { 3 } else { 0 };
         self.at[i]
             .get_or_init(|| {
                 let eos = eos_ids(case);
                 let request = forced(case, &eos, &reference.generation.tokens);
                 with_reference(case, compute, weights, |b| {
                     let run = if compute == DType::F32 { None } else { Some(b.run(inputs, &request)?) };
-                    Ok(AtPrecision { run, local: b.local_layers(inputs, arbiter)? })
+                    Ok(AtPrecision { run, local: b.local_layers(inputs, arbiter, ple)? })
                 })
             })
             .as_ref()
