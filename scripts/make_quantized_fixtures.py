@@ -32,6 +32,7 @@ variants/int4 with ONE initializer's bytes rewritten in place in model.onnx.data
 (down_proj's scales were the first choice: a uniform scale of down_proj is cancelled by the
 post_feedforward_layernorm right after it, 6.4e-6 on the logits: no output can see it.)
   int4-mutant-nibbles  model.layers.2.self_attn.o_proj.weight_t_Q4: the two nibbles of every byte swapped
+  int4-acc4-mutant-scales  the scales mutant of the int4-acc4 build (accuracy_level 4)
 The script asserts each differs from int4 only in that initializer, and (onnxruntime) that the present
 KV of layers up to the mutated one is bit-identical to int4's and the next layer's differs.
 
@@ -81,6 +82,9 @@ FIXTURE_MODELS = {
 MUTANTS = [
     ("int4-mutant-scales", "gemma4-text-dense", "int4", "model.layers.1.mlp.gate_proj.weight_t_scales", 1, "scales"),
     ("int4-mutant-nibbles", "gemma4-text-dense", "int4", "model.layers.2.self_attn.o_proj.weight_t_Q4", 2, "nibbles"),
+    # The scales mutant again at accuracy_level 4: the weights check does not depend on how the
+    # activations are rounded, and L3 must fail on the same layer there too.
+    ("int4-acc4-mutant-scales", "gemma4-text-dense", "int4-acc4", "model.layers.1.mlp.gate_proj.weight_t_scales", 1, "scales"),
 ]
 SCALE_FACTOR = 1.25
 
