@@ -15,14 +15,16 @@
 #                   (fixtures/<fixture>/variants/<build>/, fixtures/<fixture>/quantized.json) and two int4 mutants of
 #                   gemma4-text-dense (variants/int4-mutant-scales, variants/int4-mutant-nibbles)
 #   jpeg family:    scripts/make_jpeg_fixtures.py, fixtures/jpeg/: JPEGs written by Pillow and Pillow's RGB decoding of them
+#   unrunnable family: scripts/make_unrunnable_fixtures.py, builds ORT accepts but cannot run on the CPU EP
+#                   (fixtures/gemma4-text-moe/variants/geglu: MoE activation_type geglu)
 # and the float64 HF oracles of the unified and gemma4 families (reference/tests/data/<fixture>-f64.safetensors).
-# FIXTURE_FAMILIES="unified gemma4 real broken mutant quantized jpeg" (default) selects the families.
+# FIXTURE_FAMILIES="unified gemma4 real broken mutant quantized jpeg unrunnable" (default) selects the families.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY="$(scripts/fixture-venv.sh | tail -n 1)"
 export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 PYTHONHASHSEED=0 CUDA_VISIBLE_DEVICES="" \
   HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false PYTHONDONTWRITEBYTECODE=1
-FAMILIES="${FIXTURE_FAMILIES:-unified gemma4 real broken mutant quantized jpeg}"
+FAMILIES="${FIXTURE_FAMILIES:-unified gemma4 real broken mutant quantized jpeg unrunnable}"
 for family in $FAMILIES; do
   case "$family" in
     unified)
@@ -55,6 +57,9 @@ for family in $FAMILIES; do
     jpeg)
       "$PY" scripts/make_jpeg_fixtures.py
       ;;
-    *) echo "unknown fixture family: $family (unified, gemma4, real, broken, mutant, quantized, jpeg)" >&2; exit 2 ;;
+    unrunnable)
+      "$PY" scripts/make_unrunnable_fixtures.py
+      ;;
+    *) echo "unknown fixture family: $family (unified, gemma4, real, broken, mutant, quantized, jpeg, unrunnable)" >&2; exit 2 ;;
   esac
 done

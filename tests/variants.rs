@@ -251,6 +251,40 @@ fn ort_load_gate_names_the_node() {
     assert!(gqa.message.contains("loaded by ONNX Runtime on the CPU EP"), "{}", gqa.message);
 }
 
+/// Kills: a build whose CPU kernel refuses its configuration at session creation (MoE with
+/// `activation_type` geglu, what ORT GenAI's builder writes for Gemma 4's experts) reported as an
+/// L1 failure or run into an L3 failure: L1 passes noting the refusal and the node, L3–L5 are
+/// ignored naming the kernel's message and the EP to run it on; the mobius build it was made from
+/// (swiglu) is not skipped.
+#[test]
+fn a_configuration_the_cpu_kernel_refuses_is_skipped_naming_it() {
+    use onnx_parity::case::{Case, Level};
+    use onnx_parity::tiers::{static_skip, RunOptions};
+    let geglu = repo("fixtures/gemma4-text-moe/variants/geglu");
+    let l1 = l1::check_with(L1Inputs { config: &config("gemma4-text-moe"), export: &geglu, float_dtype: "float32", pin: None });
+    assert_passes(&l1);
+    assert!(
+        l1.message
+            .contains("model: not runnable on the CPU EP: the CPU kernel refuses the node's configuration (node `model/layers.0/MoE_node_")
+            && l1.message.contains("Unsupported MoE activation type: geglu"),
+        "{}",
+        l1.message
+    );
+    let case = Case::load(&repo("cases/causal-lm/gemma4-text-moe.yaml")).expect("case");
+    let opts = RunOptions { goldens_root: repo("goldens"), ci: false };
+    let variant = case.for_variant("geglu").expect("geglu variant");
+    for level in [Level::L3, Level::L4, Level::L5] {
+        let reason = static_skip(&variant, level, &opts).unwrap_or_else(|| panic!("{level} of the geglu build is not skipped"));
+        assert!(
+            reason.starts_with("not runnable on CPUExecutionProvider: ONNX Runtime 1.31.1 accepts the graph but has no kernel for it on this EP (model: the CPU kernel refuses the node's configuration")
+                && reason.contains("Unsupported MoE activation type: geglu")
+                && reason.ends_with("run it on an EP with the kernels (ONNX_PARITY_EP=cuda)"),
+            "{reason}"
+        );
+        assert_eq!(static_skip(&case, level, &opts), None, "{level} of the swiglu build");
+    }
+}
+
 /// Kills: the static-cache capacity taken from somewhere else than the graph, or checked after
 /// running: the hybrid static build (capacity 64) refuses a prompt of 60 tokens with 10 new ones
 /// before running, naming the numbers; 60 + 5 fits.

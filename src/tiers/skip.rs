@@ -167,8 +167,9 @@ fn incomplete_checkpoint(dir: &Path, needs_weights: bool) -> Option<String> {
 /// Why an export cannot run on this run's execution provider: ONNX Runtime accepts its graph
 /// but has no kernel here for an op at its dtype (bf16 MatMul/Mul on the CPU EP). ORT's verdict is
 /// L1's ([`super::l1::load`]: the sub-models loaded on the CPU EP), reached once per export and
-/// process on a CPU run; only a bf16 export is loaded (the CPU EP has kernels for the ops of
-/// mobius's f32 and f16 builds), so listing the trials loads nothing else. A graph ORT
+/// process on a CPU run; only a bf16 export or one with an op whose CPU kernel refuses some
+/// configurations (MoE) is loaded (the CPU EP has kernels for the other ops of mobius's f32 and
+/// f16 builds), so listing the trials loads nothing else. A graph ORT
 /// rejects (a type error, the same on every EP) is no skip: L3–L5 run and fail with the load
 /// error, as they would anywhere.
 fn not_runnable_here(case: &Case, export: &Path) -> Option<String> {
@@ -195,12 +196,18 @@ fn not_runnable_here(case: &Case, export: &Path) -> Option<String> {
     ))
 }
 
+/// Ops whose CPU kernel exists but refuses some of their configurations when the session is
+/// created (ORT 1.31.1's `MoEBaseCPU`: activation types other than relu, gelu, silu, swiglu and
+/// identity — ORT GenAI's builder writes `geglu` for Gemma 4's experts, which CUDA's MoE runs).
+const CONFIGURATION_REFUSED_ON_CPU: &[&str] = &["com.microsoft::MoE", "com.microsoft::QMoE"];
+
 /// [`kernels_missing_on_cpu`]'s answers, by export folder.
 type Verdicts = Mutex<HashMap<PathBuf, Option<Vec<(String, String)>>>>;
 
-/// The sub-models of the bf16 export at `export` that ONNX Runtime accepts as graphs but cannot
-/// run on the CPU EP (L1's load verdict, memoised per export folder); `None` when the export is
-/// not bf16, unreadable (its tiers fail saying why), rejected by ORT, or runnable.
+/// The sub-models of the export at `export` that ONNX Runtime accepts as graphs but cannot run on
+/// the CPU EP (L1's load verdict, memoised per export folder); `None` when the export is neither
+/// bf16 nor holds an op of [`CONFIGURATION_REFUSED_ON_CPU`], is unreadable (its tiers fail saying
+/// why), rejected by ORT, or runnable.
 fn kernels_missing_on_cpu(export: &Path) -> Option<Vec<(String, String)>> {
     static VERDICTS: OnceLock<Verdicts> = OnceLock::new();
     let verdicts = VERDICTS.get_or_init(Mutex::default);
@@ -213,7 +220,9 @@ fn kernels_missing_on_cpu(export: &Path) -> Option<Vec<(String, String)>> {
         let graphs: BTreeMap<String, GraphSummary> =
             package.submodels.iter().filter_map(|(role, file)| Some((role.clone(), GraphSummary::load(file).ok()?))).collect();
         let decoder = graphs.get(DECODER).or_else(|| graphs.get(TEXT_MODEL))?;
-        if decoder.output("logits").map(|t| t.dtype)? != "bfloat16" {
+        let bf16 = decoder.output("logits").is_some_and(|t| t.dtype == "bfloat16");
+        let refusable = graphs.values().any(|g| g.nodes.iter().any(|n| CONFIGURATION_REFUSED_ON_CPU.contains(&n.op.as_str())));
+        if !bf16 && !refusable {
             return None;
         }
         let report = super::l1::load::load_on_cpu(&package, &graphs);

@@ -81,6 +81,18 @@ fn classify(message: &str, graph: Option<&GraphSummary>) -> Outcome {
             .unwrap_or("its");
         return Outcome::NoCpuKernel(format!("no {dtype} kernel for {op} (node `{node}`)"));
     }
+    // "Exception during initialization: /onnxruntime_src/onnxruntime/contrib_ops/cpu/moe/
+    // moe_base_cpu.h:56 onnxruntime::contrib::MoEBaseCPU::MoEBaseCPU(const onnxruntime::
+    // OpKernelInfo&) Unsupported MoE activation type: geglu" — a CPU kernel's constructor refuses
+    // the node's configuration: the graph is valid and the EP that implements it runs it.
+    if let Some(rest) = one_line.split("Exception during initialization: ").nth(1) {
+        let location = rest.split_whitespace().next().unwrap_or_default();
+        if location.contains("/providers/cpu/") || location.contains("/contrib_ops/cpu/") {
+            let reason = rest.rsplit("&) ").next().unwrap_or(rest).trim();
+            let node = graph.and_then(|g| refused_node(g, reason)).map(|n| format!(" (node `{n}`)")).unwrap_or_default();
+            return Outcome::NoCpuKernel(format!("the CPU kernel refuses the node's configuration{node}: {reason}"));
+        }
+    }
     // "Node (model/layers.9/…/Transpose_node_495) Op (Transpose) [TypeInferenceError] …"
     if let Some(rest) = one_line.split("Node (").nth(1) {
         let node = rest.split(')').next().unwrap_or_default();
@@ -97,6 +109,23 @@ fn classify(message: &str, graph: Option<&GraphSummary>) -> Outcome {
         return Outcome::Rejected(format!("{at}: {}", tail(&one_line)));
     }
     Outcome::Rejected(format!("load: {}", tail(&one_line)))
+}
+
+/// The first node whose op a CPU kernel's refusal names (`Unsupported MoE activation type: geglu`
+/// names `MoE`; its quantized twin `QMoE` counts too), the longest op name mentioned winning.
+/// (`rev`: `max_by_key` keeps the last of equals, the first in file order is wanted.)
+fn refused_node(g: &GraphSummary, reason: &str) -> Option<String> {
+    let words: Vec<&str> = reason.split(|c: char| !c.is_alphanumeric()).filter(|w| !w.is_empty()).collect();
+    let op_name = |n: &crate::onnx::graph::NodeInfo| n.op.rsplit("::").next().unwrap_or_default().to_string();
+    g.nodes
+        .iter()
+        .filter(|n| {
+            let op = op_name(n);
+            words.iter().any(|w| *w == op || op.strip_prefix('Q') == Some(*w))
+        })
+        .rev()
+        .max_by_key(|n| op_name(n).len())
+        .map(|n| n.name.clone())
 }
 
 /// The node ORT means by "`op` bound to different types": the first `op` node whose typed inputs
@@ -172,6 +201,13 @@ mod tests {
         assert!(
             matches!(classify(m, None), Outcome::Rejected(w) if w.starts_with("node `model/layers.9/self_attn/Transpose_node_495`: Node ("))
         );
+        let m = "[ONNXRuntimeError] : 1 : FAIL : Exception during initialization: /onnxruntime_src/onnxruntime/contrib_ops/cpu/moe/moe_base_cpu.h:56 onnxruntime::contrib::MoEBaseCPU::MoEBaseCPU(const onnxruntime::OpKernelInfo&) Unsupported MoE activation type: geglu";
+        assert!(
+            matches!(classify(m, None), Outcome::NoCpuKernel(w) if w == "the CPU kernel refuses the node's configuration: Unsupported MoE activation type: geglu")
+        );
+        // The same exception from a kernel outside the CPU EP's tree is no CPU-kernel note.
+        let m = "[ONNXRuntimeError] : 1 : FAIL : Exception during initialization: /onnxruntime_src/onnxruntime/core/framework/session_state.cc:10 f() bad";
+        assert!(matches!(classify(m, None), Outcome::Rejected(_)));
         let m = "[ONNXRuntimeError] : 1 : FAIL : Type Error: Type parameter (T) of Optype (Add) bound to different types (tensor(bfloat16) and tensor(float) in node ().";
         assert!(matches!(classify(m, None), Outcome::Rejected(w) if w.starts_with("a Add node: Type Error")));
     }
