@@ -6,6 +6,9 @@ three runs of the harness, each in its own process:
   reference alone   onnx-parity logits --checkpoint ... --greedy K --layers   (what L3's reference side computes)
   ORT alone         onnx-parity logits --onnx ...       --greedy K --layers   (what L3's ONNX side computes)
   L1 + L3           onnx-parity run case.yaml --levels L1,L3                  (both, sequenced in one process)
+  L1 + L3, int4     (--int4) the same on an int4 build of the export (ONNX Runtime's MatMulNBitsQuantizer, RTN,
+                    block 32, symmetric, accuracy_level 4, MatMul and Gather: what onnxruntime-genai's builder
+                    writes for CPU), judged on its dequantized weights; its peak beside the f32 build's
 
 For each: wall time and peak RSS (the child's ru_maxrss). The target (issue 17): the L1 + L3 peak at most
 1.2 x the larger of the two "alone" peaks; the ratio is printed. The combined run's log also names each
@@ -179,8 +182,9 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=4, help="greedy decode steps (max_new_tokens)")
     ap.add_argument("--fresh", action="store_true", help="rebuild checkpoint, export and inputs")
     ap.add_argument("--no-layers", action="store_true", help="logits runs without --layers (binaries before the flag)")
-    ap.add_argument("--only", choices=["reference", "ort", "combined"], action="append", help="run only these (repeatable)")
+    ap.add_argument("--only", choices=["reference", "ort", "combined", "combined-int4"], action="append", help="run only these (repeatable)")
     ap.add_argument("--prepare-only", action="store_true", help="write checkpoint, export and inputs, run nothing")
+    ap.add_argument("--int4", action="store_true", help="also quantize the export to int4 and run L1 + L3 on it")
     args = ap.parse_args()
     preset = PRESETS[args.model]
     work = args.work
@@ -213,6 +217,23 @@ def main() -> None:
         f"checkpoint: {ckpt}\nonnx: {onnx}\ninputs: {{tensors: {inputs}}}\ngeneration: {{max_new_tokens: {args.steps}}}\n"
         f"notes: real-width benchmark (scripts/bench_real_width.py), random weights\n"
     )
+    runs_int4 = {}
+    if args.int4:
+        onnx4 = work / "onnx-int4"
+        if not (onnx4 / "model.onnx").is_file():
+            sys.path.insert(0, str(ROOT / "scripts"))
+            import make_quantized_fixtures as mq  # noqa: E402 - the fixtures' quantizer settings, one source
+
+            log(f"quantizing {onnx} to int4 (block {mq.BLOCK_SIZE}, symmetric, accuracy_level 4) into {onnx4}")
+            t = time.monotonic()
+            model, _ = mq.quantize(onnx / "model.onnx", 4, True, 4, ("MatMul", "Gather"))
+            mq.save(model, onnx4 / "model.onnx")
+            del model
+            result["int4_quantize_s"] = round(time.monotonic() - t, 1)
+        case4 = work / "bench" / f"{args.model}-width-int4.yaml"
+        case4.write_text(case.read_text().replace("dtype: float32", "dtype: int4").replace(f"onnx: {onnx}\n", f"onnx: {onnx4}\n")
+                         .replace("random weights", "random weights, int4 build"))
+        runs_int4["combined-int4"] = [str(args.bin), "run", str(case4), "--levels", "L1,L3", "--report", str(work / "report-int4.json")]
     if args.prepare_only:
         (work / "bench.json").write_text(json.dumps(result, indent=2) + "\n")
         return
@@ -223,6 +244,7 @@ def main() -> None:
         "ort": [str(args.bin), "logits", "--onnx", str(onnx), "--inputs", str(inputs), "--out",
                 str(work / "ort.safetensors"), "--greedy", str(args.steps), *layers],
         "combined": [str(args.bin), "run", str(case), "--levels", "L1,L3", "--report", str(work / "report.json")],
+        **runs_int4,
     }
     for name, cmd in runs.items():
         if args.only and name not in args.only:
@@ -238,10 +260,14 @@ def main() -> None:
         alone = max(result["reference"]["peak_rss_gib"], result["ort"]["peak_rss_gib"])
         result["combined_over_alone"] = round(result["combined"]["peak_rss_gib"] / alone, 3)
         log(f"L1+L3 peak / max(alone) = {result['combined_over_alone']} (target <= 1.2)")
-    report = work / "report.json"
-    if report.is_file():
-        r = json.loads(report.read_text())
-        result["verdicts"] = {lv["level"]: lv["status"] for lv in r["cases"][0]["levels"]}
+    for key, name in (("verdicts", "report.json"), ("verdicts_int4", "report-int4.json")):
+        report = work / name
+        if report.is_file():
+            r = json.loads(report.read_text())
+            result[key] = {lv["level"]: lv["status"] for lv in r["cases"][0]["levels"]}
+    if "combined" in result and "combined-int4" in result:
+        result["int4_over_f32_peak"] = round(result["combined-int4"]["peak_rss_gib"] / result["combined"]["peak_rss_gib"], 3)
+        log(f"int4 L1+L3 peak / f32 L1+L3 peak = {result['int4_over_f32_peak']} (target <= 1)")
     (work / "bench.json").write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps(result, indent=2))
 

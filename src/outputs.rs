@@ -57,14 +57,67 @@ impl std::fmt::Display for Stage {
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Prefill {
     /// `[1, S, vocab]` when all positions were asked for, else at least the last position
-    /// (`[1, 1, vocab]`).
+    /// (`[1, 1, vocab]`; also when `streamed` holds all of them).
     pub logits: Dense<f32>,
+    /// All positions' logits, made slice by slice from the final hidden state (the arbiter's).
+    pub streamed: Option<std::sync::Arc<StreamedLogits>>,
     pub components: BTreeMap<Component, Dense<f32>>,
     /// Each decoder layer's output, when asked for.
     pub layers: LayerOutputs,
     /// With the layer outputs (the reference): each layer's module outputs by HF module name
     /// (`self_attn`, `mlp`, the norms), which name the part of a blamed layer that differs.
     pub modules: Vec<ModuleOutputs>,
+}
+
+/// All-position logits `[1, S, vocab]` kept as the final normed hidden state and the head that
+/// makes them, one vocabulary slice at a time when they are compared (the f64 arbiter's: at real
+/// width a full `[S, 262144]` tensor beside the reference's and the candidate's is 629 MB more
+/// for 600 positions; the state is a few MB).
+#[derive(Clone)]
+pub struct StreamedLogits {
+    pub hidden: candle_core::Tensor,
+    pub head: onnx_parity_reference::text::LogitsHead,
+}
+
+impl StreamedLogits {
+    /// Columns per slice: the reference's own lm_head slice width.
+    pub const SLICE: usize = 32_768;
+
+    /// `[1, S, vocab]`.
+    pub fn shape(&self) -> Vec<usize> {
+        vec![1, self.hidden.dims().first().copied().unwrap_or(0), self.head.vocab()]
+    }
+
+    /// `f(start, cols, values)` for each vocabulary slice in order, `values` the `[S, cols]`
+    /// logits of columns `start..start + cols`, row-major, in f32.
+    pub fn for_each_slice<E: From<onnx_parity_reference::Error>>(
+        &self,
+        mut f: impl FnMut(usize, usize, &[f32]) -> Result<(), E>,
+    ) -> Result<(), E> {
+        let vocab = self.head.vocab();
+        let values = |t: candle_core::Tensor| -> Result<Vec<f32>, onnx_parity_reference::Error> {
+            Ok(t.to_dtype(candle_core::DType::F32)?.flatten_all()?.to_vec1()?)
+        };
+        for start in (0..vocab).step_by(Self::SLICE) {
+            let cols = Self::SLICE.min(vocab - start);
+            let slice = values(self.head.columns(&self.hidden, start, cols)?)?;
+            f(start, cols, &slice)?;
+        }
+        Ok(())
+    }
+}
+
+impl std::fmt::Debug for StreamedLogits {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "StreamedLogits({:?}, hidden {:?})", self.shape(), self.hidden.dtype())
+    }
+}
+
+/// The same streamed logits (one run's): their values are never compared element by element.
+impl PartialEq for StreamedLogits {
+    fn eq(&self, other: &Self) -> bool {
+        std::ptr::eq(self, other)
+    }
 }
 
 /// One layer's module outputs, by HF module name.

@@ -163,3 +163,39 @@ fn instrumented_decoder_is_bit_identical() {
     }
     assert!(compared >= 12, "compared {compared} exports");
 }
+
+/// Guards the arbiter's streamed logits (issue 26: no third full `[S, vocab]` tensor): the f64
+/// run keeps its final hidden state and its head, its held logits are the last position's, the
+/// streamed ones cover every position the reference has, and they are the f64 function (within
+/// f32 rounding of the reference's own logits).
+#[test]
+fn the_arbiter_streams_its_all_position_logits() {
+    use onnx_parity::case::{Case, Level};
+    use onnx_parity::evaluation::CaseEvaluations;
+    let case = Case::load(&support::root().join("cases/causal-lm/gemma4-text-dense.yaml")).expect("case");
+    let evals = CaseEvaluations::for_case(&case);
+    let eval = evals.for_level(Level::L3, &case);
+    let reference = &eval.reference(&case).expect("reference").run;
+    let arbiter = eval.arbiter(&case).expect("arbiter");
+    let streamed = arbiter.prefill.streamed.as_ref().expect("the arbiter's logits are streamed");
+    let shape = &reference.prefill.logits.shape;
+    assert_eq!(&streamed.shape(), shape);
+    let vocab = shape[2];
+    assert_eq!(arbiter.prefill.logits.shape, vec![1, 1, vocab]);
+    let mut covered = 0;
+    let mut worst = 0f64;
+    streamed
+        .for_each_slice::<onnx_parity_reference::Error>(|start, cols, values| {
+            for (r, row) in values.chunks_exact(cols).enumerate() {
+                for (c, v) in row.iter().enumerate() {
+                    let e = reference.prefill.logits.data[r * vocab + start + c];
+                    worst = worst.max(f64::from((v - e).abs()));
+                }
+            }
+            covered += values.len();
+            Ok(())
+        })
+        .expect("slices");
+    assert_eq!(covered, shape.iter().product::<usize>());
+    assert!(worst > 0.0 && worst < 1e-4, "f64 vs f32 logits {worst:e}");
+}

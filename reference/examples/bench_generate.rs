@@ -37,7 +37,15 @@ fn main() -> anyhow::Result<()> {
     let inputs = ModelInputs::from_ids(input_ids);
     let scope = model.hf_forward_scope();
     // Prefill alone (last-position logits), then the prefill + decode together.
-    let opts = GenerateOptions { scope, max_new_tokens: 1, eos: &[], forced: None, all_position_logits: false, layer_outputs: false };
+    let opts = GenerateOptions {
+        scope,
+        max_new_tokens: 1,
+        eos: &[],
+        forced: None,
+        all_position_logits: false,
+        layer_outputs: false,
+        final_hidden: false,
+    };
     let t = Instant::now();
     model.generate(&inputs, &opts)?;
     let first_prefill_s = t.elapsed().as_secs_f64();

@@ -64,6 +64,10 @@ pub struct GenerateOptions<'a> {
     pub all_position_logits: bool,
     /// Keep every decoder layer's prefill output (L3 localises a divergence to a layer).
     pub layer_outputs: bool,
+    /// With `all_position_logits`: keep the final normed hidden state (`Run::final_hidden`)
+    /// instead of the all-position logits, which [`Gemma4::logits_head`] makes slice by slice
+    /// when they are read (`Run::logits` is then the last position's).
+    pub final_hidden: bool,
 }
 
 /// Everything one prefill + generation produced.
@@ -81,6 +85,8 @@ pub struct Run {
     /// export's decoder is judged on them in isolation).
     pub step_inputs: Option<(Tensor, Option<Tensor>)>,
     pub generation: GeneratedTokens,
+    /// With `final_hidden`: the final normed hidden state `[S, hidden]` in the compute dtype.
+    pub final_hidden: Option<Tensor>,
 }
 
 /// A loaded Gemma 4 checkpoint of any supported model type.
@@ -349,6 +355,12 @@ impl Gemma4 {
         Ok((c.states, c.modules))
     }
 
+    /// The lm_head and final softcapping, usable after this model is dropped (see
+    /// [`crate::text::LogitsHead`]).
+    pub fn logits_head(&self) -> crate::text::LogitsHead {
+        self.text.logits_head()
+    }
+
     /// Logits `[1, S, vocab]` for every prompt position (HF `model(**inputs).logits`).
     pub fn prefill(&self, inputs: &ModelInputs, scope: BidirectionalScope) -> Result<Tensor> {
         self.forward(&self.embed(inputs)?, scope)
@@ -363,7 +375,15 @@ impl Gemma4 {
         eos_ids: &[i64],
         scope: BidirectionalScope,
     ) -> Result<GeneratedTokens> {
-        let opts = GenerateOptions { scope, max_new_tokens, eos: eos_ids, forced: None, all_position_logits: false, layer_outputs: false };
+        let opts = GenerateOptions {
+            scope,
+            max_new_tokens,
+            eos: eos_ids,
+            forced: None,
+            all_position_logits: false,
+            layer_outputs: false,
+            final_hidden: false,
+        };
         Ok(self.generate(inputs, &opts)?.generation)
     }
 
@@ -382,8 +402,12 @@ impl Gemma4 {
             (self.text.forward_hidden(&embeds, ple.as_ref(), &rule, &mut cache)?, Vec::new(), Vec::new())
         };
         let mut step_inputs = None;
-        let logits =
-            if opts.all_position_logits { self.text.logits(&hidden)? } else { self.text.logits(&hidden.narrow(0, seq - 1, 1)?)? };
+        let keep_hidden = opts.all_position_logits && opts.final_hidden;
+        let logits = if opts.all_position_logits && !keep_hidden {
+            self.text.logits(&hidden)?
+        } else {
+            self.text.logits(&hidden.narrow(0, seq - 1, 1)?)?
+        };
         let row: Vec<f32> = logits.get(logits.dim(0)? - 1)?.to_dtype(DType::F32)?.to_vec1()?;
         let generation = GeneratedTokens::decode(
             row,
@@ -402,7 +426,8 @@ impl Gemma4 {
                 Ok(l.get(0)?.to_dtype(DType::F32)?.to_vec1()?)
             },
         )?;
-        Ok(Run { prepared, logits: logits.unsqueeze(0)?, layers, modules, step_inputs, generation })
+        let final_hidden = keep_hidden.then_some(hidden);
+        Ok(Run { prepared, logits: logits.unsqueeze(0)?, layers, modules, step_inputs, generation, final_hidden })
     }
 }
 

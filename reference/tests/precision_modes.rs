@@ -66,3 +66,47 @@ fn local_layers_fed_their_own_streams_reproduce_the_run() -> Result<()> {
     }
     Ok(())
 }
+
+/// Guards the streamed logits: the final hidden state kept instead of the all-position logits,
+/// with the head read again slice by slice after the model is dropped, gives the logits the run
+/// computes (f64 and f32; softcapped and not; tied heads), and `Run::logits` is then the last
+/// position's.
+#[test]
+fn logits_head_remakes_the_runs_logits_after_the_model_is_gone() -> Result<()> {
+    use onnx_parity_reference::GenerateOptions;
+    for name in ["unified-vision", "gemma4-text-ple", "gemma4-text-moe"] {
+        let f = load_fixture(name)?;
+        for dtype in [DType::F64, DType::F32] {
+            let model = Gemma4::load_with_dtype(&fixture_dir(name).join("checkpoint"), dtype)?;
+            let opts = |final_hidden| GenerateOptions {
+                scope: model.hf_forward_scope(),
+                max_new_tokens: 0,
+                eos: &[],
+                forced: None,
+                all_position_logits: true,
+                layer_outputs: false,
+                final_hidden,
+            };
+            let full = model.generate(&f.inputs, &opts(false))?.logits.squeeze(0)?;
+            let kept = model.generate(&f.inputs, &opts(true))?;
+            let head = model.logits_head();
+            drop(model);
+            let hidden = kept.final_hidden.expect("final hidden kept");
+            let (seq, vocab) = full.dims2()?;
+            assert_eq!(kept.logits.dims(), &[1, 1, vocab], "{name}");
+            assert_eq!(head.vocab(), vocab);
+            let mut parts = Vec::new();
+            for start in (0..vocab).step_by(100) {
+                parts.push(head.columns(&hidden, start, 100.min(vocab - start))?);
+            }
+            let remade = Tensor::cat(&parts, 1)?;
+            assert_eq!(remade.dims(), &[seq, vocab]);
+            let d = (remade.to_dtype(DType::F64)? - full.to_dtype(DType::F64)?)?.abs()?.flatten_all()?.max(0)?.to_scalar::<f64>()?;
+            let bound = if dtype == DType::F64 { 1e-12 } else { 1e-5 };
+            assert!(d <= bound, "{name} {dtype:?}: remade logits {d:e} off");
+            let last = (kept.logits.squeeze(0)?.to_dtype(DType::F64)? - full.narrow(0, seq - 1, 1)?.to_dtype(DType::F64)?)?;
+            assert_eq!(last.abs()?.flatten_all()?.max(0)?.to_scalar::<f64>()?, 0.0, "{name} {dtype:?}");
+        }
+    }
+    Ok(())
+}

@@ -10,8 +10,9 @@ use onnx_parity_reference::{BidirectionalScope, Gemma4, GenerateOptions};
 
 use super::{Backend, BackendError, GenerationRequest};
 use crate::inputs::{Dense, ModelInputs};
-use crate::outputs::{Component, LayerOutputs, LocalLayers, ModuleOutputs, Prefill, Run};
+use crate::outputs::{Component, LayerOutputs, LocalLayers, ModuleOutputs, Prefill, Run, StreamedLogits};
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 /// A loaded reference model.
 #[derive(Debug)]
@@ -20,6 +21,9 @@ pub struct ReferenceBackend {
     scope: BidirectionalScope,
     /// How many of its weights are a quantized build's, dequantized (0: the checkpoint's).
     dequantized: usize,
+    /// All-position logits kept as the final hidden state and streamed when read
+    /// ([`ReferenceBackend::stream_logits`]).
+    stream_logits: bool,
 }
 
 impl ReferenceBackend {
@@ -49,7 +53,14 @@ impl ReferenceBackend {
             None => Gemma4::load_on(checkpoint, dtype, &device)?,
         };
         let scope = scope.unwrap_or_else(|| model.hf_forward_scope());
-        Ok(Self { model, scope, dequantized: overrides.map_or(0, |o| o.len()) })
+        Ok(Self { model, scope, dequantized: overrides.map_or(0, |o| o.len()), stream_logits: false })
+    }
+
+    /// From now on, a run asked for every position's logits keeps the final normed hidden state
+    /// and the head instead (`Prefill::streamed`; `Prefill::logits` is the last position's): the
+    /// f64 arbiter's logits are made slice by slice when they are compared.
+    pub fn stream_logits(&mut self) {
+        self.stream_logits = true;
     }
 
     /// Each decoder layer at this model's precision fed `oracle`'s residual stream entering it
@@ -121,10 +132,12 @@ impl Backend for ReferenceBackend {
             forced: request.forced,
             all_position_logits: request.all_position_logits,
             layer_outputs: request.layer_outputs,
+            final_hidden: self.stream_logits,
         };
-        let run = self.model.generate(inputs, &opts)?;
+        let mut run = self.model.generate(inputs, &opts)?;
         let d = |t: &Tensor| dense(t).map_err(onnx_parity_reference::Error::from);
-        let mut prefill = Prefill { logits: d(&run.logits)?, ..Default::default() };
+        let streamed = run.final_hidden.take().map(|hidden| Arc::new(StreamedLogits { hidden, head: self.model.logits_head() }));
+        let mut prefill = Prefill { logits: d(&run.logits)?, streamed, ..Default::default() };
         let p = &run.prepared;
         if let Some(f) = &p.image_features {
             prefill.components.insert(Component::ImageFeatures, d(f)?);

@@ -35,7 +35,7 @@ use crate::metrics::greedy_token;
 use crate::onnx::package::{Layout, OnnxPackage};
 use crate::onnx::quantized::QuantizedBuild;
 use crate::outputs::{GeneratedTokens, Isolation, Run};
-use crate::tiers::l3::quantization::{relative_error, WeightError};
+use crate::tiers::l3::quantization::{RelativeError, WeightError};
 use crate::tiers::l3::Calibration;
 use implementations::Implementation;
 use onnx_parity_reference::model::LocalPle;
@@ -98,14 +98,17 @@ fn weight_errors(build: &QuantizedBuild, weights: &Overrides, checkpoint: &std::
         let name = name_for(&q.key, names.iter().map(String::as_str)).ok_or_else(|| {
             err(format!("`{}` (node `{}`) stands for `{}`, which the checkpoint does not hold", q.initializer, q.node, q.key))
         })?;
-        let t = w.get(name, &o.shape).map_err(|e| err(e.to_string()))?;
-        let reference: Vec<f32> = t.flatten_all().and_then(|t| t.to_vec1()).map_err(|e| err(e.to_string()))?;
-        out.push(WeightError {
-            key: q.key.clone(),
-            node: q.node.clone(),
-            bits: q.bits,
-            relative_error: relative_error(&o.data, &reference),
-        });
+        // A band of rows at a time on both sides: the checkpoint's from its mapping, the build's
+        // dequantized from its payload (a 262144-row table is never whole in memory).
+        let (rows, cols) = (o.shape.first().copied().unwrap_or(0), o.cols());
+        let checkpoint_rows = w.matrix_rows(name, [rows, cols]).map_err(|e| err(e.to_string()))?;
+        let mut error = RelativeError::default();
+        const BAND: usize = 1024;
+        for start in (0..rows).step_by(BAND) {
+            let n = BAND.min(rows - start);
+            error.add(&o.rows(start, n), &checkpoint_rows.read_rows(start, n).map_err(|e| err(e.to_string()))?);
+        }
+        out.push(WeightError { key: q.key.clone(), node: q.node.clone(), bits: q.bits, relative_error: error.value() });
     }
     Ok(out)
 }

@@ -6,7 +6,10 @@
 //!
 //! Each model is loaded, run and dropped in turn (f32 reference, f64, then the precision's), so
 //! the peak is one model's weights; the f64 arbiter keeps its matrices in f32 and upcasts them
-//! one matmul at a time, so it is never an f64 copy of the checkpoint.
+//! one matmul at a time, so it is never an f64 copy of the checkpoint. It keeps its final hidden
+//! state and its head instead of its all-position logits (`Prefill::streamed`): those are made
+//! one vocabulary slice at a time when a candidate is judged, so the ONNX stage holds two full
+//! `[S, vocab]` tensors (the reference's and the candidate's), not three.
 
 use std::path::Path;
 use std::sync::{Arc, OnceLock};
@@ -69,7 +72,10 @@ impl PrecisionRuns {
         self.arbiter
             .get_or_init(|| {
                 let eos = eos_ids(case);
-                with_reference(case, DType::F64, weights, |b| b.run(inputs, &forced(case, &eos, &reference.generation.tokens)))
+                with_reference(case, DType::F64, weights, |b| {
+                    b.stream_logits();
+                    b.run(inputs, &forced(case, &eos, &reference.generation.tokens))
+                })
             })
             .as_ref()
             .map_err(Arc::clone)

@@ -25,7 +25,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use onnx_parity_reference::weights::{Override, Overrides};
+use onnx_parity_reference::weights::{DequantRows, Override, OverrideData, Overrides};
 use prost::Message;
 
 use super::package::OnnxPackage;
@@ -162,12 +162,7 @@ impl QuantizedBuild {
             for w in mine {
                 let values = graph.dequantize(w, path, &mut data)?;
                 let activation_block = (w.op == QuantOp::MatMulNBits && w.accuracy_level == 4).then_some(w.block_size);
-                let o = Override {
-                    shape: w.shape.to_vec(),
-                    data: Arc::new(values),
-                    activation_block,
-                    source: format!("{role}: {}", w.initializer),
-                };
+                let o = Override { shape: w.shape.to_vec(), data: values, activation_block, source: format!("{role}: {}", w.initializer) };
                 out.insert(&w.key, o).map_err(|e| QuantizedError::Overrides { path: path.clone(), message: e.to_string() })?;
             }
             tracing::info!("{}: dequantized {} weights in {:.2} s", path.display(), out.len(), t.elapsed().as_secs_f64());
@@ -414,8 +409,9 @@ impl PayloadGraph {
         Ok(out)
     }
 
-    /// `w` dequantized, row-major in the checkpoint's layout.
-    fn dequantize(&self, w: &QuantizedWeight, path: &Path, data: &mut ExternalData) -> Result<Vec<f32>, QuantizedError> {
+    /// `w`'s values in the checkpoint's layout: its packed payload, dequantized by row when read
+    /// (MatMulNBits, GatherBlockQuantized), or dequantized now (DequantizeLinear, transposed).
+    fn dequantize(&self, w: &QuantizedWeight, path: &Path, data: &mut ExternalData) -> Result<OverrideData, QuantizedError> {
         let node = self.nodes.iter().find(|n| n.name == w.node).ok_or_else(|| QuantizedError::Node {
             path: path.into(),
             node: w.node.clone(),
@@ -459,26 +455,7 @@ impl PayloadGraph {
                     Some((z, _, _)) => return Err(bad(format!("zero_points has {} bytes; {rows} rows of {zp_row} expected", z.len()))),
                     None => None,
                 };
-                let default_zp = 1u32 << (bits - 1);
-                let mut out = vec![0f32; rows * cols];
-                for n in 0..rows {
-                    for blk in 0..n_blocks {
-                        let scale = scales[n * n_blocks + blk];
-                        let zp = match &zps {
-                            Some(z) => unpack(&z[n * zp_row..(n + 1) * zp_row], bits, blk),
-                            None => default_zp,
-                        } as f32;
-                        let bytes = &b[(n * n_blocks + blk) * blob..(n * n_blocks + blk + 1) * blob];
-                        for i in 0..block {
-                            let k = blk * block + i;
-                            if k >= cols {
-                                break;
-                            }
-                            out[n * cols + k] = (unpack(bytes, bits, i) as f32 - zp) * scale;
-                        }
-                    }
-                }
-                Ok(out)
+                Ok(OverrideData::Packed(Arc::new(MatMulNBitsRows { b, scales, zps, cols, bits, block })))
             }
             QuantOp::GatherBlockQuantized => {
                 let (q, qty, _) = payload(0, data)?.ok_or_else(|| bad("no data".into()))?;
@@ -494,29 +471,27 @@ impl PayloadGraph {
                     )));
                 }
                 let signed = qty == INT4 || qty == INT8;
-                let value = |i: usize| -> f32 {
-                    match (w.bits, signed) {
-                        (4, true) => ((unpack(&q, 4, i) as i32) << 28 >> 28) as f32,
-                        (4, false) => unpack(&q, 4, i) as f32,
-                        (_, true) => q[i] as i8 as f32,
-                        (_, false) => q[i] as f32,
-                    }
-                };
                 let zps = payload(3, data)?.map(|(z, _, _)| z);
-                let default_zp = if signed { 0.0 } else { (1u32 << (w.bits - 1)) as f32 };
-                let mut out = vec![0f32; rows * cols];
-                for r in 0..rows {
-                    for c in 0..cols {
-                        let blk = r * n_blocks + c / block;
-                        let zp = match &zps {
-                            Some(z) if w.bits == 4 => unpack(z, 4, blk) as f32,
-                            Some(z) => z[blk] as f32,
-                            None => default_zp,
-                        };
-                        out[r * cols + c] = (value(r * cols + c) - zp) * scales[blk];
+                if let Some(z) = &zps {
+                    let need = (rows * n_blocks * w.bits as usize).div_ceil(8);
+                    if z.len() != need {
+                        return Err(bad(format!(
+                            "zero_points has {} bytes; {} blocks at {} bits need {need}",
+                            z.len(),
+                            rows * n_blocks,
+                            w.bits
+                        )));
                     }
                 }
-                Ok(out)
+                if q.len() != (rows * cols * w.bits as usize).div_ceil(8) {
+                    return Err(bad(format!(
+                        "data has {} bytes; [{rows}, {cols}] at {} bits needs {}",
+                        q.len(),
+                        w.bits,
+                        (rows * cols * w.bits as usize).div_ceil(8)
+                    )));
+                }
+                Ok(OverrideData::Packed(Arc::new(GatherRows { q, signed, bits: w.bits as usize, scales, zps, cols, block })))
             }
             QuantOp::DequantizeLinear => {
                 let (q, qty, _) = payload(0, data)?.ok_or_else(|| bad("no x".into()))?;
@@ -527,25 +502,9 @@ impl PayloadGraph {
                 let (k_dim, n_dim) = (cols, rows);
                 let axis = attr(node, "axis").unwrap_or(1);
                 let signed = qty == INT4 || qty == INT8;
-                let q_at = |i: usize| -> i32 {
-                    match (w.bits, signed) {
-                        (4, true) => (unpack(&q, 4, i) as i32) << 28 >> 28,
-                        (4, false) => unpack(&q, 4, i) as i32,
-                        (_, true) => q[i] as i8 as i32,
-                        (_, false) => q[i] as i32,
-                    }
-                };
-                let zp_at = |i: usize| -> i32 {
-                    match &zps {
-                        None => 0,
-                        Some(z) => match (w.bits, signed) {
-                            (4, true) => (unpack(z, 4, i) as i32) << 28 >> 28,
-                            (4, false) => unpack(z, 4, i) as i32,
-                            (_, true) => z[i] as i8 as i32,
-                            (_, false) => z[i] as i32,
-                        },
-                    }
-                };
+                let bits = w.bits as usize;
+                let q_at = |i: usize| element(&q, bits, signed, i);
+                let zp_at = |i: usize| zps.as_ref().map_or(0, |z| element(z, bits, signed, i));
                 let block = w.block_size;
                 let scale_index = |k: usize, n: usize| -> Option<usize> {
                     match (sdims.len(), axis, block) {
@@ -567,7 +526,7 @@ impl PayloadGraph {
                         out[n * cols + k] = (q_at(i) - zp_at(si)) as f32 * scales[si];
                     }
                 }
-                Ok(out)
+                Ok(OverrideData::Dense(Arc::new(out)))
             }
         }
     }
@@ -575,6 +534,83 @@ impl PayloadGraph {
 
 /// An initializer's bytes, element type and dims.
 type Payload = (Vec<u8>, i32, Vec<i64>);
+
+/// Element `i` of `bits`-wide values packed little-end first in `bytes`, sign-extended when
+/// `signed` ((u)int4 two a byte, (u)int8 one).
+fn element(bytes: &[u8], bits: usize, signed: bool, i: usize) -> i32 {
+    let v = unpack(bytes, bits, i) as i32;
+    if signed {
+        let shift = 32 - bits as i32;
+        v << shift >> shift
+    } else {
+        v
+    }
+}
+
+/// A MatMulNBits `B` (`[N, n_blocks, block·bits/8]`, each block padded to whole bytes), its
+/// scales and zero points (each row's packed and padded to whole bytes; absent: 2^(bits−1)):
+/// `W[n, k] = (q − zp) · scale[n, k / block]`.
+#[derive(Debug)]
+struct MatMulNBitsRows {
+    b: Vec<u8>,
+    scales: Vec<f32>,
+    zps: Option<Vec<u8>>,
+    cols: usize,
+    bits: usize,
+    block: usize,
+}
+
+impl DequantRows for MatMulNBitsRows {
+    fn rows_into(&self, start: usize, count: usize, out: &mut [f32]) {
+        let (cols, bits, block) = (self.cols, self.bits, self.block);
+        let n_blocks = cols.div_ceil(block);
+        let blob = block * bits / 8;
+        let zp_row = (n_blocks * bits).div_ceil(8);
+        let default_zp = 1u32 << (bits - 1);
+        for (row, n) in out.chunks_mut(cols.max(1)).zip(start..start + count) {
+            for blk in 0..n_blocks {
+                let scale = self.scales[n * n_blocks + blk];
+                let zp = match &self.zps {
+                    Some(z) => unpack(&z[n * zp_row..(n + 1) * zp_row], bits, blk),
+                    None => default_zp,
+                } as f32;
+                let bytes = &self.b[(n * n_blocks + blk) * blob..(n * n_blocks + blk + 1) * blob];
+                for (i, v) in row[blk * block..cols.min((blk + 1) * block)].iter_mut().enumerate() {
+                    *v = (unpack(bytes, bits, i) as f32 - zp) * scale;
+                }
+            }
+        }
+    }
+}
+
+/// A GatherBlockQuantized table (`[rows, cols]` packed row-major, quantized along its columns in
+/// blocks; zero points packed over the blocks, absent: 0 for (u)int4 data typed signed, else
+/// 2^(bits−1)): `W[r, c] = (q − zp) · scale[r, c / block]`.
+#[derive(Debug)]
+struct GatherRows {
+    q: Vec<u8>,
+    signed: bool,
+    bits: usize,
+    scales: Vec<f32>,
+    zps: Option<Vec<u8>>,
+    cols: usize,
+    block: usize,
+}
+
+impl DequantRows for GatherRows {
+    fn rows_into(&self, start: usize, count: usize, out: &mut [f32]) {
+        let (cols, block, bits) = (self.cols, self.block, self.bits);
+        let n_blocks = cols.div_ceil(block);
+        let default_zp = if self.signed { 0 } else { 1i32 << (bits - 1) };
+        for (row, r) in out.chunks_mut(cols.max(1)).zip(start..start + count) {
+            for (c, v) in row.iter_mut().enumerate() {
+                let blk = r * n_blocks + c / block;
+                let zp = self.zps.as_ref().map_or(default_zp, |z| unpack(z, bits, blk) as i32);
+                *v = (element(&self.q, bits, self.signed, r * cols + c) - zp) as f32 * self.scales[blk];
+            }
+        }
+    }
+}
 
 /// Element `i` of `bits`-wide unsigned values packed little-end first in `bytes`.
 fn unpack(bytes: &[u8], bits: usize, i: usize) -> u32 {
@@ -652,5 +688,29 @@ mod tests {
         assert_eq!(unpack(&[0x21, 0x43], 4, 3), 4);
         assert_eq!(unpack(&[0b11_10_01_00], 2, 2), 2);
         assert_eq!(unpack(&[200], 8, 0), 200);
+        assert_eq!(element(&[0xF1], 4, true, 1), -1);
+        assert_eq!(element(&[0xF1], 4, false, 1), 15);
+        assert_eq!(element(&[0x80], 8, true, 0), -128);
+    }
+
+    /// Guards the by-row dequantization: MatMulNBits with zero points and a short last block
+    /// (K 5, block 4: each block padded to 2 bytes), and a signed int4 table without zero points,
+    /// any row range giving the rows of the whole.
+    #[test]
+    fn packed_rows_dequantize_by_row() {
+        // Row 0: q 1..=5 (blocks [1,2,3,4] [5]), zp 8 and 2, scales 0.5 and 2.
+        // Row 1: q 15,0,0,0 | 9, zp 0 and 1, scales 1 and -1.
+        let b = vec![0x21, 0x43, 0x05, 0x00, 0x0F, 0x00, 0x09, 0x00];
+        let m = MatMulNBitsRows { b, scales: vec![0.5, 2.0, 1.0, -1.0], zps: Some(vec![0x28, 0x10]), cols: 5, bits: 4, block: 4 };
+        let mut all = vec![0f32; 10];
+        m.rows_into(0, 2, &mut all);
+        assert_eq!(all, vec![-3.5, -3.0, -2.5, -2.0, 6.0, 15.0, 0.0, 0.0, 0.0, -8.0]);
+        let mut second = vec![0f32; 5];
+        m.rows_into(1, 1, &mut second);
+        assert_eq!(second, all[5..]);
+        let g = GatherRows { q: vec![0xF1, 0x7A], signed: true, bits: 4, scales: vec![0.5, 2.0], zps: None, cols: 2, block: 2 };
+        let mut rows = vec![0f32; 4];
+        g.rows_into(0, 2, &mut rows);
+        assert_eq!(rows, vec![0.5, -0.5, -12.0, 14.0]);
     }
 }

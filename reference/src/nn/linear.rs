@@ -40,24 +40,15 @@ impl Linear {
 
     /// `x` as this matmul sees it: quantized per block when the export does that.
     fn input(&self, x: &Tensor) -> Result<Tensor> {
-        let Some(block) = self.activation_block else { return Ok(x.clone()) };
-        let dims = x.dims().to_vec();
-        let k = dims.last().copied().unwrap_or(0);
-        let dtype = x.dtype();
-        let flat = x.flatten_all()?;
-        let out = match dtype {
-            DType::F64 => {
-                let mut v = flat.to_vec1::<f64>()?;
-                quantize_activations(&mut v, k, block);
-                Tensor::from_vec(v, dims, x.device())?
-            }
-            _ => {
-                let mut v = flat.to_dtype(DType::F32)?.to_vec1::<f32>()?;
-                quantize_activations(&mut v, k, block);
-                Tensor::from_vec(v, dims, x.device())?.to_dtype(dtype)?
-            }
-        };
-        Ok(out)
+        match self.activation_block {
+            Some(block) => quantized_input(x, block),
+            None => Ok(x.clone()),
+        }
+    }
+
+    /// The int8 activation block of this matmul, when the export quantizes its input.
+    pub(crate) fn activation_block(&self) -> Option<usize> {
+        self.activation_block
     }
 
     /// The dtype the weight is held in (f32 in the f64 mode, whose matmuls upcast it).
@@ -80,6 +71,27 @@ impl Linear {
             None => y,
         })
     }
+}
+
+/// `x` (`[.., k]`) quantized to int8 per `block` of its last axis as MLAS does, in `x`'s own
+/// precision ([`quantize_activations`]).
+pub(crate) fn quantized_input(x: &Tensor, block: usize) -> Result<Tensor> {
+    let dims = x.dims().to_vec();
+    let k = dims.last().copied().unwrap_or(0);
+    let dtype = x.dtype();
+    let flat = x.flatten_all()?;
+    Ok(match dtype {
+        DType::F64 => {
+            let mut v = flat.to_vec1::<f64>()?;
+            quantize_activations(&mut v, k, block);
+            Tensor::from_vec(v, dims, x.device())?
+        }
+        _ => {
+            let mut v = flat.to_dtype(DType::F32)?.to_vec1::<f32>()?;
+            quantize_activations(&mut v, k, block);
+            Tensor::from_vec(v, dims, x.device())?.to_dtype(dtype)?
+        }
+    })
 }
 
 /// `w` in `x`'s dtype: the f64 precision mode keeps matrices f32 and upcasts each for its

@@ -13,6 +13,7 @@
 //! Activations are kept 2-D (`[seq, hidden]`): the reference runs one sequence (batch 1).
 
 mod attention;
+mod head;
 mod mlp;
 mod moe;
 mod ple;
@@ -34,6 +35,8 @@ use crate::weights::Weights;
 use attention::Attention;
 use moe::MoeBlock;
 use ple::{PerLayerEmbedding, PerLayerGate};
+
+pub use head::LogitsHead;
 
 #[derive(Debug)]
 struct DecoderLayer {
@@ -139,6 +142,8 @@ pub struct TextModel {
     layers: Vec<DecoderLayer>,
     norm: RmsNorm,
     lm_head: Linear,
+    /// The rows `lm_head` was made from, for [`TextModel::logits_head`].
+    head_rows: crate::weights::RowTable,
     softcap: Option<f64>,
     ropes: Vec<(LayerType, Rope)>,
     layer_types: Vec<LayerType>,
@@ -161,14 +166,17 @@ impl TextModel {
             .collect::<Result<Vec<_>>>()?;
         // HF ties `lm_head.weight ← embed_tokens.weight` unless the checkpoint has its own
         // (it skips tying when both exist with different values); untied, it is required.
-        let lm_head = if tie {
+        let embed_name = format!("{prefix}.embed_tokens.weight");
+        let (lm_head, head_name) = if tie {
             match w.get_opt_t("lm_head.weight", [v, h])? {
-                Some(t) => Linear::from_weight_t(t).with_activation_block(w.activation_block("lm_head.weight")),
-                None => Linear::from_weight_t(embed_t.clone()),
+                Some(t) => (Linear::from_weight_t(t).with_activation_block(w.activation_block("lm_head.weight")), "lm_head.weight"),
+                None => (Linear::from_weight_t(embed_t.clone()), embed_name.as_str()),
             }
         } else {
-            Linear::from_weight_t(w.get_t("lm_head.weight", [v, h])?).with_activation_block(w.activation_block("lm_head.weight"))
+            let t = w.get_t("lm_head.weight", [v, h])?;
+            (Linear::from_weight_t(t).with_activation_block(w.activation_block("lm_head.weight")), "lm_head.weight")
         };
+        let head_rows = w.matrix_rows(head_name, [v, h])?;
         let layer_types = cfg.layer_types()?.to_vec();
         let mut ropes = Vec::new();
         for lt in LayerType::ALL {
@@ -189,6 +197,7 @@ impl TextModel {
             layers,
             norm: RmsNorm::load(w, &format!("{prefix}.norm"), h, cfg.rms_norm_eps)?,
             lm_head,
+            head_rows,
             softcap: cfg.final_logit_softcapping,
             ropes,
             layer_types,
@@ -391,6 +400,11 @@ impl TextModel {
             out.slice_set(&part, 1, start)?;
         }
         Ok(out)
+    }
+
+    /// The lm_head and softcapping as a value that outlives this model (see [`LogitsHead`]).
+    pub fn logits_head(&self) -> LogitsHead {
+        LogitsHead::new(self.head_rows.clone(), self.softcap, self.lm_head.activation_block())
     }
 
     /// The sliding window the masks must use.

@@ -31,7 +31,7 @@ mod rows;
 mod shard;
 
 use decode::{decode, Bf16Le, F16Le, F32Le, Order};
-pub use overrides::{name_for, quantize_activations, stands_for, ActFloat, Override, Overrides};
+pub use overrides::{name_for, quantize_activations, stands_for, ActFloat, DequantRows, Override, OverrideData, Overrides};
 pub use rows::RowTable;
 use shard::Shard;
 
@@ -472,9 +472,8 @@ impl Weights {
             return Ok(RowTable::placeholder(t));
         }
         if self.overrides.lookup(module_name).is_some() {
-            let data = self.read_with(module_name, &expected, Order::RowMajor)?;
-            let t = Tensor::from_vec(data, (expected[0], expected[1]), &Device::Cpu)?;
-            return Ok(RowTable::placeholder(self.upload(if self.dtype == DType::F32 { t } else { t.to_dtype(self.dtype)? })?));
+            // The table stays packed: rows are dequantized when gathered.
+            return self.matrix_rows(module_name, expected).map(|t| t.with_output(self.dtype, self.device.clone()));
         }
         let (name, entry, shard) = self.entry(module_name, &expected)?;
         let elem = element_size(&name, entry.dtype, &shard.path)?;
@@ -491,6 +490,32 @@ impl Weights {
             self.dtype,
             self.device.clone(),
         ))
+    }
+
+    /// The rows of the 2-D tensor `module_name`, to be read slice by slice (an lm_head's after the
+    /// model is gone, [`crate::text::LogitsHead`]; a weight compared with a quantized build's):
+    /// the mapping (pages released as read) or a quantized build's payload, shared, never copied.
+    pub fn matrix_rows(&self, module_name: &str, expected: [usize; 2]) -> Result<RowTable> {
+        if let Some(t) = self.placeholder(module_name, &expected, &expected)? {
+            return Ok(RowTable::placeholder(t));
+        }
+        if let Some((key, o)) = self.override_for(module_name) {
+            if o.shape != expected {
+                return Err(Error::TensorShape {
+                    name: format!("{key} (dequantized from the export's `{}`)", o.source),
+                    file: self.dir.clone(),
+                    expected: expected.to_vec(),
+                    actual: o.shape.clone(),
+                });
+            }
+            return Ok(RowTable::overridden(o.clone(), expected));
+        }
+        let (name, entry, shard) = self.entry(module_name, &expected)?;
+        let elem = element_size(&name, entry.dtype, &shard.path)?;
+        if entry.end - entry.begin != expected[0] * expected[1] * elem {
+            return Err(Error::Safetensors { path: shard.path.clone(), source: safetensors::SafeTensorError::InvalidOffset(name) });
+        }
+        Ok(RowTable::mapped(name, Arc::clone(shard), shard.data_start + entry.begin, entry.dtype, expected, DType::F32, Device::Cpu))
     }
 
     /// The stored name, header entry and shard of `module_name`, shape-checked.
@@ -527,18 +552,30 @@ impl Weights {
                 });
             }
             self.record(key, expected);
-            return Ok(match order {
-                Order::RowMajor => o.data.as_ref().clone(),
-                Order::Transposed { rows, cols } => {
-                    let mut t = vec![0f32; o.data.len()];
-                    for (r, row) in o.data.chunks_exact(cols.max(1)).enumerate().take(rows) {
-                        for (c, &v) in row.iter().enumerate() {
-                            t[c * rows + r] = v;
+            // Dequantized a band of rows at a time, straight into the model's buffer.
+            const BAND: usize = 256;
+            let (rows, cols) = (o.shape[0], o.cols());
+            let mut out = vec![0f32; rows * cols];
+            match order {
+                Order::RowMajor => {
+                    for (k, dst) in out.chunks_mut(BAND * cols.max(1)).enumerate() {
+                        o.rows_into(k * BAND, dst.len() / cols.max(1), dst);
+                    }
+                }
+                Order::Transposed { .. } => {
+                    let mut band = vec![0f32; BAND * cols];
+                    for start in (0..rows).step_by(BAND) {
+                        let n = BAND.min(rows - start);
+                        o.rows_into(start, n, &mut band[..n * cols]);
+                        for (i, row) in band[..n * cols].chunks_exact(cols.max(1)).enumerate() {
+                            for (c, &v) in row.iter().enumerate() {
+                                out[c * rows + start + i] = v;
+                            }
                         }
                     }
-                    t
                 }
-            });
+            }
+            return Ok(out);
         }
         let (name, entry, shard) = self.entry(module_name, expected)?;
         let mmap = shard.mmap.as_ref().ok_or_else(|| Error::Internal("a mapped read from a headers-only source".into()))?;

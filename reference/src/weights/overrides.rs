@@ -10,24 +10,63 @@
 //! be used by the model; [`crate::Gemma4::load_with_overrides`] fails naming the ones that were not.
 //!
 //! The data is shared (`Arc`): the f32 reference, the f64 arbiter and the floor of one case read
-//! one dequantized copy.
+//! one copy — of the export's packed payload ([`OverrideData::Packed`]), dequantized row by row
+//! as a model loads it, so a quantized build costs its own size beside the model, not an f32 copy
+//! of every matrix and table (the E2B-width int4 build's tables alone are 4.3 GB in f32).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+
+/// Rows of a quantized matrix, dequantized on demand from the export's packed payload.
+pub trait DequantRows: Send + Sync + std::fmt::Debug {
+    /// Rows `start..start + count` into `out` (`count × cols`, row-major, `cols` the matrix's).
+    fn rows_into(&self, start: usize, count: usize, out: &mut [f32]);
+}
+
+/// An override's values.
+#[derive(Debug, Clone)]
+pub enum OverrideData {
+    /// Row-major f32 values.
+    Dense(Arc<Vec<f32>>),
+    /// The packed payload, dequantized when read.
+    Packed(Arc<dyn DequantRows>),
+}
 
 /// One dequantized matrix or table.
 #[derive(Debug, Clone)]
 pub struct Override {
     /// `[rows, cols]` as the checkpoint stores it (`[out, in]` for a linear weight).
     pub shape: Vec<usize>,
-    /// Row-major values.
-    pub data: Arc<Vec<f32>>,
+    pub data: OverrideData,
     /// Where the export quantizes this matmul's activations to int8 per block of this many
     /// input elements (MLAS's CompInt8, MatMulNBits `accuracy_level` 4): the reference does the
     /// same before its matmul ([`quantize_activations`]).
     pub activation_block: Option<usize>,
     /// What the export calls it (the initializer or node), for messages.
     pub source: String,
+}
+
+impl Override {
+    /// Columns (the second axis).
+    pub fn cols(&self) -> usize {
+        self.shape.get(1).copied().unwrap_or(1)
+    }
+
+    /// Rows `start..start + count` into `out` (`count × cols`, row-major).
+    pub fn rows_into(&self, start: usize, count: usize, out: &mut [f32]) {
+        let cols = self.cols();
+        match &self.data {
+            OverrideData::Dense(d) => out.copy_from_slice(&d[start * cols..(start + count) * cols]),
+            OverrideData::Packed(p) => p.rows_into(start, count, out),
+        }
+    }
+
+    /// Rows `start..start + count`, row-major.
+    pub fn rows(&self, start: usize, count: usize) -> Vec<f32> {
+        let mut out = vec![0f32; count * self.cols()];
+        self.rows_into(start, count, &mut out);
+        out
+    }
 }
 
 /// Two of a build's weights claim the same reference parameter.
@@ -172,7 +211,12 @@ mod tests {
     #[test]
     fn keys_match_module_names_at_a_boundary() {
         let mut o = Overrides::default();
-        let one = |s: &str| Override { shape: vec![1, 1], data: Arc::new(vec![0.0]), activation_block: None, source: s.into() };
+        let one = |s: &str| Override {
+            shape: vec![1, 1],
+            data: OverrideData::Dense(Arc::new(vec![0.0])),
+            activation_block: None,
+            source: s.into(),
+        };
         o.insert("layers.1.mlp.up_proj.weight", one("a")).unwrap();
         o.insert("lm_head.weight", one("b")).unwrap();
         assert!(o.lookup("model.language_model.layers.1.mlp.up_proj.weight").is_some());

@@ -282,7 +282,7 @@ impl OnnxPipeline {
                 LayerOutputs::Unavailable(self.layer_outputs_unavailable().map_or_else(|| "not exposed".to_string(), |e| e.to_string()))
             }
         };
-        Ok((Prefill { logits: out.logits, components, layers, modules: Vec::new() }, out.present))
+        Ok((Prefill { logits: out.logits, components, layers, modules: Vec::new(), streamed: None }, out.present))
     }
 
     /// The vision encoder's `image_features` for these images: the memo of the last call when

@@ -63,8 +63,56 @@ pub fn calibrated(
     shape: &[usize],
     rule: &CalibratedRule,
 ) -> Result<CalibratedReport, MetricError> {
+    let numel = check_lengths(actual, floor, shape)?;
+    if truth.len() != numel {
+        return Err(MetricError::ShapeMismatch { shape: shape.to_vec(), numel, side: "truth", len: truth.len() });
+    }
+    let mut acc = Accumulator::default();
+    for (i, ((&a, &f), &t)) in actual.iter().zip(floor).zip(truth).enumerate() {
+        acc.push(i, a, f, t, numel)?;
+    }
+    Ok(acc.finish(numel, shape, rule))
+}
+
+/// [`calibrated`] with the truth made one column slice at a time (`slices` calls its callback with
+/// `(start, cols, values)`, `values` the `[rows, cols]` truth of columns `start..start + cols`,
+/// `rows` the product of `shape` but its last axis): the f64 arbiter's logits, streamed from its
+/// final hidden state, are never held whole. Every element must be covered exactly once.
+pub fn calibrated_streamed<E: From<MetricError>>(
+    actual: &[f32],
+    floor: &[f32],
+    shape: &[usize],
+    rule: &CalibratedRule,
+    slices: impl FnOnce(&mut dyn FnMut(usize, usize, &[f32]) -> Result<(), E>) -> Result<(), E>,
+) -> Result<CalibratedReport, E> {
+    let numel = check_lengths(actual, floor, shape)?;
+    let width = shape.last().copied().unwrap_or(1).max(1);
+    let rows = numel / width;
+    let mut acc = Accumulator::default();
+    let mut covered = 0usize;
+    slices(&mut |start: usize, cols: usize, values: &[f32]| {
+        if start + cols > width || values.len() != rows * cols {
+            return Err(MetricError::ShapeMismatch { shape: shape.to_vec(), numel, side: "truth slice", len: values.len() }.into());
+        }
+        for (r, row) in values.chunks_exact(cols.max(1)).enumerate() {
+            for (c, &t) in row.iter().enumerate() {
+                let i = r * width + start + c;
+                acc.push(i, actual[i], floor[i], t, numel)?;
+            }
+        }
+        covered += values.len();
+        Ok(())
+    })?;
+    if covered != numel {
+        return Err(MetricError::ShapeMismatch { shape: shape.to_vec(), numel, side: "truth (all slices)", len: covered }.into());
+    }
+    Ok(acc.finish(numel, shape, rule))
+}
+
+/// The candidate's and the floor's lengths against `shape`; its element count.
+fn check_lengths(actual: &[f32], floor: &[f32], shape: &[usize]) -> Result<usize, MetricError> {
     let numel: usize = shape.iter().product();
-    for (side, len) in [("actual", actual.len()), ("floor", floor.len()), ("truth", truth.len())] {
+    for (side, len) in [("actual", actual.len()), ("floor", floor.len())] {
         if len != numel {
             return Err(MetricError::ShapeMismatch { shape: shape.to_vec(), numel, side, len });
         }
@@ -72,67 +120,89 @@ pub fn calibrated(
     if numel == 0 {
         return Err(MetricError::Empty { what: "the tensor" });
     }
-    if let Some(i) = floor.iter().chain(truth).position(|v| !v.is_finite()) {
-        return Err(MetricError::NonFiniteReference { index: i % numel });
-    }
-    let (mut sc, mut sf, mut st, mut mc, mut mf, mut mt) = (0.0f64, 0.0f64, 0.0f64, 0.0f64, 0.0f64, 0.0f64);
-    let mut nonfinite = 0usize;
-    // The first non-finite candidate value, else the largest error.
-    let (mut first_nonfinite, mut largest) = (None, 0usize);
-    for (i, ((&a, &f), &t)) in actual.iter().zip(floor).zip(truth).enumerate() {
+    Ok(numel)
+}
+
+/// The sums and maxima of [`calibrated`], fed element by element in any order.
+#[derive(Debug, Default)]
+struct Accumulator {
+    /// Squared errors of the candidate, the floor, and the truth's squares.
+    sc: f64,
+    sf: f64,
+    st: f64,
+    /// Largest |candidate − truth|, |floor − truth|, |truth|.
+    mc: f64,
+    mf: f64,
+    mt: f64,
+    nonfinite: usize,
+    /// The first non-finite candidate value's index (lowest), else the largest error's.
+    first_nonfinite: Option<usize>,
+    largest: usize,
+}
+
+impl Accumulator {
+    fn push(&mut self, i: usize, a: f32, f: f32, t: f32, numel: usize) -> Result<(), MetricError> {
+        if !f.is_finite() || !t.is_finite() {
+            return Err(MetricError::NonFiniteReference { index: i % numel });
+        }
         let t = f64::from(t);
         let df = f64::from(f) - t;
-        sf += df * df;
-        st += t * t;
-        mf = mf.max(df.abs());
-        mt = mt.max(t.abs());
+        self.sf += df * df;
+        self.st += t * t;
+        self.mf = self.mf.max(df.abs());
+        self.mt = self.mt.max(t.abs());
         if !a.is_finite() {
-            first_nonfinite.get_or_insert(i);
-            nonfinite += 1;
-            continue;
+            self.first_nonfinite = Some(self.first_nonfinite.map_or(i, |j| j.min(i)));
+            self.nonfinite += 1;
+            return Ok(());
         }
         let dc = f64::from(a) - t;
-        sc += dc * dc;
-        if dc.abs() > mc {
-            (mc, largest) = (dc.abs(), i);
+        self.sc += dc * dc;
+        if dc.abs() > self.mc || (dc.abs() == self.mc && i < self.largest) {
+            (self.mc, self.largest) = (dc.abs(), i);
+        }
+        Ok(())
+    }
+
+    fn finish(self, numel: usize, shape: &[usize], rule: &CalibratedRule) -> CalibratedReport {
+        let n = numel as f64;
+        let (rms_c, rms_f, rms_t) = ((self.sc / n).sqrt(), (self.sf / n).sqrt(), (self.st / n).sqrt());
+        // ratio = e / (floor + δ·scale / k): ≤ k ⟺ e ≤ k·floor + δ·scale.
+        let ratio_of = |e: f64, fl: f64, scale: f64| {
+            let allowed = fl + rule.delta() * scale / rule.k;
+            if allowed > 0.0 {
+                e / allowed
+            } else if e > 0.0 {
+                f64::INFINITY
+            } else {
+                0.0
+            }
+        };
+        let (r_rms, r_max) = (ratio_of(rms_c, rms_f, rms_t), ratio_of(self.mc, self.mf, self.mt));
+        let nonfinite = self.nonfinite;
+        let (ratio, stat) = if nonfinite > 0 {
+            (f64::NAN, "non-finite")
+        } else if r_max > r_rms {
+            (r_max, "max")
+        } else {
+            (r_rms, "rms")
+        };
+        let width = shape.last().copied().unwrap_or(1).max(1);
+        let row = self.first_nonfinite.unwrap_or(self.largest) / width;
+        let worst_row = if shape.len() > 1 { crate::metrics::unravel_index(row, &shape[..shape.len() - 1]) } else { vec![row] };
+        CalibratedReport {
+            pass: nonfinite == 0 && ratio <= rule.k,
+            e_cand_rms: if nonfinite > 0 { f64::NAN } else { rms_c },
+            e_cand_max: if nonfinite > 0 { f64::NAN } else { self.mc },
+            e_floor_rms: rms_f,
+            e_floor_max: self.mf,
+            ratio,
+            worst_statistic: stat,
+            worst_row,
+            nonfinite,
+            k: rule.k,
         }
     }
-    let n = numel as f64;
-    let (rms_c, rms_f, rms_t) = ((sc / n).sqrt(), (sf / n).sqrt(), (st / n).sqrt());
-    // ratio = e / (floor + δ·scale / k): ≤ k ⟺ e ≤ k·floor + δ·scale.
-    let ratio_of = |e: f64, fl: f64, scale: f64| {
-        let allowed = fl + rule.delta() * scale / rule.k;
-        if allowed > 0.0 {
-            e / allowed
-        } else if e > 0.0 {
-            f64::INFINITY
-        } else {
-            0.0
-        }
-    };
-    let (r_rms, r_max) = (ratio_of(rms_c, rms_f, rms_t), ratio_of(mc, mf, mt));
-    let (ratio, stat) = if nonfinite > 0 {
-        (f64::NAN, "non-finite")
-    } else if r_max > r_rms {
-        (r_max, "max")
-    } else {
-        (r_rms, "rms")
-    };
-    let width = shape.last().copied().unwrap_or(1).max(1);
-    let row = first_nonfinite.unwrap_or(largest) / width;
-    let worst_row = if shape.len() > 1 { crate::metrics::unravel_index(row, &shape[..shape.len() - 1]) } else { vec![row] };
-    Ok(CalibratedReport {
-        pass: nonfinite == 0 && ratio <= rule.k,
-        e_cand_rms: if nonfinite > 0 { f64::NAN } else { rms_c },
-        e_cand_max: if nonfinite > 0 { f64::NAN } else { mc },
-        e_floor_rms: rms_f,
-        e_floor_max: mf,
-        ratio,
-        worst_statistic: stat,
-        worst_row,
-        nonfinite,
-        k: rule.k,
-    })
 }
 
 #[cfg(test)]
@@ -210,6 +280,36 @@ mod tests {
         assert!(matches!(calibrated(&t, &bad_floor, &t, &[64], &RULE), Err(MetricError::NonFiniteReference { index: 0 })));
         assert!(matches!(calibrated(&t, &p, &t, &[65], &RULE), Err(MetricError::ShapeMismatch { .. })));
         assert!(matches!(calibrated(&[], &[], &[], &[0], &RULE), Err(MetricError::Empty { .. })));
+    }
+
+    /// Guards the streamed truth: the same report as the whole truth whatever the slicing (one
+    /// slice, uneven slices, slices out of order), and a slicing that misses columns or sends a
+    /// non-finite truth value is an error, never a verdict.
+    #[test]
+    fn streamed_truth_gives_the_whole_truths_report() {
+        let t: Vec<f32> = (0..3 * 10).map(|i| ((i * 7 % 11) as f32 - 5.0) / 4.0).collect();
+        let p: Vec<f32> = t.iter().enumerate().map(|(i, v)| v + 1e-3 * ((i % 3) as f32 - 1.0)).collect();
+        let mut a: Vec<f32> = t.iter().map(|v| v + 2e-3).collect();
+        a[17] += 0.5;
+        let shape = [1, 3, 10];
+        let whole = calibrated(&a, &p, &t, &shape, &RULE).unwrap();
+        let columns =
+            |start: usize, cols: usize| -> Vec<f32> { (0..3).flat_map(|r| t[r * 10 + start..r * 10 + start + cols].to_vec()).collect() };
+        for cuts in [vec![(0, 10)], vec![(0, 3), (3, 4), (7, 3)], vec![(7, 3), (0, 7)]] {
+            let r = calibrated_streamed::<MetricError>(&a, &p, &shape, &RULE, |f| {
+                cuts.iter().try_for_each(|&(start, cols)| f(start, cols, &columns(start, cols)))
+            })
+            .unwrap();
+            assert_eq!((r.pass, r.worst_row.clone(), r.worst_statistic), (whole.pass, whole.worst_row.clone(), whole.worst_statistic));
+            assert!((r.ratio - whole.ratio).abs() <= 1e-12 * whole.ratio && (r.e_cand_rms - whole.e_cand_rms).abs() <= 1e-15, "{cuts:?}");
+            assert_eq!((r.e_cand_max, r.e_floor_max), (whole.e_cand_max, whole.e_floor_max));
+        }
+        let missing = calibrated_streamed::<MetricError>(&a, &p, &shape, &RULE, |f| f(0, 7, &columns(0, 7)));
+        assert!(matches!(missing, Err(MetricError::ShapeMismatch { side: "truth (all slices)", .. })), "{missing:?}");
+        let mut bad = columns(0, 10);
+        bad[12] = f32::NAN;
+        let nan = calibrated_streamed::<MetricError>(&a, &p, &shape, &RULE, |f| f(0, 10, &bad));
+        assert!(matches!(nan, Err(MetricError::NonFiniteReference { index: 12 })), "{nan:?}");
     }
 
     /// Guards the whole-tensor statistics: an error confined to one position row fails once its

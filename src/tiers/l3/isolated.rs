@@ -92,7 +92,7 @@ pub(super) fn judge(
         }
     }
     let mut v = Verdict::default();
-    let floor = calibration.map(|c| Floor::of(&c.floor.prefill.logits, &c.truth.prefill.logits));
+    let floor = calibration.map(|c| Floor::logits(&c.floor.prefill, &c.truth.prefill));
     let logits = iso.logits.as_ref().unwrap_or(&actual.prefill.logits);
     v.note(Stage::Logits, "logits", stage("logits", logits, &expected.prefill.logits, floor, rules));
     if let (Some(a), Some(e)) = (&iso.step_logits, expected.generation.step_logits.get(1)) {

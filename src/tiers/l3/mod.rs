@@ -83,7 +83,7 @@ pub fn compare(
     // that makes it and fails the verdict, even where the logits stay within k (at 12B width the
     // vision LayerNorm eps finding is 10× its floor on image_features, while the logits' own
     // rounding noise hides it); under the fixed row components only localise.
-    let floor = calibration.map(|k| Floor::of(&k.floor.prefill.logits, &k.truth.prefill.logits));
+    let floor = calibration.map(|k| Floor::logits(&k.floor.prefill, &k.truth.prefill));
     let prefill = stage("logits", &actual.prefill.logits, &expected.prefill.logits, floor, &rules);
     let prefill_report = prefill.as_ref().ok().cloned();
     let mut fixed_pass = prefill_report.as_ref().is_some_and(|r| r.fixed.pass);
@@ -335,6 +335,7 @@ mod tests {
                     components: [(Component::InputsEmbeds, embeds.clone())].into(),
                     layers: LayerOutputs::NotRequested,
                     modules: Vec::new(),
+                    streamed: None,
                 },
                 generation: GeneratedTokens { tokens: vec![2, 2], step_logits: vec![vec![3.0, 4.0, 5.0], vec![1.0, 1.0, 9.0]] },
                 step_inputs: Default::default(),
@@ -347,6 +348,7 @@ mod tests {
                     components: [(Component::InputsEmbeds, embeds)].into(),
                     layers: LayerOutputs::NotRequested,
                     modules: Vec::new(),
+                    streamed: None,
                 },
                 generation: GeneratedTokens { tokens: vec![2, 2], step_logits: vec![vec![3.0, 4.0, 5.0], onnx_step] },
                 step_inputs: Default::default(),

@@ -40,16 +40,36 @@ pub fn relative_error(dequantized: &[f32], checkpoint: &[f32]) -> f64 {
     if dequantized.len() != checkpoint.len() {
         return f64::NAN;
     }
-    let (mut e, mut s) = (0f64, 0f64);
-    for (&a, &b) in dequantized.iter().zip(checkpoint) {
-        let d = a as f64 - b as f64;
-        e += d * d;
-        s += (b as f64) * (b as f64);
+    let mut r = RelativeError::default();
+    r.add(dequantized, checkpoint);
+    r.value()
+}
+
+/// [`relative_error`] accumulated over bands of rows (a table is never dequantized whole).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct RelativeError {
+    /// Σ(a − b)², Σb².
+    e: f64,
+    s: f64,
+}
+
+impl RelativeError {
+    /// One band: equal-length slices of the dequantized weight and the checkpoint's.
+    pub fn add(&mut self, dequantized: &[f32], checkpoint: &[f32]) {
+        for (&a, &b) in dequantized.iter().zip(checkpoint) {
+            let d = a as f64 - b as f64;
+            self.e += d * d;
+            self.s += (b as f64) * (b as f64);
+        }
     }
-    if s == 0.0 {
-        return if e == 0.0 { 0.0 } else { f64::INFINITY };
+
+    /// `rms(a − b) / rms(b)`: 0 when both are zero, ∞ for a non-zero error on a zero weight.
+    pub fn value(&self) -> f64 {
+        if self.s == 0.0 {
+            return if self.e == 0.0 { 0.0 } else { f64::INFINITY };
+        }
+        (self.e / self.s).sqrt()
     }
-    (e / s).sqrt()
 }
 
 /// The layer index of a reference parameter name (`layers.3.…` → 3).

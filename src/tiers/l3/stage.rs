@@ -5,10 +5,10 @@
 //! (`l3_rule:`); the other is always reported beside it.
 
 use super::allclose::{allclose, AllcloseReport};
-use super::calibrated::{calibrated, CalibratedReport, CalibratedRule};
+use super::calibrated::{calibrated, calibrated_streamed, CalibratedReport, CalibratedRule};
 use crate::inputs::Dense;
 use crate::metrics::MetricError;
-use crate::outputs::{LocalLayers, Run};
+use crate::outputs::{LocalLayers, Prefill, Run, StreamedLogits};
 use crate::tolerance::L3Tolerance;
 
 /// The rules one L3 verdict applies: the fixed row always; the calibrated rule when the case is
@@ -31,12 +31,29 @@ impl Rules {
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Floor<'a> {
     pub at_precision: &'a [f32],
-    pub truth: &'a [f32],
+    pub truth: Truth<'a>,
+}
+
+/// The arbiter's values of one tensor: held, or (its all-position logits) made one vocabulary
+/// slice at a time from its final hidden state.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Truth<'a> {
+    Dense(&'a [f32]),
+    Streamed(&'a StreamedLogits),
 }
 
 impl<'a> Floor<'a> {
     pub(crate) fn of(at_precision: &'a Dense<f32>, truth: &'a Dense<f32>) -> Self {
-        Floor { at_precision: &at_precision.data, truth: &truth.data }
+        Floor { at_precision: &at_precision.data, truth: Truth::Dense(&truth.data) }
+    }
+
+    /// The pair of the all-position prefill logits (the arbiter's streamed when it kept them so).
+    pub(crate) fn logits(at_precision: &'a Prefill, truth: &'a Prefill) -> Self {
+        let truth = match &truth.streamed {
+            Some(s) => Truth::Streamed(s),
+            None => Truth::Dense(&truth.logits.data),
+        };
+        Floor { at_precision: &at_precision.logits.data, truth }
     }
 }
 
@@ -60,7 +77,8 @@ impl Calibration<'_> {
 
     /// The floor pair of cached decode step `k`.
     pub(crate) fn step(&self, k: usize) -> Option<Floor<'_>> {
-        Some(Floor { at_precision: self.floor.generation.step_logits.get(k)?, truth: self.truth.generation.step_logits.get(k)? })
+        let truth = Truth::Dense(self.truth.generation.step_logits.get(k)?);
+        Some(Floor { at_precision: self.floor.generation.step_logits.get(k)?, truth })
     }
 }
 
@@ -71,6 +89,9 @@ pub(crate) enum StageError {
     Shape { stage: String, actual: Vec<usize>, expected: Vec<usize> },
     #[error("{stage}: {source}")]
     Metric { stage: String, source: MetricError },
+    /// The arbiter's streamed logits could not be made.
+    #[error("{stage}: the f64 arbiter's logits: {source}")]
+    Truth { stage: String, source: onnx_parity_reference::Error },
     /// The calibrated rule decides but the arbiter has no such tensor.
     #[error("{stage}: no f64 floor for this tensor ({why}); the calibrated rule cannot judge it")]
     NoFloor { stage: String, why: &'static str },
@@ -132,10 +153,37 @@ pub(crate) fn judge_slice(
     let fixed = allclose(actual, expected, shape, rules.fixed.atol, rules.fixed.rtol).map_err(metric)?;
     let calibrated = match (rules.calibrated, floor) {
         (None, _) => None,
-        (Some(rule), Some(f)) => Some(calibrated(actual, f.at_precision, f.truth, shape, &rule).map_err(metric)?),
+        (Some(rule), Some(Floor { at_precision, truth: Truth::Dense(t) })) => {
+            Some(calibrated(actual, at_precision, t, shape, &rule).map_err(metric)?)
+        }
+        (Some(rule), Some(Floor { at_precision, truth: Truth::Streamed(s) })) => {
+            let r = calibrated_streamed(actual, at_precision, shape, &rule, |f| s.for_each_slice(f));
+            Some(r.map_err(|e| match e {
+                SliceError::Metric(source) => StageError::Metric { stage: name.into(), source },
+                SliceError::Truth(source) => StageError::Truth { stage: name.into(), source },
+            })?)
+        }
         (Some(_), None) => return Err(StageError::NoFloor { stage: name.into(), why: "the arbiter did not compute it" }),
     };
     Ok(Judged { fixed, calibrated })
+}
+
+/// Why a streamed comparison stopped: the comparison itself, or making the arbiter's slice.
+enum SliceError {
+    Metric(MetricError),
+    Truth(onnx_parity_reference::Error),
+}
+
+impl From<MetricError> for SliceError {
+    fn from(e: MetricError) -> Self {
+        SliceError::Metric(e)
+    }
+}
+
+impl From<onnx_parity_reference::Error> for SliceError {
+    fn from(e: onnx_parity_reference::Error) -> Self {
+        SliceError::Truth(e)
+    }
 }
 
 /// The stage's line: the deciding rule first, the other beside it.

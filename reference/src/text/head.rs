@@ -1,0 +1,60 @@
+//! The lm_head and the final logit softcapping as a value that outlives the model: it reads the
+//! head's `[vocab, hidden]` rows again, one vocabulary slice at a time, for a final hidden state
+//! kept instead of the all-position logits.
+//!
+//! Why: at real width the logits are the largest tensor of a run (`[S, 262144]`: 600 positions
+//! are 629 MB in f32). The calibrated L3 rule compares a candidate's logits with the reference's
+//! and with a float64 run's; keeping the f64 run's final hidden state (`[S, hidden]`, a few MB)
+//! and making its logits slice by slice while judging spares one such tensor. The rows are the
+//! checkpoint's mapping (pages released as read: never resident all at once) or a quantized
+//! build's dequantized matrix (shared, not copied).
+
+use std::sync::Arc;
+
+use candle_core::{DType, Device, Tensor};
+
+use crate::error::{Error, Result};
+use crate::nn::linear::quantized_input;
+use crate::nn::ops::softcap;
+use crate::weights::RowTable;
+
+/// `softcap(x · Wᵀ)` for any vocabulary slice of `W` (`[vocab, hidden]`).
+#[derive(Debug, Clone)]
+pub struct LogitsHead {
+    rows: Arc<RowTable>,
+    softcap: Option<f64>,
+    /// A quantized export's int8 activation block for the head's matmul (`accuracy_level` 4).
+    activation_block: Option<usize>,
+}
+
+impl LogitsHead {
+    pub(crate) fn new(rows: RowTable, softcap: Option<f64>, activation_block: Option<usize>) -> Self {
+        Self { rows: Arc::new(rows), softcap, activation_block }
+    }
+
+    pub fn vocab(&self) -> usize {
+        self.rows.rows()
+    }
+
+    /// Logits columns `start..start + cols` of `hidden` (`[S, hidden]`, the final normed state),
+    /// `[S, cols]` in `hidden`'s dtype: the weight rows are upcast to it, so an f64 state gives
+    /// the f64 run's logits.
+    pub fn columns(&self, hidden: &Tensor, start: usize, cols: usize) -> Result<Tensor> {
+        let h = self.rows.cols();
+        if hidden.dim(1)? != h {
+            return Err(Error::Internal(format!("logits head: hidden width {} for a head of width {h}", hidden.dim(1)?)));
+        }
+        let x = match self.activation_block {
+            Some(block) => quantized_input(hidden, block)?,
+            None => hidden.clone(),
+        };
+        let w = Tensor::from_vec(self.rows.read_rows(start, cols)?, (cols, h), &Device::Cpu)?;
+        let w = if x.dtype() == DType::F32 { w } else { w.to_dtype(x.dtype())? };
+        let w = if x.device().is_cpu() { w } else { w.to_device(x.device())? };
+        let y = x.matmul(&w.t()?)?;
+        match self.softcap {
+            Some(c) => softcap(y, c),
+            None => Ok(y),
+        }
+    }
+}
