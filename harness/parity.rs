@@ -32,8 +32,11 @@ fn main() {
     // A GPU run (ONNX_PARITY_DEVICE=cuda, or a cuda build) starts with the TF32 probe; a
     // TF32-like back end fails every trial with the probe's numbers. Not while listing: nextest
     // lists first, and the probe would open a device for nothing.
-    let probe_failure: Option<Arc<str>> =
-        if listing { None } else { onnx_parity::gpu::probe_gpu_run().err().map(|e| Arc::from(e.to_string())) };
+    let probe: Result<Arc<[onnx_parity::gpu::ProbeResult]>, Arc<str>> = if listing {
+        Ok(Arc::from(Vec::new()))
+    } else {
+        onnx_parity::gpu::probe_gpu_run().map(Arc::from).map_err(|e| Arc::from(e.to_string()))
+    };
     let trials = plan(&case_roots(), &opts)
         .into_iter()
         .map(|t| match t.kind {
@@ -46,12 +49,14 @@ fn main() {
             }
             TrialKind::Run { case, level, eval } => {
                 let opts = Arc::clone(&opts);
-                let probe_failure = probe_failure.clone();
+                let probe = probe.clone();
                 Trial::test(t.name, move || {
-                    if let Some(e) = probe_failure {
-                        return Err(Failed::from(e.to_string()));
+                    let probe = probe.map_err(|e| Failed::from(e.to_string()))?;
+                    let mut outcome = tiers::run_level(&case, level, &opts, &eval);
+                    if level == onnx_parity::case::Level::L3 {
+                        // On a GPU run every L3 verdict quotes the probe (none on the CPU).
+                        outcome = outcome.with_tf32_probe(&probe);
                     }
-                    let outcome = tiers::run_level(&case, level, &opts, &eval);
                     // ONNX_PARITY_OUTCOMES=dir: one record per trial, merged by `onnx-parity report`.
                     if let Some(dir) = std::env::var_os("ONNX_PARITY_OUTCOMES") {
                         let record = onnx_parity::report::TrialRecord {

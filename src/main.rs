@@ -256,7 +256,15 @@ fn run(paths: Vec<PathBuf>, levels: Vec<Level>, files: ReportFiles, goldens: Opt
             continue;
         }
         let outcome = match trial.kind {
-            TrialKind::Run { case, level, eval } => tiers::run_level(&case, level, &opts, &eval),
+            TrialKind::Run { case, level, eval } => {
+                let outcome = tiers::run_level(&case, level, &opts, &eval);
+                // On a GPU run every L3 verdict quotes the probe (none on the CPU).
+                if level == Level::L3 {
+                    outcome.with_tf32_probe(&meta.gpu.tf32_probe)
+                } else {
+                    outcome
+                }
+            }
             TrialKind::Ignored { reason } => TierOutcome::skipped(reason),
             TrialKind::Failing { message } => TierOutcome::fail(message),
         };

@@ -9,6 +9,8 @@ pub type Metrics = BTreeMap<String, serde_json::Value>;
 // Shared by L3, L4 and L5 (and the reports' key columns).
 /// Largest `|actual − expected|` of the prefill logits (L3).
 pub const MAX_ABS_DIFF: &str = "max_abs_diff";
+/// A GPU run's L3: the largest maximum relative error of the TF32 probe's back ends.
+pub const TF32_PROBE_MAX_REL_ERR: &str = "tf32_probe_max_rel_err";
 pub const MEAN_ABS_DIFF: &str = "mean_abs_diff";
 pub const COSINE: &str = "cosine";
 /// Whether the last position's argmax agrees.

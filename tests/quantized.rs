@@ -62,3 +62,44 @@ fn a_float_build_under_a_quantized_dtype_fails_l1() {
     let out = l1::check_interface(L1Inputs { config: &other, export: &int4, float_dtype: "float32", pin: Some(&pin) });
     assert_eq!(out.status, Status::Fail, "{}", out.message);
 }
+
+/// Guards the streamed quantization cost (the float reference's logits made one vocabulary slice
+/// at a time, never whole): the same per-position KL and top-1 agreement as its held logits, for
+/// the int4 build's reference as the candidate; and a candidate equal to the float reference
+/// costs nothing.
+#[test]
+fn streamed_float_logits_give_the_same_cost() {
+    use onnx_parity::backend::reference::ReferenceBackend;
+    use onnx_parity::backend::{Backend, GenerationRequest};
+    use onnx_parity::case::Case;
+    use onnx_parity::tiers::l3::quantization::cost;
+    let case = Case::load(&repo("cases/causal-lm/gemma4-text-dense.yaml")).expect("case");
+    let inputs = onnx_parity::inputs::for_case(&case).expect("inputs");
+    let dir = repo("fixtures/gemma4-text-dense/checkpoint");
+    let request = GenerationRequest { max_new_tokens: 3, eos: &[], forced: None, all_position_logits: true, layer_outputs: false };
+    let float = ReferenceBackend::load(&dir, None).expect("load").run(&inputs, &request).expect("run");
+    let mut streaming = ReferenceBackend::load(&dir, None).expect("load");
+    streaming.stream_logits();
+    let streamed = streaming.run(&inputs, &request).expect("run");
+    assert!(streamed.prefill.streamed.is_some() && float.prefill.streamed.is_none());
+    let build = QuantizedBuild::read(&repo("fixtures/gemma4-text-dense/variants/int4")).expect("read").expect("quantized");
+    let weights = build.dequantize().expect("dequantize");
+    let int4 = ReferenceBackend::load_with_overrides(&dir, None, candle_core::DType::F32, Some(&weights))
+        .expect("load")
+        .run(&inputs, &request)
+        .expect("run");
+    let (mut held, mut made) = (Default::default(), Default::default());
+    cost(&float, &int4, &mut held).expect("cost");
+    cost(&streamed, &int4, &mut made).expect("cost");
+    let kl = |m: &onnx_parity::metric_keys::Metrics| -> Vec<f64> {
+        m["quantization_kl"].as_array().expect("per position").iter().map(|v| v.as_f64().expect("number")).collect()
+    };
+    let (a, b) = (kl(&held), kl(&made));
+    assert_eq!(a.len(), b.len());
+    assert!(a.iter().zip(&b).all(|(x, y)| (x - y).abs() <= 1e-9 * x.abs().max(1e-6)), "{a:?} vs {b:?}");
+    assert!(a.iter().any(|&k| k > 1e-3), "the int4 build costs something: {a:?}");
+    assert_eq!(held["quantization_top1_agreement"], made["quantization_top1_agreement"]);
+    let mut none = Default::default();
+    cost(&streamed, &float, &mut none).expect("cost");
+    assert!(kl(&none).iter().all(|&k| k < 1e-9) && none["quantization_top1_agreement"] == 1.0, "{none:?}");
+}

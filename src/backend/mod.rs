@@ -44,6 +44,9 @@ pub enum BackendError {
     /// The reference's device (`ONNX_PARITY_DEVICE`) cannot be used.
     #[error(transparent)]
     Device(#[from] crate::gpu::GpuError),
+    /// A quantized build's weights, read for the reference, cannot be read.
+    #[error("the quantized build's weights: {0}")]
+    Quantized(#[from] crate::onnx::quantized::QuantizedError),
 }
 
 impl From<crate::candle_gemma4::CandleTransformersError> for BackendError {

@@ -80,8 +80,9 @@ struct Candidate {
 /// arbiter, the floor).
 #[derive(Debug)]
 pub struct Dequantized {
+    /// What the graphs say; the payload is read again for each model that loads it (1.2 s at
+    /// E2B width) and kept only by that model, so no copy of it outlives the runs.
     pub build: QuantizedBuild,
-    pub weights: Overrides,
     /// Each dequantized weight against the checkpoint's (the weights check of L3).
     pub errors: Vec<WeightError>,
 }
@@ -204,16 +205,17 @@ impl CaseEvaluation {
                 tracing::info!("{}: quantized build: {}", case.name, build.summary());
                 let checkpoint = artifacts.checkpoint.as_deref().ok_or(EvalError::NoArtifact(implementations::REFERENCE.missing))?;
                 let errors = weight_errors(&build, &weights, checkpoint)?;
-                Ok(Some(Dequantized { build, weights, errors }))
+                drop(weights);
+                Ok(Some(Dequantized { build, errors }))
             })
             .as_ref()
             .map(Option::as_ref)
             .map_err(Arc::clone)
     }
 
-    /// The dequantized weights the reference runs on (`None`: the checkpoint's).
-    fn weights(&self, case: &Case) -> Result<Option<&Overrides>, SharedError> {
-        Ok(self.dequantized(case)?.map(|d| &d.weights))
+    /// The quantized build whose weights the reference runs on (`None`: the checkpoint's).
+    fn build(&self, case: &Case) -> Result<Option<&QuantizedBuild>, SharedError> {
+        Ok(self.dequantized(case)?.map(|d| &d.build))
     }
 
     /// A quantized case's float reference run, teacher-forced with the reference's tokens;
@@ -228,7 +230,12 @@ impl CaseEvaluation {
                     let (inputs, reference) = (self.inputs(case)?, &self.reference(case)?.run);
                     let eos = eos_ids(case);
                     let request = GenerationRequest { layer_outputs: false, ..precision::forced(case, &eos, &reference.generation.tokens) };
-                    precision::with_reference(case, candle_core::DType::F32, None, |b| b.run(inputs, &request))
+                    // Its all-position logits streamed (the cost is made slice by slice): the
+                    // float model is the last one loaded, beside the runs already held.
+                    precision::with_reference(case, candle_core::DType::F32, None, |b| {
+                        b.stream_logits();
+                        b.run(inputs, &request)
+                    })
                 })
                 .as_ref()
                 .map_err(Arc::clone),
@@ -242,15 +249,13 @@ impl CaseEvaluation {
             .get_or_init(|| {
                 let inputs = self.inputs(case)?;
                 let eos = eos_ids(case);
-                let weights = self.weights(case)?;
-                let (run, opened) = match weights {
+                let build = self.build(case)?;
+                let (run, opened) = match build {
                     None => run_once(&implementations::REFERENCE, case, |backend| backend.run(inputs, &request(case, &eos, None)))?,
-                    Some(w) => {
+                    Some(build) => {
                         let artifacts = Artifacts::of(case);
                         let dir = artifacts.checkpoint.as_deref().ok_or(EvalError::NoArtifact(implementations::REFERENCE.missing))?;
-                        let open = |dir: &std::path::Path| {
-                            Ok(Box::new(ReferenceBackend::load_with_overrides(dir, case.bidirectional, candle_core::DType::F32, Some(w))?))
-                        };
+                        let open = |dir: &std::path::Path| precision::load_reference(case, dir, candle_core::DType::F32, Some(build));
                         run_loaded(case, "reference", dir, "", open, |b: &mut ReferenceBackend| b.run(inputs, &request(case, &eos, None)))?
                     }
                 };
@@ -264,7 +269,7 @@ impl CaseEvaluation {
     /// The f64 arbiter's run of the case's inputs, teacher-forced with the reference's tokens
     /// (the calibrated L3 rule's truth).
     pub fn arbiter(&self, case: &Case) -> Result<&Run, SharedError> {
-        self.precision.arbiter(case, self.inputs(case)?, &self.reference(case)?.run, self.weights(case)?)
+        self.precision.arbiter(case, self.inputs(case)?, &self.reference(case)?.run, self.build(case)?)
     }
 
     /// What the calibrated rule judges `case`'s candidates with, when it decides their L3
@@ -273,9 +278,9 @@ impl CaseEvaluation {
         let rule = precision::calibrated_rule(case)?;
         let get = || -> Result<Calibration<'_>, SharedError> {
             let (inputs, reference) = (self.inputs(case)?, &self.reference(case)?.run);
-            let weights = self.weights(case)?;
-            let truth = self.precision.arbiter(case, inputs, reference, weights)?;
-            let at = self.precision.at_precision(case, case.dtype, inputs, reference, truth, weights, local_ple(case))?;
+            let build = self.build(case)?;
+            let truth = self.precision.arbiter(case, inputs, reference, build)?;
+            let at = self.precision.at_precision(case, case.dtype, inputs, reference, truth, build, local_ple(case))?;
             Ok(Calibration { rule, truth, floor: at.run.as_ref().unwrap_or(reference), local: &at.local })
         };
         Some(get())

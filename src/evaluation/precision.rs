@@ -24,10 +24,10 @@ use crate::backend::reference::ReferenceBackend;
 use crate::backend::{Backend, BackendError, GenerationRequest};
 use crate::case::{Case, Dtype, L3Rule, Level};
 use crate::inputs::ModelInputs;
+use crate::onnx::quantized::QuantizedBuild;
 use crate::outputs::{LocalLayers, Run};
 use crate::tolerance::{CalibratedRule, Tolerances};
 use onnx_parity_reference::model::LocalPle;
-use onnx_parity_reference::weights::Overrides;
 
 /// The reference at one precision: its own run (`None` for f32: the reference's run is it) and
 /// its layers fed the arbiter's streams.
@@ -68,11 +68,11 @@ pub fn calibrated_rule(case: &Case) -> Option<CalibratedRule> {
 
 impl PrecisionRuns {
     /// The f64 arbiter's run of `inputs`, teacher-forced with `reference`'s tokens.
-    pub fn arbiter(&self, case: &Case, inputs: &ModelInputs, reference: &Run, weights: Option<&Overrides>) -> Result<&Run, SharedError> {
+    pub fn arbiter(&self, case: &Case, inputs: &ModelInputs, reference: &Run, build: Option<&QuantizedBuild>) -> Result<&Run, SharedError> {
         self.arbiter
             .get_or_init(|| {
                 let eos = eos_ids(case);
-                with_reference(case, DType::F64, weights, |b| {
+                with_reference(case, DType::F64, build, |b| {
                     b.stream_logits();
                     b.run(inputs, &forced(case, &eos, &reference.generation.tokens))
                 })
@@ -91,7 +91,7 @@ impl PrecisionRuns {
         inputs: &ModelInputs,
         reference: &Run,
         arbiter: &Run,
-        weights: Option<&Overrides>,
+        build: Option<&QuantizedBuild>,
         ple: LocalPle,
     ) -> Result<&AtPrecision, SharedError> {
         let Some((i, compute)) = slot(dtype) else {
@@ -102,7 +102,7 @@ impl PrecisionRuns {
             .get_or_init(|| {
                 let eos = eos_ids(case);
                 let request = forced(case, &eos, &reference.generation.tokens);
-                with_reference(case, compute, weights, |b| {
+                with_reference(case, compute, build, |b| {
                     let run = if compute == DType::F32 { None } else { Some(b.run(inputs, &request)?) };
                     Ok(AtPrecision { run, local: b.local_layers(inputs, arbiter, ple)? })
                 })
@@ -117,16 +117,29 @@ pub(super) fn forced<'a>(case: &Case, eos: &'a [i64], tokens: &'a [i64]) -> Gene
     GenerationRequest { max_new_tokens: max_new_tokens(case), eos, forced: Some(tokens), all_position_logits: true, layer_outputs: true }
 }
 
-/// Loads the case's reference at `dtype` (on a quantized build's dequantized `weights` where it
-/// has them), runs `f` on it and drops it; logs time and peak memory.
+/// Loads the case's reference at `dtype` (on a quantized `build`'s weights where it has them),
+/// runs `f` on it and drops it; logs time and peak memory.
 pub(super) fn with_reference<T>(
     case: &Case,
     dtype: DType,
-    weights: Option<&Overrides>,
+    build: Option<&QuantizedBuild>,
     f: impl FnOnce(&mut ReferenceBackend) -> Result<T, BackendError>,
 ) -> Result<T, SharedError> {
     let artifacts = Artifacts::of(case);
     let dir = artifacts.checkpoint.as_deref().ok_or(EvalError::NoArtifact("the case has no `checkpoint:` for the reference"))?;
-    let open = |dir: &Path| Ok(Box::new(ReferenceBackend::load_with_overrides(dir, case.bidirectional, dtype, weights)?));
+    let open = |dir: &Path| load_reference(case, dir, dtype, build);
     Ok(run_loaded(case, "reference", dir, " (calibration)", open, f)?.0)
+}
+
+/// The reference at `dtype` on `dir`, on `build`'s weights when given: its payload is read from
+/// the graphs now and kept only by the model (matrices dequantized into the model's own, tables
+/// gathered from the payload), so no copy of a build's weights outlives the model that used it.
+pub(super) fn load_reference(
+    case: &Case,
+    dir: &Path,
+    dtype: DType,
+    build: Option<&QuantizedBuild>,
+) -> Result<Box<ReferenceBackend>, BackendError> {
+    let overrides = build.map(QuantizedBuild::dequantize).transpose()?;
+    Ok(Box::new(ReferenceBackend::load_with_overrides(dir, case.bidirectional, dtype, overrides.as_ref())?))
 }

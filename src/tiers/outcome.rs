@@ -124,10 +124,56 @@ impl TierOutcome {
         }
         self
     }
+
+    /// An L3 verdict of a GPU run with the run's TF32 probe quoted (`probe`: each back end's
+    /// maximum relative error on a product TF32 cannot compute within 1e-5; metric
+    /// `tf32_probe_max_rel_err`, the largest): the evidence that a ratio ≫ k at every layer is
+    /// the candidate's arithmetic, not this machine's. A CPU run (no probe) is left as it is.
+    pub fn with_tf32_probe(mut self, probe: &[crate::gpu::ProbeResult]) -> Self {
+        if probe.is_empty() || self.status == Status::Skipped {
+            return self;
+        }
+        let each: Vec<String> = probe.iter().map(|p| format!("{} {:.1e}", p.backend, p.max_rel_err)).collect();
+        let worst = probe.iter().map(|p| p.max_rel_err).fold(0.0, f64::max);
+        let tf32 = probe.iter().any(|p| p.tf32_like);
+        self.message = format!(
+            "{}; TF32 probe of this run (max relative error of a product TF32 rounds): {} ({})",
+            self.message,
+            each.join(", "),
+            if tf32 { "TF32-like: this run's numbers are the machine's, not the export's" } else { "f32 arithmetic" }
+        );
+        self.metrics.insert(crate::metric_keys::TF32_PROBE_MAX_REL_ERR.into(), worst.into());
+        self
+    }
 }
 
 #[cfg(test)]
 mod tests {
+
+    /// Guards the probe's place in a GPU run's verdicts: quoted with each back end's number and
+    /// the largest as a metric; a TF32-like back end said so; a CPU run and a skip untouched.
+    #[test]
+    fn tf32_probe_is_quoted_in_a_gpu_verdict() {
+        use crate::gpu::ProbeResult;
+        let probe = vec![
+            ProbeResult { backend: "candle (cuda:0)".into(), max_rel_err: 1.2e-7, tf32_like: false },
+            ProbeResult { backend: "onnxruntime (CUDAExecutionProvider)".into(), max_rel_err: 3.1e-7, tf32_like: false },
+        ];
+        let out = TierOutcome::new(Status::Pass, "logits agree").with_tf32_probe(&probe);
+        assert!(
+            out.message.ends_with("candle (cuda:0) 1.2e-7, onnxruntime (CUDAExecutionProvider) 3.1e-7 (f32 arithmetic)"),
+            "{}",
+            out.message
+        );
+        assert_eq!(out.metrics.get(crate::metric_keys::TF32_PROBE_MAX_REL_ERR).and_then(|v| v.as_f64()), Some(3.1e-7));
+        let tf32 = vec![ProbeResult { backend: "candle (cuda:0)".into(), max_rel_err: 4e-4, tf32_like: true }];
+        assert!(TierOutcome::fail("every layer exceeds its own floor").with_tf32_probe(&tf32).message.contains("TF32-like"));
+        let cpu = TierOutcome::new(Status::Pass, "logits agree").with_tf32_probe(&[]);
+        assert_eq!(cpu.message, "logits agree");
+        assert!(cpu.metrics.is_empty());
+        assert_eq!(TierOutcome::skipped("no GPU").with_tf32_probe(&probe).message, "no GPU");
+    }
+
     use super::*;
 
     /// Guards: one candidate's outcome is kept as it is; several are merged with the worst status

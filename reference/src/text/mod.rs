@@ -167,7 +167,10 @@ impl TextModel {
         // HF ties `lm_head.weight ← embed_tokens.weight` unless the checkpoint has its own
         // (it skips tying when both exist with different values); untied, it is required.
         let embed_name = format!("{prefix}.embed_tokens.weight");
-        let (lm_head, head_name) = if tie {
+        let (lm_head, head_name) = if tie && w.overrides_equal("lm_head.weight", &embed_name) {
+            // A quantized build's head equal to its embedding: one copy serves both.
+            (Linear::from_weight_t(embed_t.clone()).with_activation_block(w.activation_block("lm_head.weight")), embed_name.as_str())
+        } else if tie {
             match w.get_opt_t("lm_head.weight", [v, h])? {
                 Some(t) => (Linear::from_weight_t(t).with_activation_block(w.activation_block("lm_head.weight")), "lm_head.weight"),
                 None => (Linear::from_weight_t(embed_t.clone()), embed_name.as_str()),

@@ -492,6 +492,23 @@ impl Weights {
         ))
     }
 
+    /// Whether `a` and `b` are both a quantized build's matrices with the same values (read by
+    /// bands, never whole): ONNX Runtime's quantizer writes a tied embedding and lm_head as a
+    /// GatherBlockQuantized table and a MatMulNBits matrix that dequantize identically, and the
+    /// model then keeps one copy for both.
+    pub fn overrides_equal(&self, a: &str, b: &str) -> bool {
+        let (Some((_, x)), Some((_, y))) = (self.override_for(a), self.override_for(b)) else { return false };
+        if x.shape != y.shape || x.shape.len() != 2 {
+            return false;
+        }
+        const BAND: usize = 1024;
+        let rows = x.shape[0];
+        (0..rows).step_by(BAND).all(|start| {
+            let n = BAND.min(rows - start);
+            x.rows(start, n) == y.rows(start, n)
+        })
+    }
+
     /// The rows of the 2-D tensor `module_name`, to be read slice by slice (an lm_head's after the
     /// model is gone, [`crate::text::LogitsHead`]; a weight compared with a quantized build's):
     /// the mapping (pages released as read) or a quantized build's payload, shared, never copied.

@@ -17,7 +17,7 @@
 use crate::metric_keys as key;
 use crate::metric_keys::Metrics;
 use crate::metrics::argmax;
-use crate::outputs::Run;
+use crate::outputs::{Run, StreamedLogits};
 
 /// A weight whose dequantization error is this many times the median of its build's weights of
 /// the same bit width is not the checkpoint's weight.
@@ -157,24 +157,94 @@ fn kl(p_logits: &[f32], q_logits: &[f32]) -> f64 {
         .max(0.0)
 }
 
+/// One row's KL (float ‖ candidate) and whether their top-1 tokens agree.
+fn row_cost(f: &[f32], c: &[f32]) -> (f64, bool) {
+    (kl(f, c), argmax(f).is_some() && argmax(f) == argmax(c))
+}
+
+/// [`row_cost`] of every prefill position with the float reference's logits streamed
+/// (`[S, V]` made one vocabulary slice at a time, never whole): a first pass for each row's
+/// log-sum-exp and argmax, a second for the KL terms. `candidate` is `[S, V]` row-major.
+fn streamed_costs(float: &StreamedLogits, candidate: &[f32], v: usize) -> Result<Vec<(f64, bool)>, onnx_parity_reference::Error> {
+    let s = candidate.len() / v;
+    // Pass 1: online log-sum-exp (max m, Σ exp(x − m)) and argmax (lowest index of the max) per row.
+    let (mut m, mut z, mut top) = (vec![f64::NEG_INFINITY; s], vec![0f64; s], vec![(f32::NEG_INFINITY, 0usize); s]);
+    float.for_each_slice::<onnx_parity_reference::Error>(|start, cols, values| {
+        for (r, row) in values.chunks_exact(cols).enumerate() {
+            let slice_max = row.iter().fold(f64::NEG_INFINITY, |a, &x| a.max(x as f64));
+            let new_m = m[r].max(slice_max);
+            z[r] = z[r] * (m[r] - new_m).exp() + row.iter().map(|&x| (x as f64 - new_m).exp()).sum::<f64>();
+            m[r] = new_m;
+            for (c, &x) in row.iter().enumerate() {
+                if x > top[r].0 {
+                    top[r] = (x, start + c);
+                }
+            }
+        }
+        Ok(())
+    })?;
+    let lse_p: Vec<f64> = m.iter().zip(&z).map(|(m, z)| m + z.ln()).collect();
+    let lse = |x: &[f32]| -> f64 {
+        let mx = x.iter().fold(f64::NEG_INFINITY, |a, &v| a.max(v as f64));
+        mx + x.iter().map(|&v| (v as f64 - mx).exp()).sum::<f64>().ln()
+    };
+    let lse_q: Vec<f64> = candidate.chunks_exact(v).map(lse).collect();
+    // Pass 2: Σ p·(log p − log q).
+    let mut kls = vec![0f64; s];
+    float.for_each_slice::<onnx_parity_reference::Error>(|start, cols, values| {
+        for (r, row) in values.chunks_exact(cols).enumerate() {
+            let q = &candidate[r * v + start..r * v + start + cols];
+            kls[r] += row
+                .iter()
+                .zip(q)
+                .map(|(&a, &b)| {
+                    let (la, lb) = (a as f64 - lse_p[r], b as f64 - lse_q[r]);
+                    la.exp() * (la - lb)
+                })
+                .sum::<f64>();
+        }
+        Ok(())
+    })?;
+    Ok(kls
+        .into_iter()
+        .zip(top)
+        .enumerate()
+        .map(|(r, (k, (_, i)))| (k.max(0.0), argmax(&candidate[r * v..(r + 1) * v]) == Some(i)))
+        .collect())
+}
+
 /// The quantization's cost: the candidate's logits against the float reference's at every prefill
 /// position and decode step (both teacher-forced with the same tokens). Records
 /// `quantization_kl_mean`, `quantization_kl_p99`, `quantization_top1_agreement` and the per
 /// position `quantization_kl`; returns the line for the verdict.
 pub fn cost(float: &Run, candidate: &Run, metrics: &mut Metrics) -> Option<String> {
-    let v = *float.prefill.logits.shape.last()?;
-    if v == 0 || candidate.prefill.logits.shape != float.prefill.logits.shape {
+    let v = *candidate.prefill.logits.shape.last()?;
+    let float_shape = float.prefill.streamed.as_ref().map_or_else(|| float.prefill.logits.shape.clone(), |s| s.shape());
+    if v == 0 || candidate.prefill.logits.shape != float_shape {
         return None;
     }
-    let mut rows: Vec<(&[f32], &[f32])> =
-        float.prefill.logits.data.chunks_exact(v).zip(candidate.prefill.logits.data.chunks_exact(v)).collect();
+    // (KL, top-1 agrees) per prefill position, then per decode step.
+    let mut rows: Vec<(f64, bool)> = match &float.prefill.streamed {
+        None => float
+            .prefill
+            .logits
+            .data
+            .chunks_exact(v)
+            .zip(candidate.prefill.logits.data.chunks_exact(v))
+            .map(|(f, c)| row_cost(f, c))
+            .collect(),
+        Some(s) => match streamed_costs(s, &candidate.prefill.logits.data, v) {
+            Ok(r) => r,
+            Err(e) => return Some(format!("quantization's cost: the float reference's logits could not be made: {e}")),
+        },
+    };
     for (f, c) in float.generation.step_logits.iter().zip(&candidate.generation.step_logits) {
         if f.len() == v && c.len() == v {
-            rows.push((f, c));
+            rows.push(row_cost(f, c));
         }
     }
-    let kls: Vec<f64> = rows.iter().map(|(f, c)| kl(f, c)).collect();
-    let agree = rows.iter().filter(|(f, c)| argmax(f).is_some() && argmax(f) == argmax(c)).count();
+    let kls: Vec<f64> = rows.iter().map(|(k, _)| *k).collect();
+    let agree = rows.iter().filter(|(_, a)| *a).count();
     let mut sorted = kls.clone();
     sorted.sort_by(|a, b| a.total_cmp(b));
     let p99 = sorted.get(((sorted.len() as f64 * 0.99).ceil() as usize).saturating_sub(1)).copied().unwrap_or(f64::NAN);
