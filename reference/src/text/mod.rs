@@ -130,13 +130,24 @@ pub struct Collected {
 /// Vocabulary columns per `lm_head` call in a prefill (see [`TextModel::logits`]).
 const VOCAB_SLICE: usize = 32_768;
 
+/// Where token lookups read `embed_tokens.weight` from.
+#[derive(Debug)]
+enum TokenEmbedding {
+    /// Transposed, `[hidden, vocab]`, shared with a tied `lm_head` (whose matmul wants this
+    /// layout); lookups gather columns.
+    Transposed(Tensor),
+    /// Rows of the checkpoint's mapping or of a quantized build's payload, when the `lm_head` is
+    /// a matrix of its own (a quantized build's MatMulNBits head beside its GatherBlockQuantized
+    /// table, an untied checkpoint): no second `[vocab, hidden]` copy for a few dozen lookups.
+    Rows(crate::weights::RowTable),
+}
+
 /// Embedding, per-layer embeddings (gemma4 PLE), decoder stack, final norm, tied `lm_head`,
 /// final logit softcapping.
 #[derive(Debug)]
 pub struct TextModel {
-    /// `embed_tokens.weight` transposed, `[hidden, vocab]`: shared with a tied `lm_head`
-    /// (whose matmul wants this layout); token lookups gather columns.
-    embed_t: Tensor,
+    /// The token embedding the lookups read (see [`TokenEmbedding`]).
+    embedding: TokenEmbedding,
     embed_scale: f32,
     per_layer_embedding: Option<PerLayerEmbedding>,
     layers: Vec<DecoderLayer>,
@@ -160,24 +171,23 @@ impl TextModel {
     /// ties symmetrically and skips tying when both exist with different values).
     pub fn load(cfg: &TextConfig, w: &Weights, prefix: &str, tie: bool) -> Result<Self> {
         let (v, h) = (cfg.vocab_size, cfg.hidden_size);
-        let embed_t = w.get_t(&format!("{prefix}.embed_tokens.weight"), [v, h])?;
         let layers = (0..cfg.num_hidden_layers)
             .map(|i| DecoderLayer::load(cfg, w, &format!("{prefix}.layers.{i}"), i))
             .collect::<Result<Vec<_>>>()?;
         // HF ties `lm_head.weight ← embed_tokens.weight` unless the checkpoint has its own
-        // (it skips tying when both exist with different values); untied, it is required.
+        // (it skips tying when both exist with different values); untied, it is required. A
+        // quantized build's head equal to its embedding is tied too: one copy serves both.
         let embed_name = format!("{prefix}.embed_tokens.weight");
-        let (lm_head, head_name) = if tie && w.overrides_equal("lm_head.weight", &embed_name) {
-            // A quantized build's head equal to its embedding: one copy serves both.
-            (Linear::from_weight_t(embed_t.clone()).with_activation_block(w.activation_block("lm_head.weight")), embed_name.as_str())
-        } else if tie {
-            match w.get_opt_t("lm_head.weight", [v, h])? {
-                Some(t) => (Linear::from_weight_t(t).with_activation_block(w.activation_block("lm_head.weight")), "lm_head.weight"),
-                None => (Linear::from_weight_t(embed_t.clone()), embed_name.as_str()),
-            }
+        let equal_head = tie && w.overrides_equal("lm_head.weight", &embed_name);
+        let shares_head = equal_head || (tie && !w.provides("lm_head.weight"));
+        let (lm_head, embedding, head_name) = if shares_head {
+            let embed_t = w.get_t(&embed_name, [v, h])?;
+            let block = if equal_head { w.activation_block("lm_head.weight") } else { None };
+            (Linear::from_weight_t(embed_t.clone()).with_activation_block(block), TokenEmbedding::Transposed(embed_t), embed_name.as_str())
         } else {
             let t = w.get_t("lm_head.weight", [v, h])?;
-            (Linear::from_weight_t(t).with_activation_block(w.activation_block("lm_head.weight")), "lm_head.weight")
+            let lm_head = Linear::from_weight_t(t).with_activation_block(w.activation_block("lm_head.weight"));
+            (lm_head, TokenEmbedding::Rows(w.get_rows(&embed_name, [v, h])?), "lm_head.weight")
         };
         let head_rows = w.matrix_rows(head_name, [v, h])?;
         let layer_types = cfg.layer_types()?.to_vec();
@@ -194,7 +204,7 @@ impl TextModel {
             })
             .collect::<Result<Vec<_>>>()?;
         Ok(Self {
-            embed_t,
+            embedding,
             embed_scale: cfg.embed_scale(),
             per_layer_embedding: cfg.ple().map(|p| PerLayerEmbedding::load(cfg, p, w, prefix)).transpose()?,
             layers,
@@ -228,9 +238,14 @@ impl TextModel {
                     .ok_or_else(|| Error::input(format!("token id {id} outside vocabulary 0..{}", self.vocab_size)))
             })
             .collect::<Result<Vec<u32>>>()?;
-        let idx = Tensor::from_vec(idx, ids.len(), &self.device)?;
-        // Gathered in the matrix dtype (f32 in the f64 mode), then in the compute dtype.
-        let rows = self.embed_t.index_select(&idx, 1)?.t()?.to_dtype(self.dtype)?.contiguous()?;
+        let rows = match &self.embedding {
+            TokenEmbedding::Transposed(embed_t) => {
+                let idx = Tensor::from_vec(idx, ids.len(), &self.device)?;
+                // Gathered in the matrix dtype (f32 in the f64 mode), then in the compute dtype.
+                embed_t.index_select(&idx, 1)?.t()?.to_dtype(self.dtype)?.contiguous()?
+            }
+            TokenEmbedding::Rows(table) => table.gather(&idx)?.to_dtype(self.dtype)?,
+        };
         Ok(rows.affine(self.embed_scale as f64, 0.0)?)
     }
 

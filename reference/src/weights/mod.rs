@@ -331,6 +331,11 @@ impl Weights {
         &self.device
     }
 
+    /// Whether `name` can be read: the checkpoint holds it or a quantized build overrides it.
+    pub fn provides(&self, name: &str) -> bool {
+        self.stored_name(name).is_some() || self.overrides.lookup(name).is_some()
+    }
+
     /// Whether the checkpoint holds `name`.
     pub fn contains(&self, name: &str) -> bool {
         self.entries.contains_key(name)
