@@ -34,7 +34,7 @@ fn quantization_is_read_from_the_graph() {
     let o = w.get("layers.1.mlp.down_proj.weight").expect("down_proj");
     assert_eq!(o.shape.len(), 2);
     assert_eq!(o.activation_block, Some(32));
-    assert!(o.rows(0, o.shape[0]).iter().all(|v| v.is_finite()));
+    assert!(o.rows(0, o.shape[0]).expect("rows").iter().all(|v| v.is_finite()));
     let asym = QuantizedBuild::read(&repo("fixtures/gemma4-text-dense/variants/int4-asym")).expect("read").expect("quantized");
     assert!(asym.weights.iter().all(|w| w.zero_points), "{}", asym.summary());
     let int8 = QuantizedBuild::read(&repo("fixtures/gemma4-text-dense/variants/int8")).expect("read").expect("quantized");

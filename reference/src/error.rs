@@ -12,6 +12,10 @@ pub type Result<T> = std::result::Result<T, Error>;
 /// Everything that can go wrong while loading or running the reference.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
+    /// A quantized build's weight whose payload could not be read.
+    #[error(transparent)]
+    Override(#[from] crate::weights::OverrideReadError),
+
     /// A file could not be opened, mapped or read.
     #[error("cannot read {path}: {source}")]
     Io {

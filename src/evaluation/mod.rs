@@ -107,7 +107,10 @@ fn weight_errors(build: &QuantizedBuild, weights: &Overrides, checkpoint: &std::
         const BAND: usize = 1024;
         for start in (0..rows).step_by(BAND) {
             let n = BAND.min(rows - start);
-            error.add(&o.rows(start, n), &checkpoint_rows.read_rows(start, n).map_err(|e| err(e.to_string()))?);
+            error.add(
+                &o.rows(start, n).map_err(|e| err(e.to_string()))?,
+                &checkpoint_rows.read_rows(start, n).map_err(|e| err(e.to_string()))?,
+            );
         }
         out.push(WeightError { key: q.key.clone(), node: q.node.clone(), bits: q.bits, relative_error: error.value() });
     }

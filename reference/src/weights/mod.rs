@@ -31,7 +31,9 @@ mod rows;
 mod shard;
 
 use decode::{decode, Bf16Le, F16Le, F32Le, Order};
-pub use overrides::{name_for, quantize_activations, stands_for, ActFloat, DequantRows, Override, OverrideData, Overrides};
+pub use overrides::{
+    name_for, quantize_activations, stands_for, ActFloat, DequantRows, Override, OverrideData, OverrideReadError, Overrides,
+};
 pub use rows::RowTable;
 use shard::Shard;
 
@@ -510,7 +512,7 @@ impl Weights {
         let rows = x.shape[0];
         (0..rows).step_by(BAND).all(|start| {
             let n = BAND.min(rows - start);
-            x.rows(start, n) == y.rows(start, n)
+            matches!((x.rows(start, n), y.rows(start, n)), (Ok(a), Ok(b)) if a == b)
         })
     }
 
@@ -581,14 +583,14 @@ impl Weights {
             match order {
                 Order::RowMajor => {
                     for (k, dst) in out.chunks_mut(BAND * cols.max(1)).enumerate() {
-                        o.rows_into(k * BAND, dst.len() / cols.max(1), dst);
+                        o.rows_into(k * BAND, dst.len() / cols.max(1), dst)?;
                     }
                 }
                 Order::Transposed { .. } => {
                     let mut band = vec![0f32; BAND * cols];
                     for start in (0..rows).step_by(BAND) {
                         let n = BAND.min(rows - start);
-                        o.rows_into(start, n, &mut band[..n * cols]);
+                        o.rows_into(start, n, &mut band[..n * cols])?;
                         for (i, row) in band[..n * cols].chunks_exact(cols.max(1)).enumerate() {
                             for (c, &v) in row.iter().enumerate() {
                                 out[c * rows + start + i] = v;

@@ -19,8 +19,9 @@ use std::sync::Arc;
 
 /// Rows of a quantized matrix, dequantized on demand from the export's packed payload.
 pub trait DequantRows: Send + Sync + std::fmt::Debug {
-    /// Rows `start..start + count` into `out` (`count × cols`, row-major, `cols` the matrix's).
-    fn rows_into(&self, start: usize, count: usize, out: &mut [f32]);
+    /// Rows `start..start + count` into `out` (`count × cols`, row-major, `cols` the matrix's);
+    /// an error when the payload cannot be read (it may be read from its file on demand).
+    fn rows_into(&self, start: usize, count: usize, out: &mut [f32]) -> std::io::Result<()>;
 }
 
 /// An override's values.
@@ -53,20 +54,39 @@ impl Override {
     }
 
     /// Rows `start..start + count` into `out` (`count × cols`, row-major).
-    pub fn rows_into(&self, start: usize, count: usize, out: &mut [f32]) {
+    pub fn rows_into(&self, start: usize, count: usize, out: &mut [f32]) -> Result<(), OverrideReadError> {
         let cols = self.cols();
-        match &self.data {
-            OverrideData::Dense(d) => out.copy_from_slice(&d[start * cols..(start + count) * cols]),
+        let read = match &self.data {
+            OverrideData::Dense(d) => match d.get(start * cols..(start + count) * cols) {
+                Some(rows) => {
+                    out.copy_from_slice(rows);
+                    Ok(())
+                }
+                None => Err(std::io::Error::new(
+                    std::io::ErrorKind::UnexpectedEof,
+                    format!("rows {start}..{} of {:?}", start + count, self.shape),
+                )),
+            },
             OverrideData::Packed(p) => p.rows_into(start, count, out),
-        }
+        };
+        read.map_err(|source| OverrideReadError { source_name: self.source.clone(), source })
     }
 
     /// Rows `start..start + count`, row-major.
-    pub fn rows(&self, start: usize, count: usize) -> Vec<f32> {
+    pub fn rows(&self, start: usize, count: usize) -> Result<Vec<f32>, OverrideReadError> {
         let mut out = vec![0f32; count * self.cols()];
-        self.rows_into(start, count, &mut out);
-        out
+        self.rows_into(start, count, &mut out)?;
+        Ok(out)
     }
+}
+
+/// A quantized build's weight whose payload could not be read.
+#[derive(Debug, thiserror::Error)]
+#[error("reading the quantized weight `{source_name}`: {source}")]
+pub struct OverrideReadError {
+    pub source_name: String,
+    #[source]
+    pub source: std::io::Error,
 }
 
 /// Two of a build's weights claim the same reference parameter.

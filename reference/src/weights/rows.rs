@@ -88,7 +88,7 @@ impl RowTable {
         }
         let cols = self.cols();
         match &self.0 {
-            Inner::Overridden { data, .. } => Ok(data.rows(start, count)),
+            Inner::Overridden { data, .. } => Ok(data.rows(start, count)?),
             Inner::Placeholder(t) => Ok(t.narrow(0, start, count)?.to_dtype(DType::F32)?.flatten_all()?.to_vec1()?),
             Inner::Mapped { name, shard, offset, dtype, .. } => {
                 let elem = if *dtype == StDtype::F32 { 4 } else { 2 };
@@ -138,7 +138,7 @@ impl RowTable {
                     if id as usize >= *rows {
                         return Err(Error::Internal(format!("{}: row {id} outside 0..{rows}", data.source)));
                     }
-                    data.rows_into(id as usize, 1, dst);
+                    data.rows_into(id as usize, 1, dst)?;
                 }
                 let t = Tensor::from_vec(values, (ids.len(), *cols), &Device::Cpu)?;
                 let t = if *out == DType::F32 { t } else { t.to_dtype(*out)? };

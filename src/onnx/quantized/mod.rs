@@ -25,11 +25,14 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use onnx_parity_reference::weights::{DequantRows, Override, OverrideData, Overrides};
+use onnx_parity_reference::weights::{Override, OverrideData, Overrides};
 use prost::Message;
 
 use super::package::OnnxPackage;
 use super::proto::{AttributeProto, StringStringEntryProto};
+
+mod payload;
+use payload::{element, GatherRows, MatMulNBitsRows, Stored};
 
 /// Why a quantized build's weights cannot be read.
 #[derive(Debug, thiserror::Error)]
@@ -458,14 +461,25 @@ impl PayloadGraph {
                 Ok(OverrideData::Packed(Arc::new(MatMulNBitsRows { b, scales, zps, cols, bits, block })))
             }
             QuantOp::GatherBlockQuantized => {
-                let (q, qty, _) = payload(0, data)?.ok_or_else(|| bad("no data".into()))?;
-                let (s, sty, _) = payload(2, data)?.ok_or_else(|| bad("no scales".into()))?;
-                let scales = floats(&s, sty, "scales")?;
+                // A table is read by row from where it is stored (the external-data file): only
+                // the rows a prompt gathers are ever in memory.
+                let stored = |i: usize, data: &mut ExternalData| -> Result<Option<(Stored, i32)>, QuantizedError> {
+                    let Some(name) = node.input.get(i).filter(|s| !s.is_empty()) else { return Ok(None) };
+                    let t = self.init(name).ok_or_else(|| bad(format!("input {i} `{name}` is not an initializer")))?;
+                    Ok(Some((data.stored(t, path)?, t.data_type)))
+                };
+                let (q, qty) = stored(0, data)?.ok_or_else(|| bad("no data".into()))?;
+                let (scales, sty) = stored(2, data)?.ok_or_else(|| bad("no scales".into()))?;
+                let scale_bytes = match sty {
+                    FLOAT => 4,
+                    FLOAT16 => 2,
+                    t => return Err(bad(format!("scales of type {}: expected float32 or float16", super::proto::elem_type_name(t)))),
+                };
                 let block = w.block_size;
                 let n_blocks = cols.div_ceil(block);
-                if scales.len() != rows * n_blocks {
+                if scales.len() != rows * n_blocks * scale_bytes {
                     return Err(bad(format!(
-                        "scales has {} values; [{rows}, {cols}] in blocks of {block} needs {}",
+                        "scales has {} bytes; [{rows}, {cols}] in blocks of {block} needs {} values",
                         scales.len(),
                         rows * n_blocks
                     )));
@@ -483,15 +497,20 @@ impl PayloadGraph {
                         )));
                     }
                 }
-                if q.len() != (rows * cols * w.bits as usize).div_ceil(8) {
-                    return Err(bad(format!(
-                        "data has {} bytes; [{rows}, {cols}] at {} bits needs {}",
-                        q.len(),
-                        w.bits,
-                        (rows * cols * w.bits as usize).div_ceil(8)
-                    )));
+                let need = (rows * cols * w.bits as usize).div_ceil(8);
+                if q.len() != need {
+                    return Err(bad(format!("data has {} bytes; [{rows}, {cols}] at {} bits needs {need}", q.len(), w.bits)));
                 }
-                Ok(OverrideData::Packed(Arc::new(GatherRows { q, signed, bits: w.bits as usize, scales, zps, cols, block })))
+                Ok(OverrideData::Packed(Arc::new(GatherRows {
+                    q,
+                    signed,
+                    bits: w.bits as usize,
+                    scales,
+                    scale_f16: sty == FLOAT16,
+                    zps,
+                    cols,
+                    block,
+                })))
             }
             QuantOp::DequantizeLinear => {
                 let (q, qty, _) = payload(0, data)?.ok_or_else(|| bad("no x".into()))?;
@@ -535,99 +554,52 @@ impl PayloadGraph {
 /// An initializer's bytes, element type and dims.
 type Payload = (Vec<u8>, i32, Vec<i64>);
 
-/// Element `i` of `bits`-wide values packed little-end first in `bytes`, sign-extended when
-/// `signed` ((u)int4 two a byte, (u)int8 one).
-fn element(bytes: &[u8], bits: usize, signed: bool, i: usize) -> i32 {
-    let v = unpack(bytes, bits, i) as i32;
-    if signed {
-        let shift = 32 - bits as i32;
-        v << shift >> shift
-    } else {
-        v
-    }
-}
-
-/// A MatMulNBits `B` (`[N, n_blocks, block·bits/8]`, each block padded to whole bytes), its
-/// scales and zero points (each row's packed and padded to whole bytes; absent: 2^(bits−1)):
-/// `W[n, k] = (q − zp) · scale[n, k / block]`.
-#[derive(Debug)]
-struct MatMulNBitsRows {
-    b: Vec<u8>,
-    scales: Vec<f32>,
-    zps: Option<Vec<u8>>,
-    cols: usize,
-    bits: usize,
-    block: usize,
-}
-
-impl DequantRows for MatMulNBitsRows {
-    fn rows_into(&self, start: usize, count: usize, out: &mut [f32]) {
-        let (cols, bits, block) = (self.cols, self.bits, self.block);
-        let n_blocks = cols.div_ceil(block);
-        let blob = block * bits / 8;
-        let zp_row = (n_blocks * bits).div_ceil(8);
-        let default_zp = 1u32 << (bits - 1);
-        for (row, n) in out.chunks_mut(cols.max(1)).zip(start..start + count) {
-            for blk in 0..n_blocks {
-                let scale = self.scales[n * n_blocks + blk];
-                let zp = match &self.zps {
-                    Some(z) => unpack(&z[n * zp_row..(n + 1) * zp_row], bits, blk),
-                    None => default_zp,
-                } as f32;
-                let bytes = &self.b[(n * n_blocks + blk) * blob..(n * n_blocks + blk + 1) * blob];
-                for (i, v) in row[blk * block..cols.min((blk + 1) * block)].iter_mut().enumerate() {
-                    *v = (unpack(bytes, bits, i) as f32 - zp) * scale;
-                }
-            }
-        }
-    }
-}
-
-/// A GatherBlockQuantized table (`[rows, cols]` packed row-major, quantized along its columns in
-/// blocks; zero points packed over the blocks, absent: 0 for (u)int4 data typed signed, else
-/// 2^(bits−1)): `W[r, c] = (q − zp) · scale[r, c / block]`.
-#[derive(Debug)]
-struct GatherRows {
-    q: Vec<u8>,
-    signed: bool,
-    bits: usize,
-    scales: Vec<f32>,
-    zps: Option<Vec<u8>>,
-    cols: usize,
-    block: usize,
-}
-
-impl DequantRows for GatherRows {
-    fn rows_into(&self, start: usize, count: usize, out: &mut [f32]) {
-        let (cols, block, bits) = (self.cols, self.block, self.bits);
-        let n_blocks = cols.div_ceil(block);
-        let default_zp = if self.signed { 0 } else { 1i32 << (bits - 1) };
-        for (row, r) in out.chunks_mut(cols.max(1)).zip(start..start + count) {
-            for (c, v) in row.iter_mut().enumerate() {
-                let blk = r * n_blocks + c / block;
-                let zp = self.zps.as_ref().map_or(default_zp, |z| unpack(z, bits, blk) as i32);
-                *v = (element(&self.q, bits, self.signed, r * cols + c) - zp) as f32 * self.scales[blk];
-            }
-        }
-    }
-}
-
-/// Element `i` of `bits`-wide unsigned values packed little-end first in `bytes`.
-fn unpack(bytes: &[u8], bits: usize, i: usize) -> u32 {
-    let per = 8 / bits;
-    let byte = bytes.get(i / per).copied().unwrap_or(0);
-    ((byte >> ((i % per) * bits)) & ((1u16 << bits) - 1) as u8) as u32
-}
-
 /// External-data files of one graph, opened once and read by range.
 struct ExternalData {
     dir: PathBuf,
-    files: HashMap<String, std::fs::File>,
+    files: HashMap<String, Arc<std::fs::File>>,
 }
 
 impl ExternalData {
     fn new(model: &Path) -> Self {
         ExternalData { dir: model.parent().map(Path::to_path_buf).unwrap_or_default(), files: HashMap::new() }
+    }
+
+    /// Where `t`'s bytes are: in memory for inline data, its range of the external file (open,
+    /// not read) otherwise.
+    fn stored(&mut self, t: &PayloadTensor, model: &Path) -> Result<Stored, QuantizedError> {
+        if t.data_location != 1 {
+            return Ok(Stored::Memory(self.bytes(t, model)?));
+        }
+        let (file, offset, len, _) = self.external(t, model)?;
+        Ok(Stored::File { file, offset, len })
+    }
+
+    /// `t`'s external file, offset, length and path.
+    fn external(&mut self, t: &PayloadTensor, model: &Path) -> Result<(Arc<std::fs::File>, u64, usize, PathBuf), QuantizedError> {
+        let get = |k: &str| t.external_data.iter().find(|e| e.key == k).map(|e| e.value.as_str());
+        let bad = |message: String| QuantizedError::Node { path: model.into(), node: t.name.clone(), op: "initializer".into(), message };
+        let location = get("location").ok_or_else(|| bad("external data without a location".into()))?;
+        let offset: u64 = get("offset").unwrap_or("0").parse().map_err(|_| bad("external data offset is not a number".into()))?;
+        let length: usize = get("length")
+            .ok_or_else(|| bad("external data without a length".into()))?
+            .parse()
+            .map_err(|_| bad("external data length is not a number".into()))?;
+        let path = self.dir.join(location);
+        if !self.files.contains_key(location) {
+            let f = std::fs::File::open(&path).map_err(|source| QuantizedError::Io { path: path.clone(), source })?;
+            self.files.insert(location.to_string(), Arc::new(f));
+        }
+        let f = Arc::clone(&self.files[location]);
+        let size = f.metadata().map_err(|source| QuantizedError::Io { path: path.clone(), source })?.len();
+        if offset + length as u64 > size {
+            return Err(bad(format!(
+                "external data {offset}..{} beyond the end of {} ({size} bytes)",
+                offset + length as u64,
+                path.display()
+            )));
+        }
+        Ok((f, offset, length, path))
     }
 
     /// `t`'s bytes: `raw_data`, the typed fields, or its range of an external file.
@@ -645,20 +617,7 @@ impl ExternalData {
                 _ => t.int32_data.iter().map(|&v| v as u8).collect(),
             });
         }
-        let get = |k: &str| t.external_data.iter().find(|e| e.key == k).map(|e| e.value.as_str());
-        let bad = |message: String| QuantizedError::Node { path: model.into(), node: t.name.clone(), op: "initializer".into(), message };
-        let location = get("location").ok_or_else(|| bad("external data without a location".into()))?;
-        let offset: u64 = get("offset").unwrap_or("0").parse().map_err(|_| bad("external data offset is not a number".into()))?;
-        let length: usize = get("length")
-            .ok_or_else(|| bad("external data without a length".into()))?
-            .parse()
-            .map_err(|_| bad("external data length is not a number".into()))?;
-        let path = self.dir.join(location);
-        if !self.files.contains_key(location) {
-            let f = std::fs::File::open(&path).map_err(|source| QuantizedError::Io { path: path.clone(), source })?;
-            self.files.insert(location.to_string(), f);
-        }
-        let f = &self.files[location];
+        let (f, offset, length, path) = self.external(t, model)?;
         let mut buf = vec![0u8; length];
         use std::os::unix::fs::FileExt;
         f.read_exact_at(&mut buf, offset).map_err(|source| QuantizedError::Io { path: path.clone(), source })?;
@@ -678,39 +637,5 @@ mod tests {
         assert_eq!(key_of("lm_head.weight_t_Q4"), "lm_head.weight");
         assert_eq!(key_of("model.embed_tokens.weight_Q4"), "embed_tokens.weight");
         assert_eq!(key_of("model.per_layer_model_projection.weight_t_Q4"), "per_layer_model_projection.weight");
-    }
-
-    /// Guards the nibble order: element 2i in the low nibble, 2i+1 in the high one.
-    #[test]
-    fn nibbles_unpack_low_first() {
-        assert_eq!(unpack(&[0x21, 0x43], 4, 0), 1);
-        assert_eq!(unpack(&[0x21, 0x43], 4, 1), 2);
-        assert_eq!(unpack(&[0x21, 0x43], 4, 3), 4);
-        assert_eq!(unpack(&[0b11_10_01_00], 2, 2), 2);
-        assert_eq!(unpack(&[200], 8, 0), 200);
-        assert_eq!(element(&[0xF1], 4, true, 1), -1);
-        assert_eq!(element(&[0xF1], 4, false, 1), 15);
-        assert_eq!(element(&[0x80], 8, true, 0), -128);
-    }
-
-    /// Guards the by-row dequantization: MatMulNBits with zero points and a short last block
-    /// (K 5, block 4: each block padded to 2 bytes), and a signed int4 table without zero points,
-    /// any row range giving the rows of the whole.
-    #[test]
-    fn packed_rows_dequantize_by_row() {
-        // Row 0: q 1..=5 (blocks [1,2,3,4] [5]), zp 8 and 2, scales 0.5 and 2.
-        // Row 1: q 15,0,0,0 | 9, zp 0 and 1, scales 1 and -1.
-        let b = vec![0x21, 0x43, 0x05, 0x00, 0x0F, 0x00, 0x09, 0x00];
-        let m = MatMulNBitsRows { b, scales: vec![0.5, 2.0, 1.0, -1.0], zps: Some(vec![0x28, 0x10]), cols: 5, bits: 4, block: 4 };
-        let mut all = vec![0f32; 10];
-        m.rows_into(0, 2, &mut all);
-        assert_eq!(all, vec![-3.5, -3.0, -2.5, -2.0, 6.0, 15.0, 0.0, 0.0, 0.0, -8.0]);
-        let mut second = vec![0f32; 5];
-        m.rows_into(1, 1, &mut second);
-        assert_eq!(second, all[5..]);
-        let g = GatherRows { q: vec![0xF1, 0x7A], signed: true, bits: 4, scales: vec![0.5, 2.0], zps: None, cols: 2, block: 2 };
-        let mut rows = vec![0f32; 4];
-        g.rows_into(0, 2, &mut rows);
-        assert_eq!(rows, vec![0.5, -0.5, -12.0, 14.0]);
     }
 }
