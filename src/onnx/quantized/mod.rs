@@ -434,18 +434,32 @@ impl PayloadGraph {
                 t => Err(bad(format!("{what} of type {}: expected float32 or float16", super::proto::elem_type_name(t)))),
             }
         };
+        // MatMulNBits matrices and GatherBlockQuantized tables are read by row from where they
+        // are stored (the external-data file) when a model dequantizes them: never whole in memory.
+        let stored = |i: usize, data: &mut ExternalData| -> Result<Option<(Stored, i32)>, QuantizedError> {
+            let Some(name) = node.input.get(i).filter(|s| !s.is_empty()) else { return Ok(None) };
+            let t = self.init(name).ok_or_else(|| bad(format!("input {i} `{name}` is not an initializer")))?;
+            Ok(Some((data.stored(t, path)?, t.data_type)))
+        };
+        let scale_width = |ty: i32| -> Result<usize, QuantizedError> {
+            match ty {
+                FLOAT => Ok(4),
+                FLOAT16 => Ok(2),
+                t => Err(bad(format!("scales of type {}: expected float32 or float16", super::proto::elem_type_name(t)))),
+            }
+        };
         let [rows, cols] = w.shape;
         match w.op {
             QuantOp::MatMulNBits => {
-                let (b, _, _) = payload(1, data)?.ok_or_else(|| bad("no B".into()))?;
-                let (s, sty, _) = payload(2, data)?.ok_or_else(|| bad("no scales".into()))?;
-                let scales = floats(&s, sty, "scales")?;
+                let (b, _) = stored(1, data)?.ok_or_else(|| bad("no B".into()))?;
+                let (scales, sty) = stored(2, data)?.ok_or_else(|| bad("no scales".into()))?;
+                let scale_bytes = scale_width(sty)?;
                 let (bits, block) = (w.bits as usize, w.block_size);
                 let n_blocks = cols.div_ceil(block);
                 let blob = block * bits / 8;
-                if b.len() != rows * n_blocks * blob || scales.len() != rows * n_blocks {
+                if b.len() != rows * n_blocks * blob || scales.len() != rows * n_blocks * scale_bytes {
                     return Err(bad(format!(
-                        "B has {} bytes and scales {} values; [N {rows}, K {cols}] in blocks of {block} at {bits} bits needs {} and {}",
+                        "B has {} bytes and scales {} bytes; [N {rows}, K {cols}] in blocks of {block} at {bits} bits needs {} and {} values",
                         b.len(),
                         scales.len(),
                         rows * n_blocks * blob,
@@ -453,28 +467,17 @@ impl PayloadGraph {
                     )));
                 }
                 let zp_row = (n_blocks * bits).div_ceil(8);
-                let zps = match payload(3, data)? {
-                    Some((z, _, _)) if z.len() == rows * zp_row => Some(z),
-                    Some((z, _, _)) => return Err(bad(format!("zero_points has {} bytes; {rows} rows of {zp_row} expected", z.len()))),
+                let zps = match stored(3, data)? {
+                    Some((z, _)) if z.len() == rows * zp_row => Some(z),
+                    Some((z, _)) => return Err(bad(format!("zero_points has {} bytes; {rows} rows of {zp_row} expected", z.len()))),
                     None => None,
                 };
-                Ok(OverrideData::Packed(Arc::new(MatMulNBitsRows { b, scales, zps, cols, bits, block })))
+                Ok(OverrideData::Packed(Arc::new(MatMulNBitsRows { b, scales, scale_f16: sty == FLOAT16, zps, cols, bits, block })))
             }
             QuantOp::GatherBlockQuantized => {
-                // A table is read by row from where it is stored (the external-data file): only
-                // the rows a prompt gathers are ever in memory.
-                let stored = |i: usize, data: &mut ExternalData| -> Result<Option<(Stored, i32)>, QuantizedError> {
-                    let Some(name) = node.input.get(i).filter(|s| !s.is_empty()) else { return Ok(None) };
-                    let t = self.init(name).ok_or_else(|| bad(format!("input {i} `{name}` is not an initializer")))?;
-                    Ok(Some((data.stored(t, path)?, t.data_type)))
-                };
                 let (q, qty) = stored(0, data)?.ok_or_else(|| bad("no data".into()))?;
                 let (scales, sty) = stored(2, data)?.ok_or_else(|| bad("no scales".into()))?;
-                let scale_bytes = match sty {
-                    FLOAT => 4,
-                    FLOAT16 => 2,
-                    t => return Err(bad(format!("scales of type {}: expected float32 or float16", super::proto::elem_type_name(t)))),
-                };
+                let scale_bytes = scale_width(sty)?;
                 let block = w.block_size;
                 let n_blocks = cols.div_ceil(block);
                 if scales.len() != rows * n_blocks * scale_bytes {

@@ -21,12 +21,14 @@ pub(super) fn element(bytes: &[u8], bits: usize, signed: bool, i: usize) -> i32 
 
 /// A MatMulNBits `B` (`[N, n_blocks, block·bits/8]`, each block padded to whole bytes), its
 /// scales and zero points (each row's packed and padded to whole bytes; absent: 2^(bits−1)):
-/// `W[n, k] = (q − zp) · scale[n, k / block]`.
+/// `W[n, k] = (q − zp) · scale[n, k / block]`. Read by bands of rows from where they are
+/// stored, as the model that loads it dequantizes it.
 #[derive(Debug)]
 pub(super) struct MatMulNBitsRows {
-    pub(super) b: Vec<u8>,
-    pub(super) scales: Vec<f32>,
-    pub(super) zps: Option<Vec<u8>>,
+    pub(super) b: Stored,
+    pub(super) scales: Stored,
+    pub(super) scale_f16: bool,
+    pub(super) zps: Option<Stored>,
     pub(super) cols: usize,
     pub(super) bits: usize,
     pub(super) block: usize,
@@ -39,21 +41,36 @@ impl DequantRows for MatMulNBitsRows {
         let blob = block * bits / 8;
         let zp_row = (n_blocks * bits).div_ceil(8);
         let default_zp = 1u32 << (bits - 1);
-        for (row, n) in out.chunks_mut(cols.max(1)).zip(start..start + count) {
+        // Each row's blocks, scales and zero points are contiguous: one read of each per call.
+        let b = self.b.read(start * n_blocks * blob, count * n_blocks * blob)?;
+        let scales = read_floats(&self.scales, self.scale_f16, start * n_blocks, count * n_blocks)?;
+        let zps = self.zps.as_ref().map(|z| z.read(start * zp_row, count * zp_row)).transpose()?;
+        for (i, row) in out.chunks_mut(cols.max(1)).take(count).enumerate() {
             for blk in 0..n_blocks {
-                let scale = self.scales[n * n_blocks + blk];
-                let zp = match &self.zps {
-                    Some(z) => unpack(&z[n * zp_row..(n + 1) * zp_row], bits, blk),
+                let scale = scales[i * n_blocks + blk];
+                let zp = match &zps {
+                    Some(z) => unpack(&z[i * zp_row..(i + 1) * zp_row], bits, blk),
                     None => default_zp,
                 } as f32;
-                let bytes = &self.b[(n * n_blocks + blk) * blob..(n * n_blocks + blk + 1) * blob];
-                for (i, v) in row[blk * block..cols.min((blk + 1) * block)].iter_mut().enumerate() {
-                    *v = (unpack(bytes, bits, i) as f32 - zp) * scale;
+                let bytes = &b[(i * n_blocks + blk) * blob..(i * n_blocks + blk + 1) * blob];
+                for (k, v) in row[blk * block..cols.min((blk + 1) * block)].iter_mut().enumerate() {
+                    *v = (unpack(bytes, bits, k) as f32 - zp) * scale;
                 }
             }
         }
         Ok(())
     }
+}
+
+/// Values `start..start + n` of a stored float32 (or float16) array.
+fn read_floats(stored: &Stored, f16: bool, start: usize, n: usize) -> std::io::Result<Vec<f32>> {
+    let w = if f16 { 2 } else { 4 };
+    let raw = stored.read(start * w, n * w)?;
+    Ok(if f16 {
+        raw.chunks_exact(2).map(|c| half::f16::from_le_bytes([c[0], c[1]]).to_f32()).collect()
+    } else {
+        raw.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()
+    })
 }
 
 /// A GatherBlockQuantized table (`[rows, cols]` packed row-major, quantized along its columns in
@@ -82,13 +99,7 @@ impl DequantRows for GatherRows {
         let b0 = e0 * bits / 8;
         let q = self.q.read(b0, (e1 * bits).div_ceil(8) - b0)?;
         let first = b0 * 8 / bits;
-        let sw = if self.scale_f16 { 2 } else { 4 };
-        let raw = self.scales.read(start * n_blocks * sw, count * n_blocks * sw)?;
-        let scales: Vec<f32> = if self.scale_f16 {
-            raw.chunks_exact(2).map(|c| half::f16::from_le_bytes([c[0], c[1]]).to_f32()).collect()
-        } else {
-            raw.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()
-        };
+        let scales = read_floats(&self.scales, self.scale_f16, start * n_blocks, count * n_blocks)?;
         for (i, row) in out.chunks_mut(cols.max(1)).take(count).enumerate() {
             let r = start + i;
             for (c, v) in row.iter_mut().enumerate() {
@@ -165,8 +176,10 @@ mod tests {
     fn packed_rows_dequantize_by_row() {
         // Row 0: q 1..=5 (blocks [1,2,3,4] [5]), zp 8 and 2, scales 0.5 and 2.
         // Row 1: q 15,0,0,0 | 9, zp 0 and 1, scales 1 and -1.
-        let b = vec![0x21, 0x43, 0x05, 0x00, 0x0F, 0x00, 0x09, 0x00];
-        let m = MatMulNBitsRows { b, scales: vec![0.5, 2.0, 1.0, -1.0], zps: Some(vec![0x28, 0x10]), cols: 5, bits: 4, block: 4 };
+        let b = Stored::Memory(vec![0x21, 0x43, 0x05, 0x00, 0x0F, 0x00, 0x09, 0x00]);
+        let scales = Stored::Memory([0.5f32, 2.0, 1.0, -1.0].iter().flat_map(|v| v.to_le_bytes()).collect());
+        let zps = Some(Stored::Memory(vec![0x28, 0x10]));
+        let m = MatMulNBitsRows { b, scales, scale_f16: false, zps, cols: 5, bits: 4, block: 4 };
         let mut all = vec![0f32; 10];
         m.rows_into(0, 2, &mut all).expect("rows");
         assert_eq!(all, vec![-3.5, -3.0, -2.5, -2.0, 6.0, 15.0, 0.0, 0.0, 0.0, -8.0]);
