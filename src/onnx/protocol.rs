@@ -140,7 +140,7 @@ impl ExportProtocol {
             .initializer_bytes
             .iter()
             .chain(embedding.map_or(&[][..], |e| &e.initializer_bytes[..]))
-            .filter(|(n, _)| n.contains("embed_tokens_per_layer"))
+            .filter(|(n, bytes)| is_ple_table(n, *bytes))
             .count();
         let ple_tables = match tables {
             0 => PleTables::None,
@@ -227,6 +227,15 @@ impl fmt::Display for ExportProtocol {
     }
 }
 
+/// Whether an initializer is (a split part of) the per-layer embedding table: named for it, not a
+/// quantizer's scales or zero points beside the packed table (an int4 build's
+/// `…embed_tokens_per_layer.weight_scales`), and not a scalar (torch.onnx's dynamo exports keep
+/// the module's `embed_scale` as `…embed_tokens_per_layer.embed_scale`).
+fn is_ple_table(name: &str, bytes: u64) -> bool {
+    const SIDE: [&str; 3] = ["_scales", "_zero_points", "_zp"];
+    name.contains("embed_tokens_per_layer") && !SIDE.iter().any(|s| name.ends_with(s)) && bytes > 8
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -245,6 +254,22 @@ mod tests {
         let decoder = GraphSummary::load(&dir.join("decoder/model.onnx")).expect("decoder");
         let embedding = GraphSummary::load(&dir.join("embedding/model.onnx")).expect("embedding");
         ExportProtocol::read(&decoder, Some(&embedding))
+    }
+
+    /// Guards the PLE table count: an int4 build's scales and zero points beside its packed table,
+    /// and a scalar named for the table (dynamo's `embed_scale`), are not tables; a second table
+    /// part is.
+    #[test]
+    fn ple_tables_count_tables_only() {
+        for build in ["int4", "int4-asym"] {
+            let p = protocol(&format!("gemma4-text-ple/variants/{build}"));
+            assert_eq!(p.ple_tables, PleTables::Fused, "{build}: {p}");
+        }
+        let mut g = GraphSummary::load(&root().join("gemma4-text-ple/onnx/model.onnx")).expect("graph");
+        g.initializer_bytes.push(("m.model.embed_tokens_per_layer.embed_scale".into(), 4));
+        assert_eq!(ExportProtocol::read(&g, None).ple_tables, PleTables::Fused);
+        g.initializer_bytes.push(("model.embed_tokens_per_layer.1.weight".into(), 4096));
+        assert_eq!(ExportProtocol::read(&g, None).ple_tables, PleTables::Split(2));
     }
 
     /// Guards: each committed variant is read as the protocol it is (see

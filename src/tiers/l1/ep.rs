@@ -148,13 +148,18 @@ pub fn ep_violations(
 pub const GQA_HEAD_SIZE_MULTIPLE: i64 = 16;
 
 /// Each GroupQueryAttention node on a layer whose head_dim ONNX Runtime's kernel refuses: the
-/// graph loads, and fails at its first run.
+/// graph loads, and fails at its first run. ORT checks the head size only for a node that
+/// receives cos/sin caches (it rotates inside, `cos_cache`/`sin_cache`, inputs 7 and 8): mobius's
+/// GQA does; onnxruntime-genai's builder rotates in a RotaryEmbedding before it and passes none,
+/// and runs any head_dim.
 pub fn gqa_kernel_violations(graphs: &BTreeMap<String, GraphSummary>, contract: &ExportContract) -> Vec<String> {
     let Some(decoder) = graphs.get(DECODER).or_else(|| graphs.get(TEXT_MODEL)) else { return Vec::new() };
+    let given = |n: &crate::onnx::graph::NodeInfo, i: usize| n.inputs.get(i).is_some_and(|s| !s.is_empty());
     decoder
         .nodes
         .iter()
         .filter(|n| n.op == "com.microsoft::GroupQueryAttention")
+        .filter(|n| given(n, 7) && given(n, 8))
         .filter_map(|n| {
             let hd = *layer_of(&n.name).and_then(|l| contract.layer_head_dims.get(l))?;
             (hd % GQA_HEAD_SIZE_MULTIPLE != 0).then(|| {
