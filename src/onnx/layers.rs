@@ -51,6 +51,10 @@ pub enum BoundaryError {
     NotProduced { tensor: String, what: String },
     #[error("`{tensor}` (into {what}) is produced by `{made_by}`, not by a node of layers.{layer}")]
     OutsideLayer { tensor: String, what: String, made_by: String, layer: usize },
+    /// The residual add is fused into the next norm (a SkipLayerNormalization: ORT GenAI's
+    /// builder) and the node's sum output (index 3) has no name, so no graph value holds it.
+    #[error("the stream leaving layer {layer} is the sum inside the fused `{node}` ({what}), whose sum output the graph does not name")]
+    UnnamedSum { node: String, what: String, layer: usize },
 }
 
 pub use super::wire::WireError;
@@ -63,10 +67,15 @@ pub struct LayerBoundary {
     pub tensor: String,
 }
 
-/// The `i` of the first `layers.<i>/` path segment of a node name (`decoder/model/layers.3/mlp/…`).
+/// The `i` of the first `layers.<i>/` path segment of a node name (`decoder/model/layers.3/mlp/…`);
+/// `None` for the final norm ORT GenAI's builder names as one layer past the last
+/// (`/model/layers.{L}/final_norm_layernorm/…`).
 pub(crate) fn layer_index(name: &str) -> Option<usize> {
-    segment_layer(name).map(|(i, _)| i)
+    segment_layer(name).filter(|(_, rest)| !rest.starts_with(BUILDER_FINAL_NORM)).map(|(i, _)| i)
 }
+
+/// ORT GenAI's builder's final norm, a path segment below `layers.{L}/`.
+const BUILDER_FINAL_NORM: &str = "final_norm_layernorm/";
 
 /// `(i, rest after "layers.<i>/")` of the first `layers.<i>/` segment.
 pub(crate) fn segment_layer(name: &str) -> Option<(usize, &str)> {
@@ -89,9 +98,16 @@ pub(crate) fn input_norm_layer(name: &str) -> Option<usize> {
     segment_layer(name).filter(|(_, rest)| rest.starts_with("input_layernorm/")).map(|(i, _)| i)
 }
 
-/// The decoder's final norm (`model/norm/…`, outside every layer).
+/// The decoder's final norm (`model/norm/…`, outside every layer; ORT GenAI's builder:
+/// `/model/layers.{L}/final_norm_layernorm/…`).
 fn is_final_norm(name: &str) -> bool {
-    (name.starts_with("model/norm/") || name.contains("/model/norm/")) && layer_index(name).is_none()
+    let mobius = (name.starts_with("model/norm/") || name.contains("/model/norm/")) && layer_index(name).is_none();
+    mobius || segment_layer(name).is_some_and(|(_, rest)| rest.starts_with(BUILDER_FINAL_NORM))
+}
+
+/// A norm with the residual add fused in (`input + skip`, its sum the output at index 3).
+fn is_skip_norm(op_type: &str) -> bool {
+    matches!(op_type, "SkipSimplifiedLayerNormalization" | "SkipLayerNormalization")
 }
 
 /// Finds every decoder layer's output tensor (see the module doc for the rule).
@@ -110,13 +126,26 @@ pub fn boundaries(graph: &GraphProto) -> Result<Vec<LayerBoundary>, BoundaryErro
             (graph.node.iter().find(|n| is_final_norm(&n.name)), "the final model/norm".to_string())
         };
         let consumer = consumer.ok_or_else(|| BoundaryError::NoEnd { what: what.clone(), layer })?;
-        let tensor =
+        let first =
             consumer.input.first().filter(|t| !t.is_empty()).ok_or_else(|| BoundaryError::NoInput { node: consumer.name.clone() })?;
-        let made_by =
-            producer.get(tensor.as_str()).ok_or_else(|| BoundaryError::NotProduced { tensor: tensor.clone(), what: what.clone() })?;
-        if layer_index(made_by) != Some(layer) {
-            return Err(BoundaryError::OutsideLayer { tensor: tensor.clone(), what, made_by: made_by.to_string(), layer });
+        // A fused residual add: the stream is the norm's sum of its two inputs (one of which the
+        // layer made), not its first input (the layer's last delta).
+        let skip = is_skip_norm(&consumer.op_type);
+        let ends_layer: Vec<&String> = if skip { consumer.input.iter().take(2).collect() } else { vec![first] };
+        let made = |t: &String| producer.get(t.as_str()).copied();
+        if !ends_layer.iter().any(|t| made(t).is_some_and(|m| layer_index(m) == Some(layer))) {
+            let made_by = made(first).ok_or_else(|| BoundaryError::NotProduced { tensor: first.clone(), what: what.clone() })?;
+            return Err(BoundaryError::OutsideLayer { tensor: first.clone(), what, made_by: made_by.to_string(), layer });
         }
+        let tensor = if skip {
+            consumer.output.get(3).filter(|t| !t.is_empty()).ok_or_else(|| BoundaryError::UnnamedSum {
+                node: consumer.name.clone(),
+                what: what.clone(),
+                layer,
+            })?
+        } else {
+            first
+        };
         out.push(LayerBoundary { layer, tensor: tensor.clone() });
     }
     Ok(out)
@@ -236,6 +265,50 @@ mod tests {
         assert!(boundaries(&g).unwrap_err().to_string().contains("final model/norm"));
         let g = GraphProto { node: vec![node("MatMul_1", &["a"], &["b"])], ..Default::default() };
         assert!(boundaries(&g).unwrap_err().to_string().contains("no node is named after a decoder layer"));
+    }
+
+    /// ORT GenAI's builder's naming: residual adds fused into SkipSimplifiedLayerNormalization
+    /// (the next input norm), `layer_scalar` as two Muls, the final norm named
+    /// `/model/layers.{L}/final_norm_layernorm/` (one past the last layer).
+    fn builder_layers(final_sum: &str) -> GraphProto {
+        let skip = |name: &str, inputs: &[&str], outputs: &[&str]| NodeProto {
+            op_type: "SkipSimplifiedLayerNormalization".into(),
+            ..node(name, inputs, outputs)
+        };
+        GraphProto {
+            node: vec![
+                node("/model/layers.0/input_layernorm/LayerNorm", &["embeds", "w0"], &["n0"]),
+                node("/model/layers.0/mlp/down_proj/MatMul", &["n0", "m0"], &["d0"]),
+                node("/model/layers.0/layer_scalar/Mul_root", &["d0", "s0"], &["r0"]),
+                node("/model/layers.0/layer_scalar/Mul_skip", &["embeds", "s0"], &["k0"]),
+                skip("/model/layers.1/input_layernorm/SkipLayerNorm", &["r0", "k0", "w1"], &["n1", "", "", "sum0"]),
+                node("/model/layers.1/mlp/down_proj/MatMul", &["n1", "m1"], &["d1"]),
+                node("/model/layers.1/layer_scalar/Mul_root", &["d1", "s1"], &["r1"]),
+                node("/model/layers.1/layer_scalar/Mul_skip", &["sum0", "s1"], &["k1"]),
+                skip("/model/layers.2/final_norm_layernorm/SkipLayerNorm", &["r1", "k1", "wn"], &["hn", "", "", final_sum]),
+            ],
+            ..Default::default()
+        }
+    }
+
+    /// Guards the builder's boundaries: the final norm is not a third layer, a fused input norm's
+    /// sum output (not its first input, the layer's last delta) is the stream leaving the layer,
+    /// and a fused norm that does not name its sum is unidentifiable, never its first input.
+    #[test]
+    fn fused_residual_adds_give_the_sum_output() {
+        let b = boundaries(&builder_layers("sum1")).unwrap();
+        assert_eq!(b, vec![LayerBoundary { layer: 0, tensor: "sum0".into() }, LayerBoundary { layer: 1, tensor: "sum1".into() }]);
+        let err = boundaries(&builder_layers("")).unwrap_err().to_string();
+        assert!(
+            err.contains("the stream leaving layer 1 is the sum inside the fused `/model/layers.2/final_norm_layernorm/SkipLayerNorm`"),
+            "{err}"
+        );
+        assert_eq!(layer_index("/model/layers.2/final_norm_layernorm/SkipLayerNorm"), None);
+        assert!(is_final_norm("/model/layers.2/final_norm_layernorm/SkipLayerNorm"));
+        // Neither input made by the layer: not a boundary.
+        let mut g = builder_layers("sum1");
+        g.node[4].input = vec!["embeds".into(), "embeds".into(), "w1".into()];
+        assert!(boundaries(&g).unwrap_err().to_string().contains("not produced by a node"));
     }
 
     /// Guards the name parsing: only whole `layers.<i>/` segments count.
