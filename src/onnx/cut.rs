@@ -65,6 +65,13 @@ pub enum CutError {
     NoLayer { layer: usize, layers: usize },
     #[error("node `{node}` holds a subgraph (control flow), whose outer-scope inputs the cut cannot follow")]
     Subgraph { node: String },
+    /// The stream entering a layer is made inside that layer's fused input norm (a residual add
+    /// fused into a SkipLayerNormalization, ORT GenAI's builder): the norm reads the previous
+    /// layer's values, not a fed stream, until the node is split.
+    #[error(
+        "the stream entering layer {layer} is the sum inside its fused input norm `{node}`: a cut cannot feed that norm another stream"
+    )]
+    FusedStream { layer: usize, node: String },
 }
 
 /// Why the decoder cannot be cut at its layers.
@@ -202,6 +209,15 @@ pub fn local_model(model: &[u8], only: Option<usize>) -> Result<CutModel, CutErr
     let n = boundaries.len();
     if let Some(k) = only.filter(|&k| k >= n) {
         return Err(CutError::NoLayer { layer: k, layers: n });
+    }
+    // A stream that is the sum output of a fused norm of the next layer cannot be rewired: the
+    // norm computes its output from the sum's own inputs.
+    for b in boundaries.iter().filter(|b| b.layer + 1 < n) {
+        if let Some(made_by) = graph.node.iter().find(|nd| nd.output.iter().any(|o| o == &b.tensor)) {
+            if layers::is_skip_norm(&made_by.op_type) {
+                return Err(CutError::FusedStream { layer: b.layer + 1, node: made_by.name.clone() });
+            }
+        }
     }
     let into = layer_inputs(graph, &boundaries)?;
     let rewire: HashMap<&str, String> = into.iter().enumerate().map(|(k, t)| (t.as_str(), local_input(k))).collect();
@@ -353,6 +369,33 @@ mod tests {
             ..Default::default()
         }
         .encode_to_vec()
+    }
+
+    /// Guards the fused residual add (ORT GenAI's builder): a stream made inside the next layer's
+    /// SkipLayerNormalization is refused with the node named, not cut into a layer whose norm
+    /// would still read the export's own values.
+    #[test]
+    fn a_stream_made_inside_a_fused_norm_is_not_cut() {
+        let skip = |name: &str, inputs: &[&str], outputs: &[&str]| NodeProto {
+            op_type: "SkipSimplifiedLayerNormalization".into(),
+            ..node(name, inputs, outputs)
+        };
+        let nodes = vec![
+            node("/model/layers.0/input_layernorm/LayerNorm", &["e", "w0"], &["n0"]),
+            node("/model/layers.0/mlp/down_proj/MatMul", &["n0", "m0"], &["d0"]),
+            skip("/model/layers.1/input_layernorm/SkipLayerNorm", &["d0", "e", "w1"], &["n1", "", "", "sum0"]),
+            node("/model/layers.1/mlp/down_proj/MatMul", &["n1", "m1"], &["d1"]),
+            skip("/model/layers.2/final_norm_layernorm/SkipLayerNorm", &["d1", "sum0", "wn"], &["hn", "", "", "sum1"]),
+        ];
+        let m = ModelProto { ir_version: 10, graph: Some(GraphProto { node: nodes, ..Default::default() }), ..Default::default() }
+            .encode_to_vec();
+        let err = local_model(&m, None).unwrap_err().to_string();
+        assert!(
+            err.contains(
+                "the stream entering layer 1 is the sum inside its fused input norm `/model/layers.1/input_layernorm/SkipLayerNorm`"
+            ),
+            "{err}"
+        );
     }
 
     fn graph(cut: &CutModel) -> GraphProto {

@@ -106,7 +106,7 @@ fn is_final_norm(name: &str) -> bool {
 }
 
 /// A norm with the residual add fused in (`input + skip`, its sum the output at index 3).
-fn is_skip_norm(op_type: &str) -> bool {
+pub(crate) fn is_skip_norm(op_type: &str) -> bool {
     matches!(op_type, "SkipSimplifiedLayerNormalization" | "SkipLayerNormalization")
 }
 
