@@ -470,33 +470,13 @@ impl Weights {
     }
 
     /// A `[rows, cols]` table the model only gathers rows from, left in the mapping in its
-    /// stored dtype: rows are decoded when looked up (see [`RowTable`]).
+    /// stored dtype (or a quantized build's payload): rows are decoded when looked up (see
+    /// [`RowTable`]), in the compute dtype on the weights' device.
     pub fn get_rows(&self, module_name: &str, expected: [usize; 2]) -> Result<RowTable> {
         if let Ok(mut t) = self.row_tables.lock() {
             t.insert(self.stored_name(module_name).unwrap_or_else(|| checkpoint_name(module_name, self.renames)));
         }
-        if let Some(t) = self.placeholder(module_name, &expected, &expected)? {
-            return Ok(RowTable::placeholder(t));
-        }
-        if self.overrides.lookup(module_name).is_some() {
-            // The table stays packed: rows are dequantized when gathered.
-            return self.matrix_rows(module_name, expected).map(|t| t.with_output(self.dtype, self.device.clone()));
-        }
-        let (name, entry, shard) = self.entry(module_name, &expected)?;
-        let elem = element_size(&name, entry.dtype, &shard.path)?;
-        if entry.end - entry.begin != expected[0] * expected[1] * elem {
-            return Err(Error::Safetensors { path: shard.path.clone(), source: safetensors::SafeTensorError::InvalidOffset(name) });
-        }
-        self.record(&name, &expected);
-        Ok(RowTable::mapped(
-            name,
-            Arc::clone(shard),
-            shard.data_start + entry.begin,
-            entry.dtype,
-            expected,
-            self.dtype,
-            self.device.clone(),
-        ))
+        self.rows_in(module_name, expected, self.dtype, self.device.clone())
     }
 
     /// Whether `a` and `b` are both a quantized build's matrices with the same values (read by
@@ -518,28 +498,43 @@ impl Weights {
 
     /// The rows of the 2-D tensor `module_name`, to be read slice by slice (an lm_head's after the
     /// model is gone, [`crate::text::LogitsHead`]; a weight compared with a quantized build's):
-    /// the mapping (pages released as read) or a quantized build's payload, shared, never copied.
+    /// the mapping (pages released as read) or a quantized build's payload, shared, never copied;
+    /// rows come out in f32 on the host.
     pub fn matrix_rows(&self, module_name: &str, expected: [usize; 2]) -> Result<RowTable> {
+        self.rows_in(module_name, expected, DType::F32, Device::Cpu)
+    }
+
+    /// [`Weights::get_rows`] and [`Weights::matrix_rows`]: a placeholder (dry and headers
+    /// sources), a quantized build's payload, or the mapping; gathered rows in `out` on `device`.
+    fn rows_in(&self, module_name: &str, expected: [usize; 2], out: DType, device: Device) -> Result<RowTable> {
         if let Some(t) = self.placeholder(module_name, &expected, &expected)? {
             return Ok(RowTable::placeholder(t));
         }
-        if let Some((key, o)) = self.override_for(module_name) {
-            if o.shape != expected {
-                return Err(Error::TensorShape {
-                    name: format!("{key} (dequantized from the export's `{}`)", o.source),
-                    file: self.dir.clone(),
-                    expected: expected.to_vec(),
-                    actual: o.shape.clone(),
-                });
-            }
-            return Ok(RowTable::overridden(o.clone(), expected));
+        if let Some((key, o)) = self.checked_override(module_name, &expected)? {
+            self.record(key, &expected);
+            return Ok(RowTable::overridden(o.clone(), expected, out, device));
         }
         let (name, entry, shard) = self.entry(module_name, &expected)?;
         let elem = element_size(&name, entry.dtype, &shard.path)?;
         if entry.end - entry.begin != expected[0] * expected[1] * elem {
             return Err(Error::Safetensors { path: shard.path.clone(), source: safetensors::SafeTensorError::InvalidOffset(name) });
         }
-        Ok(RowTable::mapped(name, Arc::clone(shard), shard.data_start + entry.begin, entry.dtype, expected, DType::F32, Device::Cpu))
+        self.record(&name, &expected);
+        Ok(RowTable::mapped(name, Arc::clone(shard), shard.data_start + entry.begin, entry.dtype, expected, out, device))
+    }
+
+    /// The quantized build's override `module_name` reads, its shape checked against `expected`.
+    fn checked_override(&self, module_name: &str, expected: &[usize]) -> Result<Option<(&str, &Override)>> {
+        let Some((key, o)) = self.override_for(module_name) else { return Ok(None) };
+        if o.shape != expected {
+            return Err(Error::TensorShape {
+                name: format!("{key} (dequantized from the export's `{}`)", o.source),
+                file: self.dir.clone(),
+                expected: expected.to_vec(),
+                actual: o.shape.clone(),
+            });
+        }
+        Ok(Some((key, o)))
     }
 
     /// The stored name, header entry and shard of `module_name`, shape-checked.
@@ -566,15 +561,7 @@ impl Weights {
 
     /// Shape-checks `module_name` and decodes it to f32 values in `order`.
     fn read_with(&self, module_name: &str, expected: &[usize], order: Order) -> Result<Vec<f32>> {
-        if let Some((key, o)) = self.override_for(module_name) {
-            if o.shape != expected {
-                return Err(Error::TensorShape {
-                    name: format!("{key} (dequantized from the export's `{}`)", o.source),
-                    file: self.dir.clone(),
-                    expected: expected.to_vec(),
-                    actual: o.shape.clone(),
-                });
-            }
+        if let Some((key, o)) = self.checked_override(module_name, expected)? {
             self.record(key, expected);
             // Dequantized a band of rows at a time, straight into the model's buffer.
             const BAND: usize = 256;

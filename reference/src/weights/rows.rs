@@ -58,16 +58,8 @@ impl RowTable {
         RowTable(Inner::Placeholder(t))
     }
 
-    pub(crate) fn overridden(data: Override, shape: [usize; 2]) -> Self {
-        RowTable(Inner::Overridden { data, shape, out: DType::F32, device: Device::Cpu })
-    }
-
-    /// Gathered rows in `dtype` on `device` (an overridden table; the others keep theirs).
-    pub(crate) fn with_output(self, dtype: DType, dev: Device) -> Self {
-        match self.0 {
-            Inner::Overridden { data, shape, .. } => RowTable(Inner::Overridden { data, shape, out: dtype, device: dev }),
-            other => RowTable(other),
-        }
+    pub(crate) fn overridden(data: Override, shape: [usize; 2], out: DType, device: Device) -> Self {
+        RowTable(Inner::Overridden { data, shape, out, device })
     }
 
     /// Number of columns.
