@@ -120,21 +120,28 @@ def decoder_feeds(sess, data_fixture, dtype):
     return feeds
 
 
+def require_mutated_from(layer, before, after, label=""):
+    """The mutation starts at decoder layer `layer`: the present KV of every layer up to it is
+    bit-identical in the two runs' outputs (`before`, `after`: name -> array), layer + 1's differs.
+    Also used by make_quantized_fixtures.py for its mutants."""
+    for key in before:
+        if not key.startswith("present."):
+            continue
+        k = int(key.split(".")[1])
+        same = np.array_equal(before[key], after[key])
+        if k <= layer and not same:
+            raise SystemExit(f"{label}{key} differs although layer {k} <= mutated layer {layer}")
+        if k == layer + 1 and same:
+            raise SystemExit(f"{label}{key} unchanged although layer {layer} was mutated")
+
+
 def check(src, dst, data_fixture, layer, dtype):
     a, b = session(src / "decoder" / "model.onnx"), session(dst / "decoder" / "model.onnx")
     feeds = decoder_feeds(a, data_fixture, dtype)
     names = [o.name for o in a.get_outputs()]
     out_a = dict(zip(names, a.run(names, feeds)))
     out_b = dict(zip(names, b.run(names, feeds)))
-    for key in names:
-        if not key.startswith("present."):
-            continue
-        k = int(key.split(".")[1])
-        same = np.array_equal(out_a[key], out_b[key])
-        if k <= layer and not same:
-            raise SystemExit(f"{key} differs although layer {k} <= mutated layer {layer}")
-        if k == layer + 1 and same:
-            raise SystemExit(f"{key} unchanged although layer {layer}'s output changed")
+    require_mutated_from(layer, out_a, out_b)
     from safetensors.numpy import load_file
 
     oracle = load_file(str(FIXTURES / data_fixture / "oracle.safetensors"))["logits"].astype(np.float64)

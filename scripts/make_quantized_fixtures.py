@@ -58,6 +58,11 @@ from pathlib import Path
 import numpy as np
 import onnx
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+# One copy of the tree copy, the single-threaded CPU session and the mutant check for every fixture
+# script that makes mutants.
+from make_mutant_fixtures import copy_tree, require_mutated_from, session  # noqa: E402
+
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "fixtures"
 
@@ -89,16 +94,6 @@ MUTANTS = [
 SCALE_FACTOR = 1.25
 
 EMBEDDING_SUFFIXES = ("embed_tokens.weight", "embed_tokens_per_layer.weight")
-
-
-def copy_tree(src, dst):
-    for path in sorted(src.rglob("*")):
-        target = dst / path.relative_to(src)
-        if path.is_dir():
-            target.mkdir(parents=True, exist_ok=True)
-        else:
-            target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(path, target)
 
 
 def initializers(graph):
@@ -181,16 +176,6 @@ def sha256_tree(path):
 
 
 # --- onnxruntime checks -------------------------------------------------------------------------------------------
-
-
-def session(path):
-    import onnxruntime as ort
-
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = 1
-    options.inter_op_num_threads = 1
-    options.log_severity_level = 3
-    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
 
 
 def feeds_for(sess, fixture):
@@ -380,18 +365,8 @@ def make_mutant(name, fixture, source, tensor_name, layer, kind, source_out):
         raise SystemExit(f"{name}: initializers changed {changed}, expected only {tensor_name}")
 
     out = run(dst / "model.onnx", fixture)
-    next_diff = 0.0
-    for key in out:
-        if key.startswith(f"present.{layer + 1}."):
-            next_diff = max(next_diff, max_abs(out[key], source_out[key]))
-        if not key.startswith("present."):
-            continue
-        k = int(key.split(".")[1])
-        same = np.array_equal(out[key], source_out[key])
-        if k <= layer and not same:
-            raise SystemExit(f"{name}: {key} differs although layer {k} <= mutated layer {layer}")
-        if k == layer + 1 and same:
-            raise SystemExit(f"{name}: {key} unchanged although layer {layer} was mutated")
+    require_mutated_from(layer, source_out, out, label=f"{name}: ")
+    next_diff = max(max_abs(out[k], source_out[k]) for k in out if k.startswith(f"present.{layer + 1}."))
     print(f"{fixture}@{name}: {source} with {tensor_name} ({onnx.TensorProto.DataType.Name(tensor.data_type)}"
           f"{list(tensor.dims)}, consumer {users[0].name}) {what}")
     print(f"  differs from {source} only in that initializer ({diff.size} bytes at data offset {offset}..{offset + length}); "
