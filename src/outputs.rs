@@ -81,7 +81,7 @@ pub struct StreamedLogits {
 
 impl StreamedLogits {
     /// Columns per slice: the reference's own lm_head slice width.
-    pub const SLICE: usize = 32_768;
+    pub const SLICE: usize = onnx_parity_reference::text::VOCAB_SLICE;
 
     /// `[1, S, vocab]`.
     pub fn shape(&self) -> Vec<usize> {

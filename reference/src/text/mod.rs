@@ -128,7 +128,7 @@ pub struct Collected {
 }
 
 /// Vocabulary columns per `lm_head` call in a prefill (see [`TextModel::logits`]).
-const VOCAB_SLICE: usize = 32_768;
+pub const VOCAB_SLICE: usize = 32_768;
 
 /// Where token lookups read `embed_tokens.weight` from.
 #[derive(Debug)]

@@ -32,7 +32,7 @@ use super::package::OnnxPackage;
 use super::proto::{AttributeProto, StringStringEntryProto};
 
 mod payload;
-use payload::{element, GatherRows, MatMulNBitsRows, Stored};
+use payload::{decode_floats, element, GatherRows, MatMulNBitsRows, Stored};
 
 /// Why a quantized build's weights cannot be read.
 #[derive(Debug, thiserror::Error)]
@@ -427,13 +427,6 @@ impl PayloadGraph {
             let t = self.init(name).ok_or_else(|| bad(format!("input {i} `{name}` is not an initializer")))?;
             Ok(Some((data.bytes(t, path)?, t.data_type, t.dims.clone())))
         };
-        let floats = |bytes: &[u8], ty: i32, what: &str| -> Result<Vec<f32>, QuantizedError> {
-            match ty {
-                FLOAT => Ok(bytes.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()),
-                FLOAT16 => Ok(bytes.chunks_exact(2).map(|c| half::f16::from_le_bytes([c[0], c[1]]).to_f32()).collect()),
-                t => Err(bad(format!("{what} of type {}: expected float32 or float16", super::proto::elem_type_name(t)))),
-            }
-        };
         // MatMulNBits matrices and GatherBlockQuantized tables are read by row from where they
         // are stored (the external-data file) when a model dequantizes them: never whole in memory.
         let stored = |i: usize, data: &mut ExternalData| -> Result<Option<(Stored, i32)>, QuantizedError> {
@@ -441,11 +434,12 @@ impl PayloadGraph {
             let t = self.init(name).ok_or_else(|| bad(format!("input {i} `{name}` is not an initializer")))?;
             Ok(Some((data.stored(t, path)?, t.data_type)))
         };
-        let scale_width = |ty: i32| -> Result<usize, QuantizedError> {
+        // Scales are float32 or float16: the bytes of one.
+        let scale_width = |ty: i32, what: &str| -> Result<usize, QuantizedError> {
             match ty {
                 FLOAT => Ok(4),
                 FLOAT16 => Ok(2),
-                t => Err(bad(format!("scales of type {}: expected float32 or float16", super::proto::elem_type_name(t)))),
+                t => Err(bad(format!("{what} of type {}: expected float32 or float16", super::proto::elem_type_name(t)))),
             }
         };
         let [rows, cols] = w.shape;
@@ -453,7 +447,7 @@ impl PayloadGraph {
             QuantOp::MatMulNBits => {
                 let (b, _) = stored(1, data)?.ok_or_else(|| bad("no B".into()))?;
                 let (scales, sty) = stored(2, data)?.ok_or_else(|| bad("no scales".into()))?;
-                let scale_bytes = scale_width(sty)?;
+                let scale_bytes = scale_width(sty, "scales")?;
                 let (bits, block) = (w.bits as usize, w.block_size);
                 let n_blocks = cols.div_ceil(block);
                 let blob = block * bits / 8;
@@ -477,7 +471,7 @@ impl PayloadGraph {
             QuantOp::GatherBlockQuantized => {
                 let (q, qty) = stored(0, data)?.ok_or_else(|| bad("no data".into()))?;
                 let (scales, sty) = stored(2, data)?.ok_or_else(|| bad("no scales".into()))?;
-                let scale_bytes = scale_width(sty)?;
+                let scale_bytes = scale_width(sty, "scales")?;
                 let block = w.block_size;
                 let n_blocks = cols.div_ceil(block);
                 if scales.len() != rows * n_blocks * scale_bytes {
@@ -518,7 +512,8 @@ impl PayloadGraph {
             QuantOp::DequantizeLinear => {
                 let (q, qty, _) = payload(0, data)?.ok_or_else(|| bad("no x".into()))?;
                 let (s, sty, sdims) = payload(1, data)?.ok_or_else(|| bad("no x_scale".into()))?;
-                let scales = floats(&s, sty, "x_scale")?;
+                scale_width(sty, "x_scale")?;
+                let scales = decode_floats(&s, sty == FLOAT16);
                 let zps = payload(2, data)?.map(|(z, _, _)| z);
                 // x is [K, N] = [cols, rows] of the checkpoint's layout.
                 let (k_dim, n_dim) = (cols, rows);
@@ -620,11 +615,8 @@ impl ExternalData {
                 _ => t.int32_data.iter().map(|&v| v as u8).collect(),
             });
         }
-        let (f, offset, length, path) = self.external(t, model)?;
-        let mut buf = vec![0u8; length];
-        use std::os::unix::fs::FileExt;
-        f.read_exact_at(&mut buf, offset).map_err(|source| QuantizedError::Io { path: path.clone(), source })?;
-        Ok(buf)
+        let (file, offset, len, path) = self.external(t, model)?;
+        Stored::File { file, offset, len }.read(0, len).map_err(|source| QuantizedError::Io { path, source })
     }
 }
 

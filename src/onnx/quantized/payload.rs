@@ -65,12 +65,16 @@ impl DequantRows for MatMulNBitsRows {
 /// Values `start..start + n` of a stored float32 (or float16) array.
 fn read_floats(stored: &Stored, f16: bool, start: usize, n: usize) -> std::io::Result<Vec<f32>> {
     let w = if f16 { 2 } else { 4 };
-    let raw = stored.read(start * w, n * w)?;
-    Ok(if f16 {
+    Ok(decode_floats(&stored.read(start * w, n * w)?, f16))
+}
+
+/// Little-endian float32 (or float16) values.
+pub(super) fn decode_floats(raw: &[u8], f16: bool) -> Vec<f32> {
+    if f16 {
         raw.chunks_exact(2).map(|c| half::f16::from_le_bytes([c[0], c[1]]).to_f32()).collect()
     } else {
         raw.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()
-    })
+    }
 }
 
 /// A GatherBlockQuantized table (`[rows, cols]` packed row-major, quantized along its columns in
@@ -129,7 +133,7 @@ impl Stored {
     }
 
     /// Bytes `start..start + n`.
-    fn read(&self, start: usize, n: usize) -> std::io::Result<Vec<u8>> {
+    pub(super) fn read(&self, start: usize, n: usize) -> std::io::Result<Vec<u8>> {
         if start + n > self.len() {
             return Err(std::io::Error::new(std::io::ErrorKind::UnexpectedEof, format!("bytes {start}..{} of {}", start + n, self.len())));
         }

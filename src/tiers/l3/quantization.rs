@@ -139,13 +139,15 @@ pub fn judge_weights(weights: &[WeightError], metrics: &mut Metrics) -> Option<S
     ))
 }
 
-/// `KL(p ‖ q)` of the softmax of two logit rows (`p` the float reference's), in nats.
-fn kl(p_logits: &[f32], q_logits: &[f32]) -> f64 {
-    let lse = |x: &[f32]| -> f64 {
-        let m = x.iter().fold(f64::NEG_INFINITY, |m, &v| m.max(v as f64));
-        m + x.iter().map(|&v| (v as f64 - m).exp()).sum::<f64>().ln()
-    };
-    let (lp, lq) = (lse(p_logits), lse(q_logits));
+/// `log Σ exp(x)`, in f64.
+fn log_sum_exp(x: &[f32]) -> f64 {
+    let m = x.iter().fold(f64::NEG_INFINITY, |m, &v| m.max(v as f64));
+    m + x.iter().map(|&v| (v as f64 - m).exp()).sum::<f64>().ln()
+}
+
+/// `Σ p·(log p − log q)` over matching entries of two logit rows (or slices of them), with
+/// `lp`, `lq` their whole rows' log-sum-exp.
+fn kl_terms(p_logits: &[f32], q_logits: &[f32], lp: f64, lq: f64) -> f64 {
     p_logits
         .iter()
         .zip(q_logits)
@@ -154,7 +156,11 @@ fn kl(p_logits: &[f32], q_logits: &[f32]) -> f64 {
             la.exp() * (la - lb)
         })
         .sum::<f64>()
-        .max(0.0)
+}
+
+/// `KL(p ‖ q)` of the softmax of two logit rows (`p` the float reference's), in nats.
+fn kl(p_logits: &[f32], q_logits: &[f32]) -> f64 {
+    kl_terms(p_logits, q_logits, log_sum_exp(p_logits), log_sum_exp(q_logits)).max(0.0)
 }
 
 /// One row's KL (float ‖ candidate) and whether their top-1 tokens agree.
@@ -184,24 +190,13 @@ fn streamed_costs(float: &StreamedLogits, candidate: &[f32], v: usize) -> Result
         Ok(())
     })?;
     let lse_p: Vec<f64> = m.iter().zip(&z).map(|(m, z)| m + z.ln()).collect();
-    let lse = |x: &[f32]| -> f64 {
-        let mx = x.iter().fold(f64::NEG_INFINITY, |a, &v| a.max(v as f64));
-        mx + x.iter().map(|&v| (v as f64 - mx).exp()).sum::<f64>().ln()
-    };
-    let lse_q: Vec<f64> = candidate.chunks_exact(v).map(lse).collect();
+    let lse_q: Vec<f64> = candidate.chunks_exact(v).map(log_sum_exp).collect();
     // Pass 2: Σ p·(log p − log q).
     let mut kls = vec![0f64; s];
     float.for_each_slice::<onnx_parity_reference::Error>(|start, cols, values| {
         for (r, row) in values.chunks_exact(cols).enumerate() {
             let q = &candidate[r * v + start..r * v + start + cols];
-            kls[r] += row
-                .iter()
-                .zip(q)
-                .map(|(&a, &b)| {
-                    let (la, lb) = (a as f64 - lse_p[r], b as f64 - lse_q[r]);
-                    la.exp() * (la - lb)
-                })
-                .sum::<f64>();
+            kls[r] += kl_terms(row, q, lse_p[r], lse_q[r]);
         }
         Ok(())
     })?;
