@@ -322,6 +322,29 @@ pub const BIDIRECTIONAL_NEEDS_IDS: &str = "the config asks for bidirectional att
     with no input locating the image tokens can only attend causally over them";
 
 impl ExportContract {
+    /// Whether the config is a composite (multimodal) model's: its contract has a decoder beside
+    /// an embedding model.
+    pub fn is_composite(&self) -> bool {
+        self.submodels.iter().any(|s| s.role == DECODER)
+    }
+
+    /// The contract of an export of a composite model's text component alone (what ORT GenAI's
+    /// model builder writes for `Gemma4UnifiedForConditionalGeneration` and
+    /// `Gemma4ForConditionalGeneration`): one model that embeds `input_ids` itself (per-layer
+    /// inputs included) and otherwise takes and returns what the decoder does. No image block
+    /// can reach it, so `input_ids` is required for embedding, not for bidirectional attention.
+    pub fn text_component(mut self) -> Self {
+        let Some(decoder) = self.submodels.iter().find(|s| s.role == DECODER).cloned() else { return self };
+        let mut inputs: Vec<ExpectedTensor> =
+            decoder.inputs.into_iter().filter(|e| e.name != "inputs_embeds" && e.name != "per_layer_inputs").collect();
+        for e in inputs.iter_mut().filter(|e| e.name == "input_ids") {
+            e.required = true;
+            e.why = None;
+        }
+        self.submodels = vec![SubmodelContract { role: TEXT_MODEL, inputs, outputs: decoder.outputs }];
+        self
+    }
+
     /// The contract for an export that declares `protocol`: the decoder's cache inputs and
     /// outputs in its KV layout, `position_ids` optional where GroupQueryAttention derives
     /// positions from the mask, per-layer inputs where the export computes them. What stays the

@@ -194,23 +194,83 @@ pub struct InstrumentedDecoder {
     pub external_data_dir: PathBuf,
     /// Layer output tensors, in layer order (also the names of the extra graph outputs).
     pub layers: Vec<LayerBoundary>,
+    /// The stream entering layer 0 when the graph computes it (a text-only model's scaled token
+    /// embeddings), also an extra output: compared with the reference's `inputs_embeds`, it
+    /// names a divergence at the embedding rather than at layer 0.
+    pub embeddings: Option<String>,
+}
+
+/// The tensor entering layer 0's input norm when a node outside every layer makes it (the
+/// embedding of a model that embeds `input_ids` itself); `None` for a graph input
+/// (`inputs_embeds` of a multimodal decoder) or a graph without layer names.
+pub fn embeddings_into_layer0(graph: &GraphProto) -> Option<String> {
+    let norm = graph.node.iter().find(|n| input_norm_layer(&n.name) == Some(0))?;
+    let input = norm.input.first().filter(|t| !t.is_empty())?;
+    let made_by = graph.node.iter().find(|n| n.output.contains(input))?;
+    (layer_index(&made_by.name).is_none() && !is_skip_norm(&norm.op_type)).then(|| input.clone())
 }
 
 /// The instrumented copy of the decoder graph at `model_path`.
 pub fn instrument(model_path: &Path) -> Result<InstrumentedDecoder, LayersError> {
     let bytes = std::fs::read(model_path).map_err(|source| LayersError::Io { path: model_path.into(), source })?;
+    let bytes = with_fused_sums_named(&bytes).map_err(|source| LayersError::Wire { path: model_path.into(), source })?;
     let decoded = ModelProto::decode(bytes.as_slice()).map_err(|source| LayersError::Decode { path: model_path.into(), source })?;
     let unidentifiable = |reason: BoundaryError| LayersError::Unidentifiable { path: model_path.into(), reason };
     let graph = decoded.graph.as_ref().ok_or_else(|| unidentifiable(BoundaryError::NoGraph))?;
     let layers = boundaries(graph).map_err(unidentifiable)?;
+    let embeddings = embeddings_into_layer0(graph);
     let outputs: Vec<(String, i32)> = layers
         .iter()
-        .filter(|b| !graph.output.iter().any(|o| o.name == b.tensor))
-        .map(|b| (b.tensor.clone(), residual_elem_type(graph, &b.tensor)))
+        .map(|b| &b.tensor)
+        .chain(embeddings.as_ref())
+        .filter(|t| !graph.output.iter().any(|o| &o.name == *t))
+        .map(|t| (t.clone(), residual_elem_type(graph, t)))
         .collect();
     let edited = with_extra_outputs(&bytes, &outputs).map_err(|source| LayersError::Wire { path: model_path.into(), source })?;
     let external_data_dir = model_path.parent().map(Path::to_path_buf).unwrap_or_else(|| PathBuf::from("."));
-    Ok(InstrumentedDecoder { bytes: edited, external_data_dir, layers })
+    Ok(InstrumentedDecoder { bytes: edited, external_data_dir, layers, embeddings })
+}
+
+/// The name given in an instrumented copy to a fused norm's unnamed residual sum.
+const SUM_SUFFIX: &str = "/onnx_parity_residual_sum";
+
+/// `model` with every fused residual norm's sum output (index 3 of a
+/// `SkipSimplifiedLayerNormalization`) named where the graph leaves it unnamed: ORT GenAI's
+/// builder names it where the next layer reads it and not at the final norm, so the stream
+/// leaving the last layer exists in the graph only once the copy names it. Naming an optional
+/// output changes no value. The node's `output` entries are appended at the wire level (a
+/// repeated field's entries keep their order wherever they sit), every other byte kept.
+pub fn with_fused_sums_named(model: &[u8]) -> Result<Vec<u8>, WireError> {
+    const GRAPH_NODE: u64 = 1;
+    const NODE_OUTPUT: u64 = 2;
+    let (_, payload) = wire::graph_field(model)?;
+    let graph = &model[payload];
+    let mut edited = Vec::with_capacity(graph.len() + 256);
+    let mut changed = false;
+    for f in wire::fields(graph)? {
+        let node = (f.number == GRAPH_NODE && f.wire_type == wire::LEN)
+            .then(|| crate::onnx::proto::NodeProto::decode(&graph[f.payload.clone()]).ok())
+            .flatten()
+            // A fourth entry left empty is not edited (re-encoding the node would drop what the
+            // crate's NodeProto does not model); such a graph stays unidentifiable, saying why.
+            .filter(|n| is_skip_norm(&n.op_type) && n.output.len() <= 3);
+        let Some(node) = node else {
+            edited.extend_from_slice(&graph[f.all.clone()]);
+            continue;
+        };
+        let mut bytes = graph[f.payload.clone()].to_vec();
+        // Entries up to index 3: empty names keep optional outputs absent.
+        for _ in node.output.len()..3 {
+            wire::put_len_field(&mut bytes, NODE_OUTPUT, b"");
+        }
+        wire::put_len_field(&mut bytes, NODE_OUTPUT, format!("{}{SUM_SUFFIX}", node.name).as_bytes());
+        wire::put_len_field(&mut edited, GRAPH_NODE, &bytes);
+        changed = true;
+    }
+    if !changed {
+        return Ok(model.to_vec());
+    }
+    wire::with_graph(model, &edited)
 }
 
 #[cfg(test)]

@@ -5,6 +5,7 @@ pub mod contract;
 pub mod cut;
 pub mod eps;
 pub mod feed;
+pub mod genai_config;
 pub mod graph;
 pub mod layers;
 pub mod package;

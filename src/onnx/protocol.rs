@@ -6,10 +6,13 @@
 //! the decoder, int64 or int32 indices. L1 checks an export against the contract its config
 //! implies *for the protocol it declares*, and the pipeline drives whichever it is.
 
+use std::collections::BTreeMap;
 use std::fmt;
 
 use super::eps::Ep;
-use super::graph::{Dim, GraphSummary};
+use super::genai_config::{GenAiConfig, GenAiConfigError};
+use super::graph::{Dim, GraphError, GraphSummary};
+use super::package::{OnnxPackage, DECODER, EMBEDDING, TEXT_MODEL};
 
 /// Inputs and outputs of a static-cache decoder (mobius `--static-cache`).
 pub const KEY_CACHE: &str = "key_cache.";
@@ -98,6 +101,45 @@ pub struct ExportProtocol {
     pub fused: Vec<String>,
     /// The default-domain opset.
     pub opset: i64,
+    /// The package's `genai_config.json` (ORT GenAI packages): how the runtime sizes and passes
+    /// the KV buffers, which the graph alone does not say.
+    pub runtime: Option<GenAiConfig>,
+}
+
+/// The names of one KV pair's tensors: what the decoder takes and what it returns.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KvNames {
+    /// `past_key_values.N.key` / `key_cache.N`.
+    pub past_key: String,
+    pub past_value: String,
+    /// `present.N.key` / `updated_key_cache.N`.
+    pub present_key: String,
+    pub present_value: String,
+}
+
+/// How a KV pair's buffers are carried between steps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CacheKind {
+    /// `present` grows by the new positions and is fed back as the next `past`.
+    Growing,
+    /// A `[1, capacity, heads·head_dim]` buffer the graph writes at `write_indices` (mobius
+    /// `--static-cache`).
+    Indexed { capacity: Option<i64> },
+    /// ORT GenAI's shared buffer (`past_present_share_buffer`): `[1, heads, capacity, head_dim]`
+    /// zeros at the start, written in place by GroupQueryAttention, `attention_mask` as long as
+    /// the positions so far; a sliding layer's buffer holds its window plus slack.
+    Shared { capacity: usize },
+}
+
+/// Why a package's protocol could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum ProtocolError {
+    #[error(transparent)]
+    Graph(#[from] GraphError),
+    #[error(transparent)]
+    GenAiConfig(#[from] GenAiConfigError),
+    #[error("{0} holds no decoder (decoder/ or model.onnx)")]
+    NoDecoder(std::path::PathBuf),
 }
 
 impl ExportProtocol {
@@ -164,7 +206,66 @@ impl ExportProtocol {
             kv_dtype,
             fused,
             opset: decoder.opsets.get("").or_else(|| decoder.opsets.get("ai.onnx")).copied().unwrap_or(0),
+            runtime: None,
         }
+    }
+
+    /// The protocol of a whole package: its decoder's (or text-only model's) and embedding
+    /// model's graphs, and its `genai_config.json` when it has one. The graphs are returned too
+    /// (L1 checks them further). This is what the pipeline drives and L1 checks.
+    pub fn of_package(package: &OnnxPackage) -> Result<(Self, BTreeMap<String, GraphSummary>), ProtocolError> {
+        let mut graphs = BTreeMap::new();
+        for (role, file) in &package.submodels {
+            graphs.insert(role.clone(), GraphSummary::load(file)?);
+        }
+        let decoder =
+            graphs.get(DECODER).or_else(|| graphs.get(TEXT_MODEL)).ok_or_else(|| ProtocolError::NoDecoder(package.root.clone()))?;
+        let protocol = Self::read(decoder, graphs.get(EMBEDDING)).with_runtime(GenAiConfig::read(&package.root)?);
+        Ok((protocol, graphs))
+    }
+
+    /// The protocol with the package's runtime config.
+    pub fn with_runtime(mut self, runtime: Option<GenAiConfig>) -> Self {
+        self.runtime = runtime;
+        self
+    }
+
+    /// The names of KV pair `index` in `kind`'s layout (the runtime config's name patterns when
+    /// the package has them).
+    pub fn kv_names(&self, index: usize, indexed: bool) -> KvNames {
+        if indexed {
+            return KvNames {
+                past_key: format!("{KEY_CACHE}{index}"),
+                past_value: format!("{VALUE_CACHE}{index}"),
+                present_key: format!("{UPDATED_KEY_CACHE}{index}"),
+                present_value: format!("{UPDATED_VALUE_CACHE}{index}"),
+            };
+        }
+        let named = |role: &str, default: String| self.runtime.as_ref().and_then(|r| r.name_of(role, index)).unwrap_or(default);
+        KvNames {
+            past_key: named("past_key_names", format!("{PAST}{index}.key")),
+            past_value: named("past_value_names", format!("{PAST}{index}.value")),
+            present_key: named("present_key_names", format!("{PRESENT}{index}.key")),
+            present_value: named("present_value_names", format!("{PRESENT}{index}.value")),
+        }
+    }
+
+    /// How KV pair `index` (in `past_key_values` layout unless `indexed`) is carried between
+    /// steps; `cuda` picks ORT GenAI's EP default for a sliding buffer's slack.
+    pub fn cache_kind(&self, index: usize, indexed: bool, capacity: Option<i64>, cuda: bool) -> CacheKind {
+        if indexed {
+            return CacheKind::Indexed { capacity };
+        }
+        match &self.runtime {
+            Some(r) if r.share_buffer => CacheKind::Shared { capacity: r.capacity(index, cuda) },
+            _ => CacheKind::Growing,
+        }
+    }
+
+    /// The most positions (prompt and generated) one sequence may reach, when the runtime
+    /// bounds it.
+    pub fn max_positions(&self) -> Option<usize> {
+        self.runtime.as_ref().filter(|r| r.share_buffer).map(|r| r.max_length)
     }
 
     /// The variant's short name: `static`, `gqa` or `portable` (the KV layout first, then the
@@ -216,9 +317,20 @@ impl fmt::Display for ExportProtocol {
         let kv_dtype =
             if self.kv_dtype == self.float || self.kv_dtype == "none" { String::new() } else { format!(", {} KV", self.kv_dtype) };
         let fused = if self.fused.is_empty() { String::new() } else { format!(", fused {}", self.fused.join("/")) };
+        let runtime = match &self.runtime {
+            Some(r) if r.share_buffer => {
+                let window = r.window.as_ref().map_or(String::new(), |w| {
+                    let layers = w.layers.iter().map(usize::to_string).collect::<Vec<_>>().join(",");
+                    format!(", sliding layers {layers} windowed to {}", w.window_size)
+                });
+                format!(", {} shared KV buffers of {} positions{window}", crate::onnx::genai_config::GENAI_CONFIG, r.max_length)
+            }
+            Some(_) => format!(", {}", crate::onnx::genai_config::GENAI_CONFIG),
+            None => String::new(),
+        };
         write!(
             f,
-            "{} protocol: {attention}, {kv}, {} activations, {} ids, opset {}{ple}{tables}{kv_dtype}{fused}",
+            "{} protocol: {attention}, {kv}, {} activations, {} ids, opset {}{ple}{tables}{kv_dtype}{fused}{runtime}",
             self.variant(),
             self.float,
             self.index,

@@ -52,6 +52,9 @@ pub fn static_skip(case: &Case, level: Level, opts: &RunOptions) -> Option<Strin
         if let Some(reason) = artifacts.export.as_deref().and_then(|export| not_runnable_here(case, export)) {
             return Some(reason);
         }
+        if let Some(reason) = artifacts.export.as_deref().and_then(|export| text_component_only(case, export)) {
+            return Some(reason);
+        }
     }
     match level {
         Level::L1 | Level::L3 => artifact_skip(case, &artifacts, level == Level::L3),
@@ -172,6 +175,26 @@ fn incomplete_checkpoint(dir: &Path, needs_weights: bool) -> Option<String> {
 /// f16 builds), so listing the trials loads nothing else. A graph ORT
 /// rejects (a type error, the same on every EP) is no skip: L3–L5 run and fail with the load
 /// error, as they would anywhere.
+/// An export of a multimodal checkpoint's text component alone (one `model.onnx`, as ORT GenAI's
+/// model builder writes for `Gemma4UnifiedForConditionalGeneration`) asked to run a case with
+/// images: there is no vision encoder to run them through.
+fn text_component_only(case: &Case, export: &Path) -> Option<String> {
+    let images = !case.inputs.images.is_empty()
+        || case
+            .inputs
+            .tensors
+            .as_deref()
+            .is_some_and(|t| crate::tensor_file::tensor_names(t).is_ok_and(|names| names.iter().any(|n| n == "pixel_values")));
+    let package = crate::onnx::package::OnnxPackage::open(export).ok()?;
+    (images && package.layout == crate::onnx::package::Layout::TextOnly).then(|| {
+        format!(
+            "text component only: {} is the text model alone (no vision encoder), and this case's inputs have images; \
+             judge it on a text case of the same checkpoint",
+            export.display()
+        )
+    })
+}
+
 fn not_runnable_here(case: &Case, export: &Path) -> Option<String> {
     let run = crate::onnx::provider::run_ep_or_cpu();
     if !run.is_cpu() {

@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 
 use crate::onnx::package::PackageError;
+use crate::onnx::protocol::ProtocolError;
 use crate::onnx::runtime::RuntimeError;
 use crate::onnx::session::SessionError;
 use crate::onnx::shapes::ShapeError;
@@ -16,6 +17,8 @@ pub enum PipelineError {
     Package(#[from] PackageError),
     #[error(transparent)]
     Session(#[from] SessionError),
+    #[error(transparent)]
+    Protocol(#[from] ProtocolError),
     /// ONNX Runtime failed while running a sub-model (its message says why).
     #[error("{role}: ONNX Runtime failed: {source}")]
     Run {
@@ -28,6 +31,9 @@ pub enum PipelineError {
     Contract { role: &'static str, message: String },
     #[error("the inputs have images but the package {0} has no vision_encoder")]
     NoVision(PathBuf),
+    /// An ORT GenAI package's shared KV buffers hold fewer positions than the run needs.
+    #[error("{config}: search.max_length is {max_length} positions, and the prompt ({prompt} tokens) with {new} new tokens needs {}", prompt + new.saturating_sub(1))]
+    MaxLength { config: PathBuf, max_length: usize, prompt: usize, new: usize },
     /// A static-cache export holds fewer positions than the run needs (said before running).
     #[error("the static KV cache holds {capacity} positions, and the prompt ({prompt} tokens) with {new} new tokens needs {}; export with a larger --max-seq-len", prompt + new.saturating_sub(1))]
     Capacity { capacity: usize, prompt: usize, new: usize },

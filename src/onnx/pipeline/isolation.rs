@@ -156,6 +156,9 @@ impl OnnxPipeline {
     pub fn cut(&self, only: Option<usize>) -> Result<CutModel, CutUnavailable> {
         let path = &self.decoder_path;
         let bytes = std::fs::read(path).map_err(|source| CutUnavailable::Read { path: path.clone(), source })?;
+        // Named as in the instrumented decoder, so the layers found are the same.
+        let bytes =
+            crate::onnx::layers::with_fused_sums_named(&bytes).map_err(|e| CutUnavailable::Cut { path: path.clone(), source: e.into() })?;
         cut::local_model(&bytes, only).map_err(|source| CutUnavailable::Cut { path: path.clone(), source })
     }
 
@@ -190,6 +193,7 @@ impl OnnxPipeline {
                 match slot.layout {
                     CacheLayout::Dynamic => FeedTensor::float(vec![1, a, 0, b], &[], f16),
                     CacheLayout::Static { .. } => FeedTensor::float(vec![1, a, b], &vec![0.0; a * b], f16),
+                    CacheLayout::Shared { capacity } => FeedTensor::float(vec![1, a, capacity, b], &vec![0.0; a * capacity * b], f16),
                 }
             } else if let Some(index) = self.index_feed(name, ids) {
                 index

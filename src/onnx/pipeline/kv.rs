@@ -1,5 +1,6 @@
-//! The decoder's KV pairs as the graph declares them: names, layout (dynamic `past_key_values` /
-//! `present`, or static `key_cache` / `updated_key_cache` buffers) and static geometry.
+//! The decoder's KV pairs as the protocol names them and the session declares them: names, how
+//! each is carried (growing `past_key_values` / `present`, indexed `key_cache` buffers, or ORT
+//! GenAI's shared buffers) and static geometry.
 
 use std::collections::BTreeMap;
 
@@ -7,7 +8,7 @@ use ort::session::Session;
 use ort::value::ValueType;
 
 use super::error::PipelineError;
-use crate::onnx::protocol::{KEY_CACHE, PAST, PRESENT, UPDATED_KEY_CACHE, UPDATED_VALUE_CACHE, VALUE_CACHE};
+use crate::onnx::protocol::{CacheKind, ExportProtocol, KvNames, KEY_CACHE, PAST};
 use crate::onnx::shapes::{self, Axis, Source};
 
 /// Names and empty-cache geometry of one KV pair, in either cache layout.
@@ -20,8 +21,9 @@ pub(super) struct KvSlot {
     /// `present.N.key` / `updated_key_cache.N`.
     pub(super) present_key: String,
     pub(super) present_value: String,
-    /// Dynamic: `[heads, head_dim]` (cache `[1, heads, past, head_dim]`); static: `[capacity,
-    /// heads·head_dim]` (cache `[1, capacity, heads·head_dim]`). Static in the graph.
+    /// Dynamic and shared: `[heads, head_dim]` (cache `[1, heads, past or capacity, head_dim]`);
+    /// static: `[capacity, heads·head_dim]` (cache `[1, capacity, heads·head_dim]`). Static in
+    /// the graph.
     pub(super) key_dims: [i64; 2],
     pub(super) value_dims: [i64; 2],
 }
@@ -36,12 +38,20 @@ pub(super) enum CacheLayout {
     Dynamic,
     /// Buffers of `capacity` positions the graph writes at `write_indices`.
     Static { capacity: usize },
+    /// ORT GenAI's shared buffers of `capacity` positions (`genai_config.json`): zeros at the
+    /// start, GroupQueryAttention writes the new positions in place and returns the buffer.
+    Shared { capacity: usize },
 }
 
 /// KV pairs in index order with their static geometry, and the cache layout: dynamic
 /// (`past_key_values.N.{key,value}` → `present.N.*`) or static (`key_cache.N` / `value_cache.N` →
 /// `updated_key_cache.N` / `updated_value_cache.N`, with `write_indices` and `nonpad_kv_seqlen`).
-pub(super) fn kv_slots(decoder: &Session, role: &'static str) -> Result<(Vec<KvSlot>, Option<usize>), PipelineError> {
+pub(super) fn kv_slots(
+    decoder: &Session,
+    role: &'static str,
+    protocol: &ExportProtocol,
+    cuda: bool,
+) -> Result<(Vec<KvSlot>, Option<usize>), PipelineError> {
     let contract = |m: String| PipelineError::Contract { role, message: m };
     // Layer index → layout, from `past_key_values.N.key` / `key_cache.N`.
     let mut indices: BTreeMap<usize, bool> = BTreeMap::new();
@@ -83,30 +93,23 @@ pub(super) fn kv_slots(decoder: &Session, role: &'static str) -> Result<(Vec<KvS
                 Ok([shape[1], shape[3]])
             }
         };
-        let (past_key, past_value, present_key, present_value) = if is_static {
-            (
-                format!("{KEY_CACHE}{idx}"),
-                format!("{VALUE_CACHE}{idx}"),
-                format!("{UPDATED_KEY_CACHE}{idx}"),
-                format!("{UPDATED_VALUE_CACHE}{idx}"),
-            )
-        } else {
-            (format!("{PAST}{idx}.key"), format!("{PAST}{idx}.value"), format!("{PRESENT}{idx}.key"), format!("{PRESENT}{idx}.value"))
-        };
+        let KvNames { past_key, past_value, present_key, present_value } = protocol.kv_names(idx, is_static);
         for name in [&present_key, &present_value] {
             if !decoder.outputs().iter().any(|o| o.name() == name.as_str()) {
                 return Err(contract(format!("output `{name}` is missing")));
             }
         }
         let (key_dims, value_dims) = (dims_of(&past_key)?, dims_of(&past_value)?);
-        let layout = if is_static {
-            if capacity.is_some_and(|c| c != key_dims[0] || c != value_dims[0]) {
-                return Err(contract(format!("`{past_key}` and the other caches declare different capacities")));
+        let layout = match protocol.cache_kind(idx, is_static, Some(key_dims[0]), cuda) {
+            CacheKind::Indexed { .. } => {
+                if capacity.is_some_and(|c| c != key_dims[0] || c != value_dims[0]) {
+                    return Err(contract(format!("`{past_key}` and the other caches declare different capacities")));
+                }
+                capacity = Some(key_dims[0]);
+                CacheLayout::Static { capacity: key_dims[0] as usize }
             }
-            capacity = Some(key_dims[0]);
-            CacheLayout::Static { capacity: key_dims[0] as usize }
-        } else {
-            CacheLayout::Dynamic
+            CacheKind::Shared { capacity } => CacheLayout::Shared { capacity },
+            CacheKind::Growing => CacheLayout::Dynamic,
         };
         slots.push(KvSlot { layout, key_dims, value_dims, past_key, past_value, present_key, present_value });
     }

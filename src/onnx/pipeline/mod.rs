@@ -27,7 +27,8 @@ use kv::{declared_shape, kv_slots, CacheLayout, KvSlot};
 
 use super::layers::{self, LayerBoundary, LayersError};
 use super::package::{Layout, OnnxPackage, DECODER, EMBEDDING, TEXT_MODEL, VISION_ENCODER};
-use super::protocol::{NONPAD_KV_SEQLEN, WRITE_INDICES};
+use super::protocol::{ExportProtocol, NONPAD_KV_SEQLEN, WRITE_INDICES};
+use super::provider::{self, RunEp};
 use super::session::{self, ModelSource, SessionError, SessionOptions};
 use super::shapes::{self, Axis, ShapeError, Source};
 use crate::inputs::{Dense, ModelInputs};
@@ -64,6 +65,8 @@ pub struct OnnxPipeline {
     kv: Vec<KvSlot>,
     /// The static buffers' capacity, when any pair is static.
     capacity: Option<usize>,
+    /// ORT GenAI's bound on a sequence's positions (`search.max_length`), with the file saying so.
+    max_positions: Option<(usize, PathBuf)>,
     /// Element type of each integer input the pipeline builds (ids, mask, positions, cache
     /// indices): int64, or int32 where the graph declares it.
     index_types: BTreeMap<String, TensorElementType>,
@@ -76,6 +79,9 @@ pub struct OnnxPipeline {
     opts: SessionOptions,
     /// The decoder's layer outputs (extra graph outputs), or why there are none.
     layers: Result<Vec<LayerBoundary>, NoLayerOutputs>,
+    /// The extra output holding the stream entering layer 0, where the decoder embeds the ids
+    /// itself (captured with the layers, as the `inputs_embeds` component).
+    embeddings_output: Option<String>,
 }
 
 /// Why a pipeline's decoder exposes no layer outputs.
@@ -117,14 +123,19 @@ impl OnnxPipeline {
         };
         let decoder_path = decoder_path
             .ok_or_else(|| PipelineError::Contract { role: decoder_role, message: format!("missing from {}", dir.display()) })?;
-        let (decoder, layers) = open_decoder(decoder_path, opts, graph)?;
+        let (decoder, layers, embeddings_output) = open_decoder(decoder_path, opts, graph)?;
         let embedding = package.submodel(EMBEDDING).map(|p| session::open(ModelSource::File(p), opts)).transpose()?;
         let vision_path = package.submodel(VISION_ENCODER).map(Path::to_path_buf);
         if package.layout == Layout::Multimodal && embedding.is_none() {
             return Err(PipelineError::Contract { role: EMBEDDING, message: format!("missing from {}", dir.display()) });
         }
         let decoder_inputs: Vec<String> = decoder.inputs().iter().map(|o| o.name().to_string()).collect();
-        let (kv, capacity) = kv_slots(&decoder, decoder_role)?;
+        // What to feed and how the cache lives come from the package's protocol, the one that
+        // L1 checks; the session supplies the static geometry.
+        let (protocol, _) = ExportProtocol::of_package(&package)?;
+        let cuda = matches!(provider::run_ep_or_cpu(), RunEp::Cuda(_));
+        let (kv, capacity) = kv_slots(&decoder, decoder_role, &protocol, cuda)?;
+        let max_positions = protocol.max_positions().zip(protocol.runtime.as_ref().map(|r| r.path.clone()));
         let mut index_types = BTreeMap::new();
         for session in std::iter::once(&decoder).chain(embedding.as_ref()) {
             for i in session.inputs() {
@@ -174,6 +185,7 @@ impl OnnxPipeline {
             vision_memo: None,
             kv,
             capacity,
+            max_positions,
             index_types,
             float,
             hidden,
@@ -181,6 +193,7 @@ impl OnnxPipeline {
             routed,
             opts: opts.clone(),
             layers,
+            embeddings_output,
         })
     }
 
@@ -231,6 +244,12 @@ impl OnnxPipeline {
                 return Err(PipelineError::Capacity { capacity, prompt: inputs.input_ids.len(), new: limit });
             }
         }
+        if let Some((max_length, config)) = &self.max_positions {
+            if inputs.input_ids.len() + limit.saturating_sub(1) > *max_length {
+                let (config, max_length) = (config.clone(), *max_length);
+                return Err(PipelineError::MaxLength { config, max_length, prompt: inputs.input_ids.len(), new: limit });
+            }
+        }
         let (prefill, mut cache) = self.prefill_with_cache(inputs, layer_outputs)?;
         if max_new == 0 {
             return Ok((prefill, GeneratedTokens::default()));
@@ -275,6 +294,9 @@ impl OnnxPipeline {
         }
         let empty = self.empty_cache()?;
         let out = self.run_decoder(&inputs.input_ids, embedded, inputs.input_ids.len(), empty, layer_outputs)?;
+        if let Some(e) = out.embeddings {
+            components.insert(Component::InputsEmbeds, e);
+        }
         let layers = match (layer_outputs, out.layers) {
             (false, _) => LayerOutputs::NotRequested,
             (true, Some(layers)) => LayerOutputs::Tensors(layers),
@@ -361,6 +383,11 @@ impl OnnxPipeline {
             for dims in [slot.key_dims, slot.value_dims] {
                 let value = match slot.layout {
                     CacheLayout::Dynamic => float_value(self.float, &[1, dims[0] as usize, 0, dims[1] as usize], &[]),
+                    // Zeros, as ORT GenAI allocates them; the kernel writes from position 0.
+                    CacheLayout::Shared { capacity } => {
+                        let (heads, head_dim) = (dims[0] as usize, dims[1] as usize);
+                        float_value(self.float, &[1, heads, capacity, head_dim], &vec![0.0; heads * capacity * head_dim])
+                    }
                     // Zeros; what lies beyond nonpad_kv_seqlen is never attended to.
                     CacheLayout::Static { .. } => {
                         let (cap, width) = (dims[0] as usize, dims[1] as usize);
@@ -463,6 +490,13 @@ impl OnnxPipeline {
             }
             _ => None,
         };
+        let embeddings = match (&self.embeddings_output, capture_layers) {
+            (Some(name), true) => {
+                let v = out.remove(name.as_str()).ok_or_else(|| contract(format!("the instrumented decoder has no output `{name}`")))?;
+                Some(to_dense_f32(&v, role, name)?)
+            }
+            _ => None,
+        };
         shapes::check_returned(role, "logits", &[Axis::Is("batch", 1), Axis::Is("sequence", s), Axis::Positive("vocab")], &logits.shape)?;
         let mut present = Vec::with_capacity(self.kv.len() * 2);
         for slot in &self.kv {
@@ -484,11 +518,21 @@ impl OnnxPipeline {
                         let axes = [Axis::Is("batch", 1), Axis::Is("capacity", a as usize), Axis::Is("kv_heads · head_dim", b as usize)];
                         check_value(role, name, &axes, &value)?;
                     }
+                    // The same buffer back, written in place.
+                    CacheLayout::Shared { capacity } => {
+                        let axes = [
+                            Axis::Is("batch", 1),
+                            Axis::Is("kv_heads", a as usize),
+                            Axis::Is("capacity", capacity),
+                            Axis::Is("head_dim", b as usize),
+                        ];
+                        check_value(role, name, &axes, &value)?;
+                    }
                 }
                 present.push(value);
             }
         }
-        Ok(DecoderStep { logits, present, layers })
+        Ok(DecoderStep { logits, present, layers, embeddings })
     }
 }
 
@@ -498,23 +542,26 @@ struct DecoderStep {
     present: Vec<DynValue>,
     /// Each layer's output, when captured.
     layers: Option<Vec<Dense<f32>>>,
+    /// The stream entering layer 0, when captured with the layers and the decoder makes it.
+    embeddings: Option<Dense<f32>>,
 }
 
-/// The decoder session for `graph`, and its layer outputs (or why there are none).
+/// The decoder session for `graph`, its layer outputs (or why there are none) and the output
+/// holding the stream entering layer 0 (when exposed).
 fn open_decoder(
     path: &Path,
     opts: &SessionOptions,
     graph: DecoderGraph,
-) -> Result<(Session, Result<Vec<LayerBoundary>, NoLayerOutputs>), PipelineError> {
+) -> Result<(Session, Result<Vec<LayerBoundary>, NoLayerOutputs>, Option<String>), PipelineError> {
     if graph == DecoderGraph::Original {
-        return Ok((session::open(ModelSource::File(path), opts)?, Err(NoLayerOutputs::NotRequested)));
+        return Ok((session::open(ModelSource::File(path), opts)?, Err(NoLayerOutputs::NotRequested), None));
     }
     let t = std::time::Instant::now();
     let copy = match layers::instrument(path) {
         Ok(copy) => copy,
         Err(e) => {
             tracing::info!("{e}: the decoder runs as exported, without layer outputs");
-            return Ok((session::open(ModelSource::File(path), opts)?, Err(e.into())));
+            return Ok((session::open(ModelSource::File(path), opts)?, Err(e.into()), None));
         }
     };
     let source = ModelSource::Memory { path, bytes: &copy.bytes, external_data_dir: &copy.external_data_dir };
@@ -526,12 +573,12 @@ fn open_decoder(
             let reason = NoLayerOutputs::DoesNotLoad(e);
             tracing::warn!("{reason}; it runs as exported");
             drop(copy);
-            return Ok((session::open(ModelSource::File(path), opts)?, Err(reason)));
+            return Ok((session::open(ModelSource::File(path), opts)?, Err(reason), None));
         }
         Err(e) => return Err(e.into()),
     };
     tracing::debug!("decoder with {} layer outputs opened in {:.2} s", copy.layers.len(), t.elapsed().as_secs_f64());
-    Ok((session, Ok(copy.layers)))
+    Ok((session, Ok(copy.layers), copy.embeddings))
 }
 
 /// [`shapes::check_returned`] of a value a session returned.

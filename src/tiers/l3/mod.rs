@@ -146,7 +146,11 @@ pub fn compare(
     let mut isolated_agree = true;
     if let Some(iso) = iso {
         if let Some(at) = isolated::judge(expected, actual, iso, &rules, calibration, &mut lines, &mut metrics) {
-            first_divergence = Some(at);
+            // A text-only model "in isolation" is the whole model, its own embedding included:
+            // a divergence already seen at that embedding stays the first.
+            if !(iso.text_only && first_divergence.is_some_and(Stage::is_before_decoder)) {
+                first_divergence = Some(at);
+            }
             isolated_agree = false;
         }
     }
