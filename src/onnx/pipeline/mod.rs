@@ -536,6 +536,9 @@ impl OnnxPipeline {
     }
 }
 
+/// A decoder session's layer outputs, or why it has none.
+type LayerOutputsOf = Result<Vec<LayerBoundary>, NoLayerOutputs>;
+
 /// What one decoder call returned.
 struct DecoderStep {
     logits: Dense<f32>,
@@ -552,7 +555,7 @@ fn open_decoder(
     path: &Path,
     opts: &SessionOptions,
     graph: DecoderGraph,
-) -> Result<(Session, Result<Vec<LayerBoundary>, NoLayerOutputs>, Option<String>), PipelineError> {
+) -> Result<(Session, LayerOutputsOf, Option<String>), PipelineError> {
     if graph == DecoderGraph::Original {
         return Ok((session::open(ModelSource::File(path), opts)?, Err(NoLayerOutputs::NotRequested), None));
     }
