@@ -1,6 +1,6 @@
 //! The variant matrix a run prints: for every case with `variants:`, one row per build (the
-//! case's own export, then each variant) and one column per tier, the verdict in each cell, and
-//! the protocol L1 read from the graph. It is what the README's variant table is (a test holds
+//! case's own export, then each variant) and one column per tier, the verdict in each cell, the
+//! exporter that made the build (its graphs' producer) and the protocol L1 read from the graph. It is what the README's variant table is (a test holds
 //! the two equal), so a reader sees at a glance which of mobius's builds of a model compute what
 //! the model computes.
 
@@ -34,7 +34,11 @@ pub fn markdown(report: &RunReport) -> String {
     }
     let mut out = String::new();
     for (base, builds) in groups.iter().filter(|(_, b)| b.iter().any(|(v, _)| !v.is_empty())) {
-        out.push_str(&format!("`{base}`\n\n| build | protocol | {} |\n|---|---|{}\n", COLUMNS.join(" | "), "---|".repeat(COLUMNS.len())));
+        out.push_str(&format!(
+            "`{base}`\n\n| build | exporter | protocol | {} |\n|---|---|---|{}\n",
+            COLUMNS.join(" | "),
+            "---|".repeat(COLUMNS.len())
+        ));
         for (variant, c) in builds {
             let level = |name: &str| c.levels.iter().find(|l| l.level == name);
             let l1_metric = |k: &str| level("L1").and_then(|l| l.outcome.metrics.get(k)).and_then(|v| v.as_str());
@@ -43,9 +47,10 @@ pub fn markdown(report: &RunReport) -> String {
                 (Some(v), None) => v.to_string(),
                 _ => "–".to_string(),
             };
+            let exporter = l1_metric(key::EXPORTER).filter(|e| !e.is_empty()).unwrap_or("–");
             let cells: Vec<&str> = COLUMNS.iter().map(|l| level(l).map_or("–", |l| cell(l.outcome.status))).collect();
             let build = if variant.is_empty() { "(as exported)".to_string() } else { format!("@{variant}") };
-            out.push_str(&format!("| {build} | {protocol} | {} |\n", cells.join(" | ")));
+            out.push_str(&format!("| {build} | {exporter} | {protocol} | {} |\n", cells.join(" | ")));
         }
         out.push('\n');
     }
@@ -85,8 +90,8 @@ mod tests {
         };
         assert_eq!(
             markdown(&report),
-            "`causal-lm/a`\n\n| build | protocol | L1 | L3 | L4 | L5 |\n|---|---|---|---|---|---|\n\
-             | (as exported) | portable | pass | pass | – | – |\n| @gqa | gqa | **FAIL** | xfail | – | skip |\n\n"
+            "`causal-lm/a`\n\n| build | exporter | protocol | L1 | L3 | L4 | L5 |\n|---|---|---|---|---|---|---|\n\
+             | (as exported) | – | portable | pass | pass | – | – |\n| @gqa | – | gqa | **FAIL** | xfail | – | skip |\n\n"
         );
     }
 }

@@ -29,9 +29,11 @@ use onnx_parity_reference::weights::{Override, OverrideData, Overrides};
 use prost::Message;
 
 use super::package::OnnxPackage;
-use super::proto::{AttributeProto, StringStringEntryProto};
+use super::proto::StringStringEntryProto;
 
+mod fused;
 mod payload;
+use fused::{int64s, unfused_keys, RowRange};
 use payload::{decode_floats, element, GatherRows, MatMulNBitsRows, Stored};
 
 /// Why a quantized build's weights cannot be read.
@@ -89,6 +91,8 @@ pub struct QuantizedWeight {
     pub shape: [usize; 2],
     /// The scales' element type (`float32`, `float16`).
     pub scale_type: &'static str,
+    /// A part of a fused matrix (ORT GenAI's `qkv_proj`): its first row in the node's `B`.
+    pub first_row: Option<usize>,
 }
 
 /// A package's quantized weights, read from its graphs (payloads not yet read).
@@ -162,10 +166,29 @@ impl QuantizedBuild {
             let t = std::time::Instant::now();
             let graph = PayloadGraph::load(path)?;
             let mut data = ExternalData::new(path);
+            let mut k_parts: HashMap<&str, Override> = HashMap::new();
             for w in mine {
                 let values = graph.dequantize(w, path, &mut data)?;
                 let activation_block = (w.op == QuantOp::MatMulNBits && w.accuracy_level == 4).then_some(w.block_size);
                 let o = Override { shape: w.shape.to_vec(), data: values, activation_block, source: format!("{role}: {}", w.initializer) };
+                // A k_eq_v layer has no v_proj: the builder fills the fused matrix's v rows with
+                // k's, and the reference reads k for both. Equal rows are that copy.
+                if w.first_row.is_some() && w.key.ends_with("k_proj.weight") {
+                    k_parts.insert(w.node.as_str(), o.clone());
+                }
+                if let Some(k) = k_parts.get(w.node.as_str()).filter(|_| w.key.ends_with("v_proj.weight")) {
+                    let read = |o: &Override| {
+                        o.rows(0, o.shape[0]).map_err(|e| QuantizedError::Overrides { path: path.clone(), message: e.to_string() })
+                    };
+                    if k.shape == o.shape && read(k)? == read(&o)? {
+                        tracing::debug!(
+                            "{}: the v rows of `{}` repeat its k rows (k_eq_v): not a parameter of their own",
+                            path.display(),
+                            w.initializer
+                        );
+                        continue;
+                    }
+                }
                 out.insert(&w.key, o).map_err(|e| QuantizedError::Overrides { path: path.clone(), message: e.to_string() })?;
             }
             tracing::info!("{}: dequantized {} weights in {:.2} s", path.display(), out.len(), t.elapsed().as_secs_f64());
@@ -186,6 +209,9 @@ pub fn key_of(initializer: &str) -> String {
         }
     }
     let s = s.strip_suffix("_t").unwrap_or(s);
+    // ORT GenAI's builder: `….attn.o_proj.MatMul.weight`.
+    let builder = s.strip_suffix(".MatMul.weight").map(|p| format!("{}.weight", p.replacen(".attn.", ".self_attn.", 1)));
+    let s = builder.as_deref().unwrap_or(s);
     if let Some(i) = s.find("layers.") {
         if i == 0 || s[..i].ends_with('.') {
             return s[i..].to_string();
@@ -226,9 +252,20 @@ struct PayloadNode {
     #[prost(string, tag = "4")]
     op_type: String,
     #[prost(message, repeated, tag = "5")]
-    attribute: Vec<AttributeProto>,
+    attribute: Vec<PayloadAttribute>,
     #[prost(string, tag = "7")]
     domain: String,
+}
+
+/// An attribute: an `INT`'s value, or a `Constant` node's tensor.
+#[derive(Clone, PartialEq, prost::Message)]
+struct PayloadAttribute {
+    #[prost(string, tag = "1")]
+    name: String,
+    #[prost(int64, tag = "3")]
+    i: i64,
+    #[prost(message, optional, tag = "5")]
+    t: Option<PayloadTensor>,
 }
 
 #[derive(Clone, PartialEq, prost::Message)]
@@ -241,6 +278,8 @@ struct PayloadTensor {
     float_data: Vec<f32>,
     #[prost(int32, repeated, tag = "5")]
     int32_data: Vec<i32>,
+    #[prost(int64, repeated, tag = "7")]
+    int64_data: Vec<i64>,
     #[prost(string, tag = "8")]
     name: String,
     #[prost(bytes = "vec", tag = "9")]
@@ -288,6 +327,37 @@ impl PayloadGraph {
         self.inits.get(name)
     }
 
+    /// A gathered table: an initializer, or one reshaped by a `Reshape` (the builder's tied
+    /// table, the lm_head's `[vocab, blocks, bytes]` payload as `[vocab, blocks·bytes]`), with
+    /// the dims the gather sees.
+    fn table(&self, name: &str) -> Option<(&PayloadTensor, Vec<i64>)> {
+        if let Some(t) = self.init(name) {
+            return Some((t, t.dims.clone()));
+        }
+        let reshape = self.nodes.iter().find(|n| n.op_type == "Reshape" && n.output.first().is_some_and(|o| o == name))?;
+        let t = self.init(reshape.input.first()?)?;
+        let flat = [*t.dims.first()?, t.dims.iter().skip(1).product()];
+        let target = self.int64_constant(reshape.input.get(1)?)?;
+        (target == flat).then_some((t, flat.to_vec()))
+    }
+
+    /// The sizes of the constant `Split` a MatMul's output alone feeds (a fused projection's parts).
+    fn split_sizes(&self, n: &PayloadNode) -> Option<Vec<usize>> {
+        let consumers = self.consumers.get(n.output.first()?)?;
+        let [only] = consumers.as_slice() else { return None };
+        let split = self.nodes.get(*only).filter(|s| s.op_type == "Split")?;
+        self.int64_constant(split.input.get(1)?)?.into_iter().map(|v| usize::try_from(v).ok()).collect()
+    }
+
+    /// An int64 constant's values: an initializer's, or a `Constant` node's `value`.
+    fn int64_constant(&self, name: &str) -> Option<Vec<i64>> {
+        let t = self.init(name).or_else(|| {
+            let node = self.nodes.iter().find(|n| n.op_type == "Constant" && n.output.first().is_some_and(|o| o == name))?;
+            node.attribute.iter().find(|a| a.name == "value")?.t.as_ref()
+        })?;
+        (t.data_type == 7).then(|| int64s(&t.raw_data, &t.int64_data))
+    }
+
     fn float_matmuls(&self) -> usize {
         self.nodes.iter().filter(|n| n.op_type == "MatMul" && n.input.get(1).is_some_and(|b| self.inits.contains_key(b))).count()
     }
@@ -327,7 +397,7 @@ impl PayloadGraph {
                             b.name, b.dims
                         )));
                     }
-                    out.push(QuantizedWeight {
+                    let whole = QuantizedWeight {
                         submodel: role.into(),
                         node: n.name.clone(),
                         op: QuantOp::MatMulNBits,
@@ -339,34 +409,51 @@ impl PayloadGraph {
                         zero_points: zp,
                         shape: [nn as usize, k as usize],
                         scale_type: scale_type(scales),
-                    });
+                        first_row: None,
+                    };
+                    match (unfused_keys(&whole.key), self.split_sizes(n)) {
+                        (Some(keys), Some(sizes)) if sizes.len() == 3 && sizes.iter().sum::<usize>() == nn as usize => {
+                            let mut first = 0;
+                            for (key, rows) in keys.into_iter().zip(sizes) {
+                                let shape = [rows, k as usize];
+                                out.push(QuantizedWeight { key, shape, first_row: Some(first), ..whole.clone() });
+                                first += rows;
+                            }
+                        }
+                        (Some(_), _) => return Err(bad(format!("fused `{}` is not split into q, k and v by a constant Split", b.name))),
+                        _ => out.push(whole),
+                    }
                 }
                 "GatherBlockQuantized" => {
-                    let data = input(0, "data")?;
+                    let name = n.input.first().map_or("", String::as_str);
+                    let (data, dims) = self.table(name).ok_or_else(|| bad(format!("input 0 (data) `{name}` is not an initializer")))?;
                     let scales = input(2, "scales")?;
                     let bits = attr(n, "bits").unwrap_or(4);
                     let block = attr(n, "block_size").unwrap_or(128);
                     let (gather_axis, quantize_axis) = (attr(n, "gather_axis").unwrap_or(0), attr(n, "quantize_axis").unwrap_or(1));
-                    if gather_axis != 0 || quantize_axis != 1 || data.dims.len() != 2 {
+                    if gather_axis != 0 || quantize_axis != 1 || dims.len() != 2 {
                         return Err(bad(format!(
                             "gather_axis {gather_axis}, quantize_axis {quantize_axis}, data rank {}: only a [rows, cols] table gathered by row and quantized along its columns is read",
-                            data.dims.len()
+                            dims.len()
                         )));
                     }
                     let packed = data.data_type == UINT8 && bits == 4;
-                    let cols = data.dims[1] as usize * if packed { 2 } else { 1 };
+                    let cols = dims[1] as usize * if packed { 2 } else { 1 };
+                    // The builder gathers tokens from the tied lm_head's payload: the table.
+                    let key = Some(key_of(&data.name)).filter(|k| k != "lm_head.weight").unwrap_or_else(|| "embed_tokens.weight".into());
                     out.push(QuantizedWeight {
                         submodel: role.into(),
                         node: n.name.clone(),
                         op: QuantOp::GatherBlockQuantized,
                         initializer: data.name.clone(),
-                        key: key_of(&data.name),
+                        key,
                         bits: bits as u32,
                         block_size: block as usize,
                         accuracy_level: 0,
                         zero_points: n.input.get(3).is_some_and(|s| !s.is_empty()),
-                        shape: [data.dims[0] as usize, cols],
+                        shape: [dims[0] as usize, cols],
                         scale_type: scale_type(scales),
+                        first_row: None,
                     });
                 }
                 "DequantizeLinear" => {
@@ -404,6 +491,7 @@ impl PayloadGraph {
                         zero_points: n.input.get(2).is_some_and(|s| !s.is_empty()),
                         shape: [nn, k],
                         scale_type: scale_type(scales),
+                        first_row: None,
                     });
                 }
                 _ => {}
@@ -443,6 +531,8 @@ impl PayloadGraph {
             }
         };
         let [rows, cols] = w.shape;
+        // A fused matrix is read whole and this part taken as its rows.
+        let rows = if w.first_row.is_some() { attr(node, "N").unwrap_or(0) as usize } else { rows };
         match w.op {
             QuantOp::MatMulNBits => {
                 let (b, _) = stored(1, data)?.ok_or_else(|| bad("no B".into()))?;
@@ -466,10 +556,16 @@ impl PayloadGraph {
                     Some((z, _)) => return Err(bad(format!("zero_points has {} bytes; {rows} rows of {zp_row} expected", z.len()))),
                     None => None,
                 };
-                Ok(OverrideData::Packed(Arc::new(MatMulNBitsRows { b, scales, scale_f16: sty == FLOAT16, zps, cols, bits, block })))
+                let whole = Arc::new(MatMulNBitsRows { b, scales, scale_f16: sty == FLOAT16, zps, cols, bits, block });
+                Ok(OverrideData::Packed(match w.first_row {
+                    Some(start) => Arc::new(RowRange { inner: whole, start }),
+                    None => whole,
+                }))
             }
             QuantOp::GatherBlockQuantized => {
-                let (q, qty) = stored(0, data)?.ok_or_else(|| bad("no data".into()))?;
+                let name = node.input.first().map_or("", String::as_str);
+                let (table, _) = self.table(name).ok_or_else(|| bad(format!("input 0 (data) `{name}` is not an initializer")))?;
+                let (q, qty) = (data.stored(table, path)?, table.data_type);
                 let (scales, sty) = stored(2, data)?.ok_or_else(|| bad("no scales".into()))?;
                 let scale_bytes = scale_width(sty, "scales")?;
                 let block = w.block_size;

@@ -248,9 +248,13 @@ fn quantized_shape_violations(q: &QuantizedBuild, config_json: &std::path::Path)
     };
     let manifest = model.weight_manifest();
     let mut out = Vec::new();
+    let lookup = |key: &str| name_for(key, manifest.keys().map(String::as_str)).and_then(|n| manifest.get(n));
     for w in &q.weights {
-        let expected = name_for(&w.key, manifest.keys().map(String::as_str)).and_then(|n| manifest.get(n));
-        match expected {
+        // A k_eq_v layer has no v_proj: a fused matrix's v rows are k's copy there (the
+        // dequantization checks they are equal), shaped as k_proj.
+        let k_eq_v_copy = w.first_row.is_some() && w.key.ends_with("v_proj.weight") && lookup(&w.key).is_none();
+        let key = if k_eq_v_copy { w.key.replace("v_proj.weight", "k_proj.weight") } else { w.key.clone() };
+        match lookup(&key) {
             None => out.push(format!(
                 "{}: `{}` ({}) stands for `{}`, which the model has no tensor for",
                 w.submodel,
@@ -265,7 +269,7 @@ fn quantized_shape_violations(q: &QuantizedBuild, config_json: &std::path::Path)
                 w.op.as_str(),
                 w.shape[0],
                 w.shape[1],
-                w.key
+                key
             )),
             Some(_) => {}
         }
