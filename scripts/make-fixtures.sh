@@ -17,14 +17,17 @@
 #   jpeg family:    scripts/make_jpeg_fixtures.py, fixtures/jpeg/: JPEGs written by Pillow and Pillow's RGB decoding of them
 #   unrunnable family: scripts/make_unrunnable_fixtures.py, builds ORT accepts but cannot run on the CPU EP
 #                   (fixtures/gemma4-text-moe/variants/geglu: MoE activation_type geglu)
+#   builder family: scripts/make_builder_fixtures.py, onnxruntime-genai 0.18.0 model builder exports of the
+#                   unified-vision checkpoint (fixtures/unified-vision/builder/<build>/) and of a hidden-48 composite
+#                   checkpoint (fixtures/builder-scale/), the builder's refusals in fixtures/builder.json
 # and the float64 HF oracles of the unified and gemma4 families (reference/tests/data/<fixture>-f64.safetensors).
-# FIXTURE_FAMILIES="unified gemma4 real broken mutant quantized jpeg unrunnable" (default) selects the families.
+# FIXTURE_FAMILIES="unified gemma4 real broken mutant quantized jpeg unrunnable builder" (default) selects the families.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY="$(scripts/fixture-venv.sh | tail -n 1)"
 export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 PYTHONHASHSEED=0 CUDA_VISIBLE_DEVICES="" \
   HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false PYTHONDONTWRITEBYTECODE=1
-FAMILIES="${FIXTURE_FAMILIES:-unified gemma4 real broken mutant quantized jpeg unrunnable}"
+FAMILIES="${FIXTURE_FAMILIES:-unified gemma4 real broken mutant quantized jpeg unrunnable builder}"
 for family in $FAMILIES; do
   case "$family" in
     unified)
@@ -56,6 +59,9 @@ for family in $FAMILIES; do
       ;;
     jpeg)
       "$PY" scripts/make_jpeg_fixtures.py
+      ;;
+    builder)
+      "$PY" scripts/make_builder_fixtures.py
       ;;
     unrunnable)
       "$PY" scripts/make_unrunnable_fixtures.py
