@@ -66,6 +66,6 @@ for family in $FAMILIES; do
     unrunnable)
       "$PY" scripts/make_unrunnable_fixtures.py
       ;;
-    *) echo "unknown fixture family: $family (unified, gemma4, real, broken, mutant, quantized, jpeg, unrunnable)" >&2; exit 2 ;;
+    *) echo "unknown fixture family: $family (unified, gemma4, real, broken, mutant, quantized, jpeg, unrunnable, builder)" >&2; exit 2 ;;
   esac
 done
