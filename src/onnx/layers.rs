@@ -41,8 +41,11 @@ pub enum LayersError {
 pub enum BoundaryError {
     #[error("the model has no graph")]
     NoGraph,
-    #[error("no node is named after a decoder layer (`…/layers.<i>/…`)")]
+    #[error("no node is named after a decoder layer (`…/layers.<i>/…`), and no initializer `…layers.<i>.layer_scalar` ends a layer")]
     NoLayerNames,
+    /// The layer-scalar rule found some layers' ends and not others.
+    #[error("the graph's `…layers.<i>.layer_scalar` products do not end layers 0..{count}: {reason}")]
+    LayerScalars { count: usize, reason: String },
     #[error("no node of {what} (the end of layer {layer})")]
     NoEnd { what: String, layer: usize },
     #[error("{node} has no input")]
@@ -112,7 +115,9 @@ pub(crate) fn is_skip_norm(op_type: &str) -> bool {
 
 /// Finds every decoder layer's output tensor (see the module doc for the rule).
 pub fn boundaries(graph: &GraphProto) -> Result<Vec<LayerBoundary>, BoundaryError> {
-    let n_layers = graph.node.iter().filter_map(|n| layer_index(&n.name)).max().map(|m| m + 1).ok_or(BoundaryError::NoLayerNames)?;
+    let Some(n_layers) = graph.node.iter().filter_map(|n| layer_index(&n.name)).max().map(|m| m + 1) else {
+        return boundaries_from_layer_scalars(graph);
+    };
     // Producer of each value, by name.
     let producer: std::collections::HashMap<&str, &str> =
         graph.node.iter().flat_map(|n| n.output.iter().map(move |o| (o.as_str(), n.name.as_str()))).collect();
@@ -149,6 +154,43 @@ pub fn boundaries(graph: &GraphProto) -> Result<Vec<LayerBoundary>, BoundaryErro
         out.push(LayerBoundary { layer, tensor: tensor.clone() });
     }
     Ok(out)
+}
+
+/// The `i` of an initializer `…layers.<i>.layer_scalar` (torch.onnx's dynamo exports keep the
+/// module path in initializer names, `m.model.layers.1.layer_scalar`, not in node names).
+fn layer_scalar_index(name: &str) -> Option<usize> {
+    let rest = name.strip_suffix(".layer_scalar")?;
+    let (head, index) = rest.rsplit_once('.')?;
+    (head == "layers" || head.ends_with(".layers")).then(|| index.parse().ok()).flatten()
+}
+
+/// Boundaries of a graph whose node names carry no layer (torch.onnx's dynamo exports): a Gemma 4
+/// decoder layer ends with `hidden_states *= self.layer_scalar` (transformers
+/// `models/gemma4/modeling_gemma4.py:1461`, `gemma4_unified/modeling_gemma4_unified.py:543`), so
+/// the product with initializer `…layers.<i>.layer_scalar` is layer `i`'s output. Every layer
+/// 0..L must have exactly one such product.
+fn boundaries_from_layer_scalars(graph: &GraphProto) -> Result<Vec<LayerBoundary>, BoundaryError> {
+    let mut ends: std::collections::BTreeMap<usize, Vec<&String>> = std::collections::BTreeMap::new();
+    let inits: std::collections::HashMap<&str, usize> =
+        graph.initializer.iter().filter_map(|t| layer_scalar_index(&t.name).map(|i| (t.name.as_str(), i))).collect();
+    for n in graph.node.iter().filter(|n| n.op_type == "Mul") {
+        if let (Some(layer), Some(out)) = (n.input.iter().find_map(|i| inits.get(i.as_str()).copied()), n.output.first()) {
+            ends.entry(layer).or_default().push(out);
+        }
+    }
+    let count = ends.keys().max().map_or(0, |m| m + 1);
+    if count == 0 {
+        return Err(BoundaryError::NoLayerNames);
+    }
+    (0..count)
+        .map(|layer| match ends.get(&layer).map(Vec::as_slice) {
+            Some([tensor]) => Ok(LayerBoundary { layer, tensor: (*tensor).clone() }),
+            Some(many) => {
+                Err(BoundaryError::LayerScalars { count, reason: format!("layer {layer}'s scalar multiplies {} tensors", many.len()) })
+            }
+            None => Err(BoundaryError::LayerScalars { count, reason: format!("no product with layer {layer}'s scalar") }),
+        })
+        .collect()
 }
 
 /// The element type to declare for the residual stream: the graph's own `value_info` when it has
@@ -204,7 +246,13 @@ pub struct InstrumentedDecoder {
 /// embedding of a model that embeds `input_ids` itself); `None` for a graph input
 /// (`inputs_embeds` of a multimodal decoder) or a graph without layer names.
 pub fn embeddings_into_layer0(graph: &GraphProto) -> Option<String> {
-    let norm = graph.node.iter().find(|n| input_norm_layer(&n.name) == Some(0))?;
+    let Some(norm) = graph.node.iter().find(|n| input_norm_layer(&n.name) == Some(0)) else {
+        // Without layer names: the token embedding's scale product (`embed_tokens.embed_scale`,
+        // HF's scaled word embedding) is the stream entering layer 0.
+        let scale = graph.initializer.iter().find(|t| t.name.ends_with("embed_tokens.embed_scale"))?;
+        let mul = graph.node.iter().find(|n| n.op_type == "Mul" && n.input.contains(&scale.name))?;
+        return mul.output.first().cloned();
+    };
     let input = norm.input.first().filter(|t| !t.is_empty())?;
     let made_by = graph.node.iter().find(|n| n.output.contains(input))?;
     (layer_index(&made_by.name).is_none() && !is_skip_norm(&norm.op_type)).then(|| input.clone())

@@ -29,12 +29,13 @@ use onnx_parity_reference::weights::{Override, OverrideData, Overrides};
 use prost::Message;
 
 use super::package::OnnxPackage;
-use super::proto::StringStringEntryProto;
 
 mod fused;
 mod payload;
+mod payload_proto;
 use fused::{int64s, unfused_keys, RowRange};
 use payload::{decode_floats, element, GatherRows, MatMulNBitsRows, Stored};
+use payload_proto::{PayloadModel, PayloadNode, PayloadTensor};
 
 /// Why a quantized build's weights cannot be read.
 #[derive(Debug, thiserror::Error)]
@@ -222,72 +223,6 @@ pub fn key_of(initializer: &str) -> String {
         s = rest;
     }
     s.to_string()
-}
-
-// ---------------------------------------------------------------------------------------------
-// The graph, with initializer payloads (the L1 reader, `super::proto`, skips them).
-
-#[derive(Clone, PartialEq, prost::Message)]
-struct PayloadModel {
-    #[prost(message, optional, tag = "7")]
-    graph: Option<PayloadGraphProto>,
-}
-
-#[derive(Clone, PartialEq, prost::Message)]
-struct PayloadGraphProto {
-    #[prost(message, repeated, tag = "1")]
-    node: Vec<PayloadNode>,
-    #[prost(message, repeated, tag = "5")]
-    initializer: Vec<PayloadTensor>,
-}
-
-#[derive(Clone, PartialEq, prost::Message)]
-struct PayloadNode {
-    #[prost(string, repeated, tag = "1")]
-    input: Vec<String>,
-    #[prost(string, repeated, tag = "2")]
-    output: Vec<String>,
-    #[prost(string, tag = "3")]
-    name: String,
-    #[prost(string, tag = "4")]
-    op_type: String,
-    #[prost(message, repeated, tag = "5")]
-    attribute: Vec<PayloadAttribute>,
-    #[prost(string, tag = "7")]
-    domain: String,
-}
-
-/// An attribute: an `INT`'s value, or a `Constant` node's tensor.
-#[derive(Clone, PartialEq, prost::Message)]
-struct PayloadAttribute {
-    #[prost(string, tag = "1")]
-    name: String,
-    #[prost(int64, tag = "3")]
-    i: i64,
-    #[prost(message, optional, tag = "5")]
-    t: Option<PayloadTensor>,
-}
-
-#[derive(Clone, PartialEq, prost::Message)]
-struct PayloadTensor {
-    #[prost(int64, repeated, tag = "1")]
-    dims: Vec<i64>,
-    #[prost(int32, tag = "2")]
-    data_type: i32,
-    #[prost(float, repeated, tag = "4")]
-    float_data: Vec<f32>,
-    #[prost(int32, repeated, tag = "5")]
-    int32_data: Vec<i32>,
-    #[prost(int64, repeated, tag = "7")]
-    int64_data: Vec<i64>,
-    #[prost(string, tag = "8")]
-    name: String,
-    #[prost(bytes = "vec", tag = "9")]
-    raw_data: Vec<u8>,
-    #[prost(message, repeated, tag = "13")]
-    external_data: Vec<StringStringEntryProto>,
-    #[prost(int32, tag = "14")]
-    data_location: i32,
 }
 
 /// ONNX element types the dequantization reads.
