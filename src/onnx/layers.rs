@@ -358,6 +358,39 @@ mod tests {
         assert_eq!(b, vec![LayerBoundary { layer: 0, tensor: "h0".into() }, LayerBoundary { layer: 1, tensor: "h1".into() }]);
     }
 
+    /// Guards the rule for graphs without layer names (torch.onnx dynamo): each layer ends at the
+    /// product with its `layer_scalar` initializer, the embedding at its scale product; a missing
+    /// layer is reported, never guessed.
+    #[test]
+    fn layer_scalars_end_layers_without_layer_names() {
+        use crate::onnx::proto::TensorProto;
+        let mul = |name: &str, inputs: &[&str], outputs: &[&str]| NodeProto { op_type: "Mul".into(), ..node(name, inputs, outputs) };
+        let init = |name: &str| TensorProto { name: name.into(), ..Default::default() };
+        let mut g = GraphProto {
+            node: vec![
+                node("node_Gather_1", &["m.model.embed_tokens.weight", "input_ids"], &["g"]),
+                mul("node_Mul_2", &["g", "m.model.embed_tokens.embed_scale"], &["e"]),
+                node("node_MatMul_3", &["e", "w"], &["a0"]),
+                mul("node_Mul_4", &["a0", "m.model.layers.0.layer_scalar"], &["h0"]),
+                node("node_MatMul_5", &["h0", "w"], &["a1"]),
+                mul("node_Mul_6", &["a1", "m.model.layers.1.layer_scalar"], &["h1"]),
+            ],
+            initializer: vec![
+                init("m.model.embed_tokens.embed_scale"),
+                init("m.model.layers.0.layer_scalar"),
+                init("m.model.layers.1.layer_scalar"),
+            ],
+            ..Default::default()
+        };
+        let b = boundaries(&g).unwrap();
+        assert_eq!(b, vec![LayerBoundary { layer: 0, tensor: "h0".into() }, LayerBoundary { layer: 1, tensor: "h1".into() }]);
+        assert_eq!(embeddings_into_layer0(&g).as_deref(), Some("e"));
+        g.node.remove(3);
+        assert!(boundaries(&g).unwrap_err().to_string().contains("no product with layer 0's scalar"));
+        g.initializer.clear();
+        assert_eq!(boundaries(&g).unwrap_err(), BoundaryError::NoLayerNames);
+    }
+
     /// Guards: a graph whose boundary tensor comes from elsewhere, or without a final norm, or
     /// without layer names, is reported as unidentifiable (with the reason), never guessed.
     #[test]
