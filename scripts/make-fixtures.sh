@@ -20,14 +20,16 @@
 #   builder family: scripts/make_builder_fixtures.py, onnxruntime-genai 0.18.0 model builder exports of the
 #                   unified-vision checkpoint (fixtures/unified-vision/builder/<build>/) and of a hidden-48 composite
 #                   checkpoint (fixtures/builder-scale/), the builder's refusals in fixtures/builder.json
+#   dynamo family:  scripts/make_dynamo_fixtures.py, torch.onnx.export(dynamo=True) exports of HF's own text models
+#                   (fixtures/<fixture>/dynamo/) and a one-layer mutant (fixtures/gemma4-text-dense/dynamo-mutant/)
 # and the float64 HF oracles of the unified and gemma4 families (reference/tests/data/<fixture>-f64.safetensors).
-# FIXTURE_FAMILIES="unified gemma4 real broken mutant quantized jpeg unrunnable builder" (default) selects the families.
+# FIXTURE_FAMILIES="unified gemma4 real broken mutant quantized jpeg unrunnable builder dynamo" (default) selects the families.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY="$(scripts/fixture-venv.sh | tail -n 1)"
 export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 PYTHONHASHSEED=0 CUDA_VISIBLE_DEVICES="" \
   HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false PYTHONDONTWRITEBYTECODE=1
-FAMILIES="${FIXTURE_FAMILIES:-unified gemma4 real broken mutant quantized jpeg unrunnable builder}"
+FAMILIES="${FIXTURE_FAMILIES:-unified gemma4 real broken mutant quantized jpeg unrunnable builder dynamo}"
 for family in $FAMILIES; do
   case "$family" in
     unified)
@@ -63,9 +65,12 @@ for family in $FAMILIES; do
     builder)
       "$PY" scripts/make_builder_fixtures.py
       ;;
+    dynamo)
+      "$PY" scripts/make_dynamo_fixtures.py
+      ;;
     unrunnable)
       "$PY" scripts/make_unrunnable_fixtures.py
       ;;
-    *) echo "unknown fixture family: $family (unified, gemma4, real, broken, mutant, quantized, jpeg, unrunnable, builder)" >&2; exit 2 ;;
+    *) echo "unknown fixture family: $family (unified, gemma4, real, broken, mutant, quantized, jpeg, unrunnable, builder, dynamo)" >&2; exit 2 ;;
   esac
 done
