@@ -598,6 +598,7 @@ fn l4_l5_replay_the_goldens_input_ids_with_a_warning() {
 #[test]
 fn readme_variant_table_equals_the_run() {
     let cases = [
+        "cases/causal-lm/gemma4-text-dense.yaml",
         "cases/causal-lm/gemma4-text-moe.yaml",
         "cases/causal-lm/gemma4-text-ple.yaml",
         "cases/causal-lm/unified-text-kvshare.yaml",
