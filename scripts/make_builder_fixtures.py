@@ -14,7 +14,11 @@ Builds (fixtures/<fixture>/builder/<build>/):
   unified-vision/builder/fp32        -p fp32 -e cpu       (the builder's defaults: windowed KV cache)
   unified-vision/builder/fp32-dense  -p fp32 -e cpu --extra_options windowed_kv_cache=false
   unified-vision/builder/int4        -p int4 -e cpu       (MatMulNBits, the builder's own quantizer)
-  unified-vision/builder/fp16-cuda   -p fp16 -e cuda      (judged at L1 here: no CUDA kernels on this EP)
+  unified-vision/builder/fp16-cuda   -p fp16 -e cuda      (float16 activations and KV)
+  unified-vision/builder/bf16-cuda   -p bf16 -e cuda      (bfloat16 activations and KV, logits cast to float32;
+                                                           no bfloat16 kernels on the CPU EP: L1 only here)
+  unified-vision/builder/fp16-webgpu -p fp16 -e webgpu    (genai_config.json: enableGraphCapture "0")
+  unified-vision/builder/fp16-dml    -p fp16 -e dml       (genai_config.json: enable_graph_capture "1")
   builder-scale/builder/fp32         a composite checkpoint at hidden 48 (builder-scale/checkpoint, made here
                                      from the unified-vision config, seeded): the builder rounds the
                                      embedding scale to two decimals (6.93 for sqrt(48) = 6.9282)
@@ -50,6 +54,9 @@ BUILDS = {
         "fp32-dense": ["-p", "fp32", "-e", "cpu", "--extra_options", "windowed_kv_cache=false"],
         "int4": ["-p", "int4", "-e", "cpu"],
         "fp16-cuda": ["-p", "fp16", "-e", "cuda"],
+        "bf16-cuda": ["-p", "bf16", "-e", "cuda"],
+        "fp16-webgpu": ["-p", "fp16", "-e", "webgpu"],
+        "fp16-dml": ["-p", "fp16", "-e", "dml"],
     },
     "builder-scale": {
         "fp32": ["-p", "fp32", "-e", "cpu"],

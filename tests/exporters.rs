@@ -108,3 +108,35 @@ fn builder_int4_fused_and_shared_weights_are_mapped() {
     // k_eq_v layers 2 and 5: the v rows repeat k's and stand for no parameter of their own.
     assert!(overrides.get("layers.2.self_attn.v_proj.weight").is_none() && overrides.get("layers.0.self_attn.v_proj.weight").is_some());
 }
+
+/// Kills: the WebGPU graph-capture rule applied against the package's runtime config, or
+/// ignored: the builder's WebGPU build keeps a Shape node on its mask path and turns capture off
+/// in genai_config.json (a note); the same graph with capture turned on fails L1 naming the node.
+#[test]
+fn graph_capture_follows_the_runtime_config() {
+    use onnx_parity::case::ExportPin;
+    use onnx_parity::onnx::eps::Ep;
+    use onnx_parity::tiers::l1::{self, L1Inputs};
+    use onnx_parity::tiers::outcome::Status;
+    let config = repo("fixtures/unified-vision/checkpoint/config.json");
+    let pin = ExportPin { ep: Some(Ep::Webgpu), dtype: None, static_cache: None };
+    let judge = |export: &Path| l1::check_interface(L1Inputs { config: &config, export, float_dtype: "float16", pin: Some(&pin) });
+    let built = repo("fixtures/unified-vision/builder/fp16-webgpu");
+    let out = judge(&built);
+    assert_eq!(out.status, Status::Pass, "{}", out.message);
+    assert!(out.message.contains("graph capture is off in the package's genai_config.json"), "{}", out.message);
+    let dir = tempfile::tempdir().expect("tmp");
+    for f in ["model.onnx", "model.onnx.data", "genai_config.json"] {
+        std::fs::copy(built.join(f), dir.path().join(f)).expect("copy");
+    }
+    let path = dir.path().join("genai_config.json");
+    let text = std::fs::read_to_string(&path).expect("read").replace(r#""enableGraphCapture": "0""#, r#""enableGraphCapture": "1""#);
+    std::fs::write(&path, text).expect("write");
+    let out = judge(dir.path());
+    assert_eq!(out.status, Status::Fail, "{}", out.message);
+    assert!(
+        out.message.contains("graph capture cannot execute Shape / ConstantOfShape") && out.message.contains("attn_mask_subgraph/Shape"),
+        "{}",
+        out.message
+    );
+}

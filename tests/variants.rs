@@ -472,7 +472,7 @@ fn one_reference_run_for_all_variants() {
         .filter(|l| l.contains("ONNX Runtime"))
         .filter_map(|l| l.split("fixtures/unified-text-kvshare/").nth(1)?.split(',').next())
         .collect();
-    let expected = ["onnx", "variants/cuda-f16", "variants/gqa", "variants/static", "variants/webgpu", "variants/webgpu-f16"];
+    let expected = ["dynamo", "onnx", "variants/cuda-f16", "variants/gqa", "variants/static", "variants/webgpu", "variants/webgpu-f16"];
     assert_eq!(exports.into_iter().collect::<Vec<_>>(), expected, "{log}");
     assert_eq!(runs.len(), 1 + calibration.len() + expected.len(), "one run per build: {log}");
 }

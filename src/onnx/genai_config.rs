@@ -58,7 +58,12 @@ pub struct GenAiConfig {
     /// (`input_ids`, `past_key_names` = `past_key_values.%d.key`, …).
     pub inputs: BTreeMap<String, String>,
     pub outputs: BTreeMap<String, String>,
+    /// `model.decoder.session_options.provider_options`: EP name → its options.
+    pub provider_options: BTreeMap<String, BTreeMap<String, String>>,
 }
+
+/// The provider options that turn graph capture on, by EP (onnxruntime-genai's names).
+const GRAPH_CAPTURE: [&str; 3] = ["enableGraphCapture", "enable_graph_capture", "enable_cuda_graph"];
 
 /// `model.decoder.sliding_window`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -95,6 +100,14 @@ struct RawDecoder {
     #[serde(default)]
     outputs: BTreeMap<String, String>,
     sliding_window: Option<RawWindow>,
+    #[serde(default)]
+    session_options: RawSessionOptions,
+}
+
+#[derive(Deserialize, Default)]
+struct RawSessionOptions {
+    #[serde(default)]
+    provider_options: Vec<BTreeMap<String, BTreeMap<String, String>>>,
 }
 
 #[derive(Deserialize)]
@@ -160,6 +173,7 @@ impl GenAiConfig {
             window,
             inputs: raw.model.decoder.inputs,
             outputs: raw.model.decoder.outputs,
+            provider_options: raw.model.decoder.session_options.provider_options.into_iter().flatten().collect(),
         })
     }
 
@@ -173,6 +187,12 @@ impl GenAiConfig {
             }
             _ => self.max_length,
         }
+    }
+
+    /// Whether the runtime captures the decoder's graph on some EP (`enableGraphCapture` and its
+    /// siblings set to "1"): then the graph must run without shape-dependent ops.
+    pub fn graph_capture(&self) -> bool {
+        self.provider_options.values().any(|o| GRAPH_CAPTURE.iter().any(|k| o.get(*k).is_some_and(|v| v == "1" || v == "true")))
     }
 
     /// The graph's name for the runtime's role `role` (`past_key_names` → `past_key_values.%d.key`),
@@ -201,6 +221,10 @@ mod tests {
         assert_eq!((c.capacity(0, false), c.capacity(2, false), c.capacity(0, true)), (24, 256, 8));
         assert_eq!(c.name_of("past_key_names", 3).as_deref(), Some("past_key_values.3.key"));
         assert_eq!(c.name_of("present_value_names", 5).as_deref(), Some("present.5.value"));
+        assert!(!c.graph_capture());
+        let text = r#"{"model": {"type": "t", "context_length": 8, "decoder": {"filename": "m",
+            "session_options": {"provider_options": [{"webgpu": {"enableGraphCapture": "1"}}]}}}}"#;
+        assert!(GenAiConfig::parse(text, Path::new("g.json")).expect("parses").graph_capture());
         let dense = GenAiConfig::read(&Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/unified-vision/builder/fp32-dense"))
             .expect("parses")
             .expect("present");

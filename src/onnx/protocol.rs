@@ -101,6 +101,9 @@ pub struct ExportProtocol {
     pub fused: Vec<String>,
     /// The default-domain opset.
     pub opset: i64,
+    /// Who made the graph (`producer_name producer_version`: `mobius 0.1.0`, `onnxruntime-genai
+    /// 0.18.0…`, `pytorch 2.15.0`): the build rules of one exporter do not bind another's.
+    pub producer: String,
     /// The package's `genai_config.json` (ORT GenAI packages): how the runtime sizes and passes
     /// the KV buffers, which the graph alone does not say.
     pub runtime: Option<GenAiConfig>,
@@ -192,8 +195,13 @@ impl ExportProtocol {
         let kv_dtype =
             decoder.inputs.iter().find(|t| t.name.starts_with(PAST) || t.name.starts_with(KEY_CACHE)).map_or("none", |t| t.dtype);
         let fused = decoder.op_inventory.keys().filter_map(|op| op.strip_prefix("com.microsoft::")).map(str::to_string).collect();
+        // Activations: the KV cache's type where the decoder has one (ORT GenAI's builder casts the
+        // logits of an fp16 / bf16 build up to float32), else the logits'.
+        let logits = decoder.output("logits").map_or("unknown", |t| t.dtype);
+        let float = if kv_dtype.starts_with("float") || kv_dtype == "bfloat16" { kv_dtype } else { logits };
         ExportProtocol {
-            float: decoder.output("logits").map_or("unknown", |t| t.dtype),
+            float,
+            producer: decoder.producer.clone(),
             index,
             decoder_input_ids: has("input_ids"),
             inputs_embeds: has("inputs_embeds"),
@@ -266,6 +274,11 @@ impl ExportProtocol {
     /// bounds it.
     pub fn max_positions(&self) -> Option<usize> {
         self.runtime.as_ref().filter(|r| r.share_buffer).map(|r| r.max_length)
+    }
+
+    /// Whether mobius made the graph (its build rules, [`Self::compatible_eps`], apply).
+    pub fn is_mobius(&self) -> bool {
+        self.producer.starts_with("mobius")
     }
 
     /// The variant's short name: `static`, `gqa` or `portable` (the KV layout first, then the

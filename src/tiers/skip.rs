@@ -243,7 +243,10 @@ fn kernels_missing_on_cpu(export: &Path) -> Option<Vec<(String, String)>> {
         let graphs: BTreeMap<String, GraphSummary> =
             package.submodels.iter().filter_map(|(role, file)| Some((role.clone(), GraphSummary::load(file).ok()?))).collect();
         let decoder = graphs.get(DECODER).or_else(|| graphs.get(TEXT_MODEL))?;
-        let bf16 = decoder.output("logits").is_some_and(|t| t.dtype == "bfloat16");
+        // bf16 activations: the logits', or the KV cache's where the logits are cast up (ORT
+        // GenAI's builder).
+        let bf16 = decoder.output("logits").is_some_and(|t| t.dtype == "bfloat16")
+            || decoder.inputs.iter().any(|t| t.name.starts_with(crate::onnx::protocol::PAST) && t.dtype == "bfloat16");
         let refusable = graphs.values().any(|g| g.nodes.iter().any(|n| CONFIGURATION_REFUSED_ON_CPU.contains(&n.op.as_str())));
         if !bf16 && !refusable {
             return None;

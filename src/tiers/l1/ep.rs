@@ -36,7 +36,9 @@ pub fn pin_violations(pin: &ExportPin, protocol: &ExportProtocol) -> Vec<String>
             v.push(format!("the case pins static_cache: {want} but the export has {} KV cache", if is { "a static" } else { "a dynamic" }));
         }
     }
-    if let Some(ep) = pin.ep {
+    // The EP's build as mobius makes it; another exporter's build for that EP is judged by the
+    // EP's own contract ([`ep_violations`]) only.
+    if let Some(ep) = pin.ep.filter(|_| protocol.is_mobius()) {
         let compatible = protocol.compatible_eps();
         if !compatible.contains(&ep) {
             let names: Vec<&str> = compatible.iter().map(|e| e.as_str()).collect();
@@ -88,7 +90,13 @@ pub fn ep_violations(
         }
     }
     let decoder = graphs.get(DECODER).or_else(|| graphs.get(TEXT_MODEL));
-    if build.shape_free_capture {
+    // A package with a runtime config captures the graph only where that config says so (ORT
+    // GenAI's builder writes `enableGraphCapture: "0"` for WebGPU); mobius's WebGPU builds always.
+    let captured = protocol.runtime.as_ref().is_none_or(|r| r.graph_capture());
+    if build.shape_free_capture && !captured {
+        notes.push(format!("{ep}: graph capture is off in the package's genai_config.json, so Shape nodes may stay"));
+    }
+    if build.shape_free_capture && captured {
         if let Some(d) = decoder {
             let dynamic: Vec<&str> =
                 d.nodes.iter().filter(|n| n.op == "Shape" || n.op == "ConstantOfShape").map(|n| n.name.as_str()).collect();
