@@ -107,6 +107,10 @@ pub struct ExportProtocol {
     /// The package's `genai_config.json` (ORT GenAI packages): how the runtime sizes and passes
     /// the KV buffers, which the graph alone does not say.
     pub runtime: Option<GenAiConfig>,
+    /// The decoder's KV inputs as `(pair, indexed)`, in input order: `indexed` for an indexed
+    /// buffer (`key_cache.N`), not for `past_key_values.N.key`; the names are
+    /// [`Self::kv_names`]. A pair declared both ways appears twice (the pipeline refuses it).
+    pub kv_pairs: Vec<(usize, bool)>,
 }
 
 /// The names of one KV pair's tensors: what the decoder takes and what it returns.
@@ -194,6 +198,7 @@ impl ExportProtocol {
         };
         let kv_dtype =
             decoder.inputs.iter().find(|t| t.name.starts_with(PAST) || t.name.starts_with(KEY_CACHE)).map_or("none", |t| t.dtype);
+        let kv_pairs = decoder.inputs.iter().filter_map(|t| kv_index(&t.name)).collect();
         let fused = decoder.op_inventory.keys().filter_map(|op| op.strip_prefix("com.microsoft::")).map(str::to_string).collect();
         // Activations: the KV cache's type where the decoder has one (ORT GenAI's builder casts the
         // logits of an fp16 / bf16 build up to float32), else the logits'.
@@ -215,6 +220,7 @@ impl ExportProtocol {
             fused,
             opset: decoder.opsets.get("").or_else(|| decoder.opsets.get("ai.onnx")).copied().unwrap_or(0),
             runtime: None,
+            kv_pairs,
         }
     }
 
@@ -350,6 +356,16 @@ impl fmt::Display for ExportProtocol {
             self.opset
         )
     }
+}
+
+/// The pair index of a KV input and whether it is an indexed buffer: `key_cache.N` →
+/// `(N, true)`, `past_key_values.N.key` → `(N, false)` (value inputs name the same pairs).
+pub fn kv_index(input: &str) -> Option<(usize, bool)> {
+    if let Some(rest) = input.strip_prefix(KEY_CACHE) {
+        return rest.parse().ok().map(|i| (i, true));
+    }
+    let rest = input.strip_prefix(PAST)?;
+    rest.strip_suffix(".key").and_then(|i| i.parse().ok()).map(|i| (i, false))
 }
 
 /// Whether an initializer is (a split part of) the per-layer embedding table: named for it, not a

@@ -8,7 +8,7 @@ use ort::session::Session;
 use ort::value::ValueType;
 
 use super::error::PipelineError;
-use crate::onnx::protocol::{CacheKind, ExportProtocol, KvNames, KEY_CACHE, PAST};
+use crate::onnx::protocol::{CacheKind, ExportProtocol, KvNames};
 use crate::onnx::shapes::{self, Axis, Source};
 
 /// Names and empty-cache geometry of one KV pair, in either cache layout.
@@ -53,19 +53,9 @@ pub(super) fn kv_slots(
     cuda: bool,
 ) -> Result<(Vec<KvSlot>, Option<usize>), PipelineError> {
     let contract = |m: String| PipelineError::Contract { role, message: m };
-    // Layer index → layout, from `past_key_values.N.key` / `key_cache.N`.
+    // Pair index → indexed buffer or not, as the protocol read them from the graph's inputs.
     let mut indices: BTreeMap<usize, bool> = BTreeMap::new();
-    for i in decoder.inputs() {
-        let (is_static, index) = if let Some(rest) = i.name().strip_prefix(KEY_CACHE) {
-            (true, Some(rest))
-        } else if let Some(rest) = i.name().strip_prefix(PAST) {
-            (false, rest.split('.').next())
-        } else {
-            continue;
-        };
-        let idx = index
-            .and_then(|n| n.parse::<usize>().ok())
-            .ok_or_else(|| contract(format!("cannot read the layer index of input `{}`", i.name())))?;
+    for &(idx, is_static) in &protocol.kv_pairs {
         if indices.insert(idx, is_static).is_some_and(|was| was != is_static) {
             return Err(contract(format!("KV pair {idx} is declared both as past_key_values.{idx} and as key_cache.{idx}")));
         }
