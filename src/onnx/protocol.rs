@@ -111,6 +111,9 @@ pub struct ExportProtocol {
     /// buffer (`key_cache.N`), not for `past_key_values.N.key`; the names are
     /// [`Self::kv_names`]. A pair declared both ways appears twice (the pipeline refuses it).
     pub kv_pairs: Vec<(usize, bool)>,
+    /// The logits cover the last position only (`[batch, 1, vocab]` declared: ORT GenAI's
+    /// `prune_lm_head`).
+    pub last_position_logits: bool,
 }
 
 /// The names of one KV pair's tensors: what the decoder takes and what it returns.
@@ -221,6 +224,10 @@ impl ExportProtocol {
             opset: decoder.opsets.get("").or_else(|| decoder.opsets.get("ai.onnx")).copied().unwrap_or(0),
             runtime: None,
             kv_pairs,
+            last_position_logits: decoder
+                .output("logits")
+                .and_then(|t| t.dims.as_deref())
+                .is_some_and(|d| matches!(d, [_, Dim::Static(1), _])),
         }
     }
 

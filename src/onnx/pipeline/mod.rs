@@ -134,6 +134,14 @@ impl OnnxPipeline {
         // L1 checks; the session supplies the static geometry.
         let (protocol, _) = ExportProtocol::of_package(&package)?;
         let cuda = matches!(provider::run_ep_or_cpu(), RunEp::Cuda(_));
+        if protocol.last_position_logits {
+            return Err(PipelineError::Contract {
+                role: decoder_role,
+                message: "the logits cover the last position only ([batch, 1, vocab]: ORT GenAI's prune_lm_head); the pipeline \
+                          compares every prefill position, and judging only the last ones is not implemented"
+                    .into(),
+            });
+        }
         let (kv, capacity) = kv_slots(&decoder, decoder_role, &protocol, cuda)?;
         let max_positions = protocol.max_positions().zip(protocol.runtime.as_ref().map(|r| r.path.clone()));
         let mut index_types = BTreeMap::new();
