@@ -13,6 +13,8 @@ checkpoint's tokenizer files.
 Builds (fixtures/<fixture>/builder/<build>/):
   unified-vision/builder/fp32        -p fp32 -e cpu       (the builder's defaults: windowed KV cache)
   unified-vision/builder/fp32-dense  -p fp32 -e cpu --extra_options windowed_kv_cache=false
+  unified-vision/builder/fp32-pruned -p fp32 -e cpu --extra_options prune_lm_head=true  (logits of the last
+                                                           position only: [batch, 1, vocab])
   unified-vision/builder/int4        -p int4 -e cpu       (MatMulNBits, the builder's own quantizer)
   unified-vision/builder/fp16-cuda   -p fp16 -e cuda      (float16 activations and KV)
   unified-vision/builder/bf16-cuda   -p bf16 -e cuda      (bfloat16 activations and KV, logits cast to float32;
@@ -52,6 +54,7 @@ BUILDS = {
     "unified-vision": {
         "fp32": ["-p", "fp32", "-e", "cpu"],
         "fp32-dense": ["-p", "fp32", "-e", "cpu", "--extra_options", "windowed_kv_cache=false"],
+        "fp32-pruned": ["-p", "fp32", "-e", "cpu", "--extra_options", "prune_lm_head=true"],
         "int4": ["-p", "int4", "-e", "cpu"],
         "fp16-cuda": ["-p", "fp16", "-e", "cuda"],
         "bf16-cuda": ["-p", "bf16", "-e", "cuda"],

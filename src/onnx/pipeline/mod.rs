@@ -67,6 +67,8 @@ pub struct OnnxPipeline {
     capacity: Option<usize>,
     /// ORT GenAI's bound on a sequence's positions (`search.max_length`), with the file saying so.
     max_positions: Option<(usize, PathBuf)>,
+    /// The logits cover the last position of a call only (ORT GenAI's `prune_lm_head`).
+    last_position_logits: bool,
     /// Element type of each integer input the pipeline builds (ids, mask, positions, cache
     /// indices): int64, or int32 where the graph declares it.
     index_types: BTreeMap<String, TensorElementType>,
@@ -134,14 +136,6 @@ impl OnnxPipeline {
         // L1 checks; the session supplies the static geometry.
         let (protocol, _) = ExportProtocol::of_package(&package)?;
         let cuda = matches!(provider::run_ep_or_cpu(), RunEp::Cuda(_));
-        if protocol.last_position_logits {
-            return Err(PipelineError::Contract {
-                role: decoder_role,
-                message: "the logits cover the last position only ([batch, 1, vocab]: ORT GenAI's prune_lm_head); the pipeline \
-                          compares every prefill position, and judging only the last ones is not implemented"
-                    .into(),
-            });
-        }
         let (kv, capacity) = kv_slots(&decoder, decoder_role, &protocol, cuda)?;
         let max_positions = protocol.max_positions().zip(protocol.runtime.as_ref().map(|r| r.path.clone()));
         let mut index_types = BTreeMap::new();
@@ -194,6 +188,7 @@ impl OnnxPipeline {
             kv,
             capacity,
             max_positions,
+            last_position_logits: protocol.last_position_logits,
             index_types,
             float,
             hidden,
@@ -265,7 +260,8 @@ impl OnnxPipeline {
         let (s, v) = (prefill.logits.shape[1], prefill.logits.shape[2]);
         let first = prefill.logits.data[(s - 1) * v..].to_vec();
         let role = self.decoder_role;
-        let mut total = s;
+        // Positions so far: the prompt (a last-position-logits build returns one row for it).
+        let mut total = inputs.input_ids.len();
         let choose = |step: usize, logits: &[f32]| {
             greedy_token(logits).ok_or_else(|| PipelineError::Contract { role, message: format!("decode step {step}: every logit is NaN") })
         };
@@ -505,7 +501,13 @@ impl OnnxPipeline {
             }
             _ => None,
         };
-        shapes::check_returned(role, "logits", &[Axis::Is("batch", 1), Axis::Is("sequence", s), Axis::Positive("vocab")], &logits.shape)?;
+        let positions = if self.last_position_logits { 1 } else { s };
+        shapes::check_returned(
+            role,
+            "logits",
+            &[Axis::Is("batch", 1), Axis::Is("sequence", positions), Axis::Positive("vocab")],
+            &logits.shape,
+        )?;
         let mut present = Vec::with_capacity(self.kv.len() * 2);
         for slot in &self.kv {
             for (name, [a, b]) in [(&slot.present_key, slot.key_dims), (&slot.present_value, slot.value_dims)] {

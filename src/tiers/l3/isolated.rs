@@ -2,7 +2,7 @@
 //! against the reference's, so the first divergence names the component that makes it (an
 //! upstream difference no longer smears over a correct decoder, nor hides a wrong one).
 
-use super::stage::{describe, judge_slice, stage, Calibration, Floor, Judged, Rules, StageError};
+use super::stage::{describe, judge_slice, prefill_logits, stage, Calibration, Judged, Rules, StageError};
 use crate::metric_keys as key;
 use crate::metric_keys::Metrics;
 use crate::outputs::{Component, Isolated, Run, Stage};
@@ -92,9 +92,8 @@ pub(super) fn judge(
         }
     }
     let mut v = Verdict::default();
-    let floor = calibration.map(|c| Floor::logits(&c.floor.prefill, &c.truth.prefill));
     let logits = iso.logits.as_ref().unwrap_or(&actual.prefill.logits);
-    v.note(Stage::Logits, "logits", stage("logits", logits, &expected.prefill.logits, floor, rules));
+    v.note(Stage::Logits, "logits", prefill_logits(logits, expected, calibration, rules));
     if let (Some(a), Some(e)) = (&iso.step_logits, expected.generation.step_logits.get(1)) {
         let floor = calibration.and_then(|c| c.step(1));
         v.note(Stage::DecodeStep(1), "decode step 1", judge_slice("decode step 1", a, e, &[a.len()], floor, rules));

@@ -20,7 +20,7 @@ use crate::tolerance::L3Tolerance;
 pub use layers::layer_sparkline;
 use layers::{layer_localisation, module_blame};
 use onnx_parity_reference::BidirectionalScope;
-use stage::{describe, judge_slice, stage, Floor, Judged, StageError};
+use stage::{describe, judge_slice, prefill_logits, stage, Judged, StageError};
 pub use stage::{Calibration, Rules};
 
 /// L3 verdict: `actual` (an implementation's prefill and teacher-forced decode) against
@@ -83,8 +83,8 @@ pub fn compare(
     // that makes it and fails the verdict, even where the logits stay within k (at 12B width the
     // vision LayerNorm eps finding is 10× its floor on image_features, while the logits' own
     // rounding noise hides it); under the fixed row components only localise.
-    let floor = calibration.map(|k| Floor::logits(&k.floor.prefill, &k.truth.prefill));
-    let prefill = stage("logits", &actual.prefill.logits, &expected.prefill.logits, floor, &rules);
+    let prefill = prefill_logits(&actual.prefill.logits, expected, calibration, &rules);
+    let last_only = actual.prefill.logits.shape.get(1) == Some(&1) && expected.prefill.logits.shape.get(1).is_some_and(|&s| s > 1);
     let prefill_report = prefill.as_ref().ok().cloned();
     let mut fixed_pass = prefill_report.as_ref().is_some_and(|r| r.fixed.pass);
     let mut pass = note(Stage::Logits, prefill, &mut metrics);
@@ -133,6 +133,9 @@ pub fn compare(
 
     // Isolation, then the layers, said right after the components (before the logits and
     // decode steps); the closure above holds `lines` until here.
+    if last_only {
+        lines.push("the build's logits cover the last position only (prune_lm_head): the prefill is judged there".into());
+    }
     let n_components = expected.prefill.components.keys().filter(|c| actual.prefill.components.contains_key(c)).count();
     let before = lines.len();
     let iso = match isolation {
@@ -368,6 +371,21 @@ mod tests {
     fn equal_runs_pass() {
         let (r, o) = runs(vec![0.0, 1.0, 2.0, 3.0, 4.0, 5.0], vec![1.0, 1.0, 9.0]);
         assert_eq!(compare(&r, &o, &TOL).status, Status::Pass);
+    }
+
+    /// Guards the last-position build (ORT GenAI's prune_lm_head): its one prefill row is judged
+    /// against the reference's last position (step 0), passes when equal and fails when not.
+    #[test]
+    fn last_position_logits_are_judged_at_the_last_position() {
+        let (r, mut o) = runs(vec![0.0; 6], vec![1.0, 1.0, 9.0]);
+        o.forced.prefill.logits = Dense::new(vec![1, 1, 3], vec![3.0, 4.0, 5.0]);
+        let out = compare(&r, &o, &TOL);
+        assert_eq!(out.status, Status::Pass, "{}", out.message);
+        assert!(out.message.contains("the last position only (prune_lm_head)"), "{}", out.message);
+        o.forced.prefill.logits = Dense::new(vec![1, 1, 3], vec![3.0, 4.1, 5.0]);
+        let out = compare(&r, &o, &TOL);
+        assert_eq!(out.status, Status::Fail, "{}", out.message);
+        assert_eq!(out.metrics.get("first_divergence").and_then(|v| v.as_str()), Some("logits"));
     }
 
     /// Guards: a NaN in the export's prefill logits fails L3 (NaN never passes).

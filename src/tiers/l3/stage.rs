@@ -141,6 +141,24 @@ pub(crate) fn stage(
 }
 
 /// [`stage`] on flat slices of `shape` (decode steps, module outputs whose batch axis differs).
+/// The prefill logits judged: at every position, or — for a build whose logits cover the last
+/// position only (ORT GenAI's `prune_lm_head`: `[1, 1, vocab]` against the reference's `[1, S,
+/// vocab]`) — at that position, judged as decode step 0 is (the reference's, the floor's and the
+/// arbiter's step-0 logits are the last prefill position).
+pub(crate) fn prefill_logits(
+    actual: &Dense<f32>,
+    expected: &Run,
+    calibration: Option<&Calibration<'_>>,
+    rules: &Rules,
+) -> Result<Judged, StageError> {
+    let last_only = actual.shape.get(1) == Some(&1) && expected.prefill.logits.shape.get(1).is_some_and(|&s| s > 1);
+    if let (true, Some(e)) = (last_only, expected.generation.step_logits.first()) {
+        return judge_slice("logits (last position)", &actual.data, e, &[actual.data.len()], calibration.and_then(|c| c.step(0)), rules);
+    }
+    let floor = calibration.map(|c| Floor::logits(&c.floor.prefill, &c.truth.prefill));
+    stage("logits", actual, &expected.prefill.logits, floor, rules)
+}
+
 pub(crate) fn judge_slice(
     name: &str,
     actual: &[f32],
