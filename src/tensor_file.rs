@@ -19,25 +19,6 @@ pub enum TensorFileError {
     Serialize(SafeTensorError),
 }
 
-/// The names of the tensors in the safetensors file at `path`, from its header alone (the data is
-/// not read).
-pub fn tensor_names(path: &std::path::Path) -> Result<Vec<String>, std::io::Error> {
-    use std::io::Read;
-    let bad = |what: String| std::io::Error::new(std::io::ErrorKind::InvalidData, format!("{}: {what}", path.display()));
-    let mut file = std::fs::File::open(path)?;
-    let mut len = [0u8; 8];
-    file.read_exact(&mut len)?;
-    let len = u64::from_le_bytes(len);
-    if len > 100_000_000 {
-        return Err(bad(format!("a safetensors header of {len} bytes")));
-    }
-    let mut header = vec![0u8; len as usize];
-    file.read_exact(&mut header)?;
-    let header: serde_json::Map<String, serde_json::Value> =
-        serde_json::from_slice(&header).map_err(|e| bad(format!("the safetensors header is not a JSON object ({e})")))?;
-    Ok(header.into_iter().map(|(k, _)| k).filter(|k| k != "__metadata__").collect())
-}
-
 /// Tensors to serialise, in the order added.
 #[derive(Debug, Default)]
 pub struct TensorFile {

@@ -6,7 +6,6 @@
 //! the decoder, int64 or int32 indices. L1 checks an export against the contract its config
 //! implies *for the protocol it declares*, and the pipeline drives whichever it is.
 
-use std::collections::BTreeMap;
 use std::fmt;
 
 use super::eps::Ep;
@@ -133,8 +132,8 @@ pub enum CacheKind {
     /// `present` grows by the new positions and is fed back as the next `past`.
     Growing,
     /// A `[1, capacity, heads·head_dim]` buffer the graph writes at `write_indices` (mobius
-    /// `--static-cache`).
-    Indexed { capacity: Option<i64> },
+    /// `--static-cache`; its capacity is the graph's).
+    Indexed,
     /// ORT GenAI's shared buffer (`past_present_share_buffer`): `[1, heads, capacity, head_dim]`
     /// zeros at the start, written in place by GroupQueryAttention, `attention_mask` as long as
     /// the positions so far; a sliding layer's buffer holds its window plus slack.
@@ -232,17 +231,16 @@ impl ExportProtocol {
     }
 
     /// The protocol of a whole package: its decoder's (or text-only model's) and embedding
-    /// model's graphs, and its `genai_config.json` when it has one. The graphs are returned too
-    /// (L1 checks them further). This is what the pipeline drives and L1 checks.
-    pub fn of_package(package: &OnnxPackage) -> Result<(Self, BTreeMap<String, GraphSummary>), ProtocolError> {
-        let mut graphs = BTreeMap::new();
-        for (role, file) in &package.submodels {
-            graphs.insert(role.clone(), GraphSummary::load(file)?);
-        }
-        let decoder =
-            graphs.get(DECODER).or_else(|| graphs.get(TEXT_MODEL)).ok_or_else(|| ProtocolError::NoDecoder(package.root.clone()))?;
-        let protocol = Self::read(decoder, graphs.get(EMBEDDING)).with_runtime(GenAiConfig::read(&package.root)?);
-        Ok((protocol, graphs))
+    /// model's graphs (the vision encoder's says nothing about it and is not read), and its
+    /// `genai_config.json` when it has one. This is what the pipeline drives.
+    pub fn of_package(package: &OnnxPackage) -> Result<Self, ProtocolError> {
+        let load = |role: &str| package.submodel(role).map(GraphSummary::load).transpose();
+        let decoder = match load(DECODER)? {
+            Some(d) => d,
+            None => load(TEXT_MODEL)?.ok_or_else(|| ProtocolError::NoDecoder(package.root.clone()))?,
+        };
+        let embedding = load(EMBEDDING)?;
+        Ok(Self::read(&decoder, embedding.as_ref()).with_runtime(GenAiConfig::read(&package.root)?))
     }
 
     /// The protocol with the package's runtime config.
@@ -273,9 +271,9 @@ impl ExportProtocol {
 
     /// How KV pair `index` (in `past_key_values` layout unless `indexed`) is carried between
     /// steps; `cuda` picks ORT GenAI's EP default for a sliding buffer's slack.
-    pub fn cache_kind(&self, index: usize, indexed: bool, capacity: Option<i64>, cuda: bool) -> CacheKind {
+    pub fn cache_kind(&self, index: usize, indexed: bool, cuda: bool) -> CacheKind {
         if indexed {
-            return CacheKind::Indexed { capacity };
+            return CacheKind::Indexed;
         }
         match &self.runtime {
             Some(r) if r.share_buffer => CacheKind::Shared { capacity: r.capacity(index, cuda) },

@@ -179,12 +179,11 @@ fn incomplete_checkpoint(dir: &Path, needs_weights: bool) -> Option<String> {
 /// model builder writes for `Gemma4UnifiedForConditionalGeneration`) asked to run a case with
 /// images: there is no vision encoder to run them through.
 fn text_component_only(case: &Case, export: &Path) -> Option<String> {
-    let images = !case.inputs.images.is_empty()
-        || case
-            .inputs
-            .tensors
-            .as_deref()
-            .is_some_and(|t| crate::tensor_file::tensor_names(t).is_ok_and(|names| names.iter().any(|n| n == "pixel_values")));
+    let images =
+        !case.inputs.images.is_empty()
+            || case.inputs.tensors.as_deref().is_some_and(|t| {
+                onnx_parity_reference::weights::tensor_names(t).is_ok_and(|names| names.iter().any(|n| n == "pixel_values"))
+            });
     let package = crate::onnx::package::OnnxPackage::open(export).ok()?;
     (images && package.layout == crate::onnx::package::Layout::TextOnly).then(|| {
         format!(
@@ -243,10 +242,9 @@ fn kernels_missing_on_cpu(export: &Path) -> Option<Vec<(String, String)>> {
         let graphs: BTreeMap<String, GraphSummary> =
             package.submodels.iter().filter_map(|(role, file)| Some((role.clone(), GraphSummary::load(file).ok()?))).collect();
         let decoder = graphs.get(DECODER).or_else(|| graphs.get(TEXT_MODEL))?;
-        // bf16 activations: the logits', or the KV cache's where the logits are cast up (ORT
-        // GenAI's builder).
-        let bf16 = decoder.output("logits").is_some_and(|t| t.dtype == "bfloat16")
-            || decoder.inputs.iter().any(|t| t.name.starts_with(crate::onnx::protocol::PAST) && t.dtype == "bfloat16");
+        // The activations as the protocol reads them (the KV cache's where ORT GenAI's builder
+        // casts the logits up).
+        let bf16 = crate::onnx::protocol::ExportProtocol::read(decoder, None).float == "bfloat16";
         let refusable = graphs.values().any(|g| g.nodes.iter().any(|n| CONFIGURATION_REFUSED_ON_CPU.contains(&n.op.as_str())));
         if !bf16 && !refusable {
             return None;

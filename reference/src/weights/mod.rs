@@ -161,6 +161,12 @@ struct HeaderTensor {
     data_offsets: (usize, usize),
 }
 
+/// The names of the tensors in one safetensors file, from its header alone ([`read_header`]:
+/// the data is neither read nor mapped).
+pub fn tensor_names(path: &Path) -> Result<Vec<String>> {
+    Ok(read_header(path)?.1.into_iter().map(|(name, _)| name).collect())
+}
+
 /// Reads one file's safetensors header without reading (or mapping) its data: the 8-byte length
 /// and the JSON after it. Works on sparse files of any size. (`SafeTensors::read_metadata` wants
 /// the whole file in one buffer, so the header is validated here: offsets inside the file,

@@ -90,8 +90,8 @@ pub(super) fn kv_slots(
             }
         }
         let (key_dims, value_dims) = (dims_of(&past_key)?, dims_of(&past_value)?);
-        let layout = match protocol.cache_kind(idx, is_static, Some(key_dims[0]), cuda) {
-            CacheKind::Indexed { .. } => {
+        let layout = match protocol.cache_kind(idx, is_static, cuda) {
+            CacheKind::Indexed => {
                 if capacity.is_some_and(|c| c != key_dims[0] || c != value_dims[0]) {
                     return Err(contract(format!("`{past_key}` and the other caches declare different capacities")));
                 }

@@ -65,10 +65,9 @@ pub struct OnnxPipeline {
     kv: Vec<KvSlot>,
     /// The static buffers' capacity, when any pair is static.
     capacity: Option<usize>,
-    /// ORT GenAI's bound on a sequence's positions (`search.max_length`), with the file saying so.
-    max_positions: Option<(usize, PathBuf)>,
-    /// The logits cover the last position of a call only (ORT GenAI's `prune_lm_head`).
-    last_position_logits: bool,
+    /// What the package's graphs and runtime config declare (the positions bound of ORT GenAI's
+    /// `search.max_length`, logits of the last position only).
+    protocol: ExportProtocol,
     /// Element type of each integer input the pipeline builds (ids, mask, positions, cache
     /// indices): int64, or int32 where the graph declares it.
     index_types: BTreeMap<String, TensorElementType>,
@@ -134,10 +133,9 @@ impl OnnxPipeline {
         let decoder_inputs: Vec<String> = decoder.inputs().iter().map(|o| o.name().to_string()).collect();
         // What to feed and how the cache lives come from the package's protocol, the one that
         // L1 checks; the session supplies the static geometry.
-        let (protocol, _) = ExportProtocol::of_package(&package)?;
+        let protocol = ExportProtocol::of_package(&package)?;
         let cuda = matches!(provider::run_ep_or_cpu(), RunEp::Cuda(_));
         let (kv, capacity) = kv_slots(&decoder, decoder_role, &protocol, cuda)?;
-        let max_positions = protocol.max_positions().zip(protocol.runtime.as_ref().map(|r| r.path.clone()));
         let mut index_types = BTreeMap::new();
         for session in std::iter::once(&decoder).chain(embedding.as_ref()) {
             for i in session.inputs() {
@@ -187,8 +185,7 @@ impl OnnxPipeline {
             vision_memo: None,
             kv,
             capacity,
-            max_positions,
-            last_position_logits: protocol.last_position_logits,
+            protocol,
             index_types,
             float,
             hidden,
@@ -247,9 +244,9 @@ impl OnnxPipeline {
                 return Err(PipelineError::Capacity { capacity, prompt: inputs.input_ids.len(), new: limit });
             }
         }
-        if let Some((max_length, config)) = &self.max_positions {
-            if inputs.input_ids.len() + limit.saturating_sub(1) > *max_length {
-                let (config, max_length) = (config.clone(), *max_length);
+        if let (Some(max_length), Some(runtime)) = (self.protocol.max_positions(), &self.protocol.runtime) {
+            if inputs.input_ids.len() + limit.saturating_sub(1) > max_length {
+                let config = runtime.path.clone();
                 return Err(PipelineError::MaxLength { config, max_length, prompt: inputs.input_ids.len(), new: limit });
             }
         }
@@ -501,7 +498,7 @@ impl OnnxPipeline {
             }
             _ => None,
         };
-        let positions = if self.last_position_logits { 1 } else { s };
+        let positions = if self.protocol.last_position_logits { 1 } else { s };
         shapes::check_returned(
             role,
             "logits",
