@@ -15,6 +15,10 @@ Builds (fixtures/<fixture>/builder/<build>/):
   unified-vision/builder/fp32-dense  -p fp32 -e cpu --extra_options windowed_kv_cache=false
   unified-vision/builder/fp32-pruned -p fp32 -e cpu --extra_options prune_lm_head=true  (logits of the last
                                                            position only: [batch, 1, vocab])
+  unified-vision/builder/fp32-no-embeds -p fp32 -e cpu --extra_options exclude_embeds=true  (the decoder takes
+                                                           inputs_embeds; the package has no embedding model)
+  unified-vision/builder/fp32-mutant the fp32 build with model.layers.2.post_feedforward_layernorm.weight x1.01
+                                     (a one-layer mutant: localisation without mobius's node names)
   unified-vision/builder/int4        -p int4 -e cpu       (MatMulNBits, the builder's own quantizer)
   unified-vision/builder/fp16-cuda   -p fp16 -e cuda      (float16 activations and KV)
   unified-vision/builder/bf16-cuda   -p bf16 -e cuda      (bfloat16 activations and KV, logits cast to float32;
@@ -55,6 +59,7 @@ BUILDS = {
         "fp32": ["-p", "fp32", "-e", "cpu"],
         "fp32-dense": ["-p", "fp32", "-e", "cpu", "--extra_options", "windowed_kv_cache=false"],
         "fp32-pruned": ["-p", "fp32", "-e", "cpu", "--extra_options", "prune_lm_head=true"],
+        "fp32-no-embeds": ["-p", "fp32", "-e", "cpu", "--extra_options", "exclude_embeds=true"],
         "int4": ["-p", "int4", "-e", "cpu"],
         "fp16-cuda": ["-p", "fp16", "-e", "cuda"],
         "bf16-cuda": ["-p", "bf16", "-e", "cuda"],
@@ -65,6 +70,8 @@ BUILDS = {
         "fp32": ["-p", "fp32", "-e", "cpu"],
     },
 }
+# The one-layer mutant: (fixture, source build, mutant build, initializer, factor).
+MUTANT = ("unified-vision", "fp32", "fp32-mutant", "model.layers.2.post_feedforward_layernorm.weight", 1.01)
 REFUSED = ["gemma4-vision", "unified-text-kvshare", "gemma4-text-dense"]
 
 
@@ -107,6 +114,30 @@ def scale_checkpoint() -> Path:
     return dst
 
 
+def make_mutant() -> dict:
+    """The source build with one layer's initializer scaled, every other tensor and node as built (onnx
+    re-lays the external-data file)."""
+    import numpy as np
+    import onnx
+    from onnx import numpy_helper
+
+    fixture, source, build, name, factor = MUTANT
+    src, out = FIXTURES / fixture / "builder" / source, FIXTURES / fixture / "builder" / build
+    if out.exists():
+        shutil.rmtree(out)
+    shutil.copytree(src, out)
+    model = onnx.load(str(src / "model.onnx"))
+    (target,) = [t for t in model.graph.initializer if t.name == name]
+    scaled = (numpy_helper.to_array(target) * np.float32(factor)).astype(np.float32)
+    target.CopyFrom(numpy_helper.from_array(scaled, name))
+    (out / "model.onnx").unlink()
+    (out / "model.onnx.data").unlink()
+    onnx.save(model, str(out / "model.onnx"), save_as_external_data=True, location="model.onnx.data", size_threshold=1024)
+    (out / "model.onnx.data").chmod(0o644)
+    print(f"{fixture}/builder/{build}: {name} x{factor}")
+    return {"from": f"{fixture}/builder/{source}", "initializer": name, "factor": factor}
+
+
 def main() -> None:
     record = {"onnxruntime-genai": version("onnxruntime-genai"), "transformers": version("transformers"), "builds": {}, "refused": {}}
     scale_checkpoint()
@@ -121,6 +152,7 @@ def main() -> None:
             files = sorted(p.name for p in out.iterdir())
             record["builds"][f"{fixture}/{build}"] = {"flags": flags, "files": files}
             print(f"{fixture}/builder/{build}: {', '.join(files)}")
+    record["builds"]["/".join(MUTANT[:1] + MUTANT[2:3])] = make_mutant()
     for fixture in REFUSED:
         # The text fixtures ship no tokenizer; the unified one's is lent so that the builder reaches
         # the model (without one it stops at "You need to have sentencepiece or tiktoken installed").

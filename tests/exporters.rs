@@ -140,3 +140,26 @@ fn graph_capture_follows_the_runtime_config() {
         out.message
     );
 }
+
+/// Kills: an `exclude_embeds` build fed as if it embedded its ids, or judged as complete: its
+/// decoder wants `inputs_embeds` and the package has no model that makes them, so L1 fails saying
+/// so, L3-L5 are skipped naming the missing model, and a pipeline opened on it refuses to run
+/// with the same reason.
+#[test]
+fn an_exclude_embeds_build_is_named_not_run() {
+    use onnx_parity::tiers::l1::{self, L1Inputs};
+    use onnx_parity::tiers::outcome::Status;
+    let export = repo("fixtures/unified-vision/builder/fp32-no-embeds");
+    let config = repo("fixtures/unified-vision/checkpoint/config.json");
+    let out = l1::check_interface(L1Inputs { config: &config, export: &export, float_dtype: "float32", pin: None });
+    assert_eq!(out.status, Status::Fail, "{}", out.message);
+    assert!(out.message.contains("input `inputs_embeds` has no embedding model to come from"), "{}", out.message);
+    let opts = RunOptions { goldens_root: repo("goldens"), ci: false };
+    let case = Case::load(&repo("cases/causal-lm/unified-vision-text.yaml")).expect("case").for_variant("builder-fp32-no-embeds").expect("variant");
+    for level in [Level::L3, Level::L4, Level::L5] {
+        let reason = static_skip(&case, level, &opts).unwrap_or_else(|| panic!("{level} not skipped"));
+        assert!(reason.starts_with("no embedding model:") && reason.contains("exclude_embeds"), "{reason}");
+    }
+    let e = greedy(&export, 2).expect_err("nothing makes inputs_embeds");
+    assert!(e.contains("input `inputs_embeds` needs an embedding model and the package has none"), "{e}");
+}

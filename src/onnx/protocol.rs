@@ -113,6 +113,55 @@ pub struct ExportProtocol {
     /// The logits cover the last position only (`[batch, 1, vocab]` declared: ORT GenAI's
     /// `prune_lm_head`).
     pub last_position_logits: bool,
+    /// The decoder's inputs in order: what the pipeline feeds, each by its [`Feed`].
+    pub decoder_inputs: Vec<String>,
+    /// The embedding model's outputs (none without one): a decoder input of the same name is
+    /// routed from it.
+    pub embedding_outputs: Vec<String>,
+    /// Integer inputs (decoder's and embedding model's) declared `int32` (graph-capture builds):
+    /// the pipeline builds those in int32, the others in int64.
+    pub int32_inputs: Vec<String>,
+}
+
+/// What the pipeline puts into one decoder input: the role the input plays in the protocol,
+/// whatever the exporter named it (a runtime config may rename the roles).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Feed {
+    /// The new positions' token ids.
+    InputIds,
+    /// Ones over every position so far (past and new).
+    AttentionMask,
+    /// The new positions' indices.
+    PositionIds,
+    /// Where an indexed buffer takes the new positions: the past length.
+    WriteIndices,
+    /// How many positions an indexed buffer holds after the call.
+    NonpadKvSeqlen,
+    /// KV pair `pair`'s past key (`value: false`) or value.
+    Past { pair: usize, value: bool },
+    /// The embedding model's output of the same name (`inputs_embeds`, `per_layer_inputs`, …).
+    Embedding,
+    /// `inputs_embeds` in a package without an embedding model (ORT GenAI's `exclude_embeds`
+    /// builds the decoder for a runtime that embeds elsewhere): nothing here can make it.
+    NoEmbeddingModel,
+    /// None of the protocol's roles.
+    Unknown,
+}
+
+impl Feed {
+    /// The integer tensor (shape, values) this feed holds for a call over `ids` after `past`
+    /// positions; `None` for the float and KV feeds.
+    pub fn indices(self, ids: &[i64], past: usize) -> Option<(Vec<usize>, Vec<i64>)> {
+        let (s, total) = (ids.len(), past + ids.len());
+        Some(match self {
+            Feed::InputIds => (vec![1, s], ids.to_vec()),
+            Feed::AttentionMask => (vec![1, total], vec![1; total]),
+            Feed::PositionIds => (vec![1, s], (past as i64..total as i64).collect()),
+            Feed::WriteIndices => (vec![1], vec![past as i64]),
+            Feed::NonpadKvSeqlen => (vec![1], vec![total as i64]),
+            _ => return None,
+        })
+    }
 }
 
 /// The names of one KV pair's tensors: what the decoder takes and what it returns.
@@ -205,6 +254,13 @@ impl ExportProtocol {
         // Activations: the KV cache's type where the decoder has one (ORT GenAI's builder casts the
         // logits of an fp16 / bf16 build up to float32), else the logits'.
         let logits = decoder.output("logits").map_or("unknown", |t| t.dtype);
+        let int32_inputs = decoder
+            .inputs
+            .iter()
+            .chain(embedding.map_or(&[][..], |e| &e.inputs[..]))
+            .filter(|t| t.dtype == "int32")
+            .map(|t| t.name.clone())
+            .collect();
         let float = if kv_dtype.starts_with("float") || kv_dtype == "bfloat16" { kv_dtype } else { logits };
         ExportProtocol {
             float,
@@ -227,6 +283,55 @@ impl ExportProtocol {
                 .output("logits")
                 .and_then(|t| t.dims.as_deref())
                 .is_some_and(|d| matches!(d, [_, Dim::Static(1), _])),
+            decoder_inputs: decoder.inputs.iter().map(|t| t.name.clone()).collect(),
+            embedding_outputs: embedding.map_or_else(Vec::new, |e| e.outputs.iter().map(|t| t.name.clone()).collect()),
+            int32_inputs,
+        }
+    }
+
+    /// What decoder input `name` takes: its role under the runtime config's names (when the
+    /// package has one), else under the protocol's own.
+    pub fn feed(&self, name: &str) -> Feed {
+        let runtime = self.runtime.as_ref().map(|r| &r.inputs);
+        let role = match runtime.and_then(|inputs| inputs.iter().find(|(_, graph)| *graph == name)) {
+            Some((role, _)) => role.as_str(),
+            // A role the runtime config names otherwise is not this input's.
+            None if runtime.is_some_and(|inputs| inputs.contains_key(name)) => return Feed::Unknown,
+            None => name,
+        };
+        match role {
+            "input_ids" => return Feed::InputIds,
+            "attention_mask" => return Feed::AttentionMask,
+            "position_ids" => return Feed::PositionIds,
+            WRITE_INDICES => return Feed::WriteIndices,
+            NONPAD_KV_SEQLEN => return Feed::NonpadKvSeqlen,
+            _ => {}
+        }
+        if self.embedding_outputs.iter().any(|o| o == name) {
+            return Feed::Embedding;
+        }
+        for &(pair, indexed) in &self.kv_pairs {
+            let names = self.kv_names(pair, indexed);
+            if names.past_key == name {
+                return Feed::Past { pair, value: false };
+            }
+            if names.past_value == name {
+                return Feed::Past { pair, value: true };
+            }
+        }
+        if role == "inputs_embeds" {
+            return Feed::NoEmbeddingModel;
+        }
+        Feed::Unknown
+    }
+
+    /// The element type the graph declares for integer input `name` (decoder's or embedding
+    /// model's): `int32` or `int64`.
+    pub fn index_dtype(&self, name: &str) -> &'static str {
+        if self.int32_inputs.iter().any(|n| n == name) {
+            "int32"
+        } else {
+            "int64"
         }
     }
 
@@ -243,8 +348,20 @@ impl ExportProtocol {
         Ok(Self::read(&decoder, embedding.as_ref()).with_runtime(GenAiConfig::read(&package.root)?))
     }
 
-    /// The protocol with the package's runtime config.
+    /// The protocol with the package's runtime config, whose name patterns (when it has them)
+    /// say which inputs are the past KV pairs.
     pub fn with_runtime(mut self, runtime: Option<GenAiConfig>) -> Self {
+        if let Some(pattern) = runtime.as_ref().and_then(|r| r.inputs.get("past_key_names")) {
+            let pair = |name: &str| {
+                let (head, tail) = pattern.split_once("%d")?;
+                name.strip_prefix(head)?.strip_suffix(tail)?.parse::<usize>().ok()
+            };
+            self.kv_pairs = self
+                .decoder_inputs
+                .iter()
+                .filter_map(|n| pair(n).map(|i| (i, false)).or_else(|| kv_index(n).filter(|&(_, indexed)| indexed)))
+                .collect();
+        }
         self.runtime = runtime;
         self
     }
@@ -416,6 +533,53 @@ mod tests {
         assert_eq!(ExportProtocol::read(&g, None).ple_tables, PleTables::Fused);
         g.initializer_bytes.push(("model.embed_tokens_per_layer.1.weight".into(), 4096));
         assert_eq!(ExportProtocol::read(&g, None).ple_tables, PleTables::Split(2));
+    }
+
+    /// Guards the one source of the feeds: every decoder input of each protocol has its role, the
+    /// runtime config's names rename the roles, and a decoder wanting `inputs_embeds` with no
+    /// embedding model is told apart from an unknown input.
+    #[test]
+    fn feeds_are_the_protocol_roles() {
+        let package = |rel: &str| OnnxPackage::open(&root().join(rel)).expect("package");
+        let builder = ExportProtocol::of_package(&package("unified-vision/builder/fp32")).expect("protocol");
+        let roles: Vec<Feed> = builder.decoder_inputs.iter().map(|n| builder.feed(n)).collect();
+        assert_eq!(&roles[..3], &[Feed::InputIds, Feed::AttentionMask, Feed::PositionIds]);
+        for pair in 0..6 {
+            for value in [false, true] {
+                assert_eq!(roles.iter().filter(|&&f| f == Feed::Past { pair, value }).count(), 1, "{pair} {value}: {roles:?}");
+            }
+        }
+        assert!(roles.iter().all(|f| !matches!(f, Feed::Unknown | Feed::NoEmbeddingModel)), "{roles:?}");
+        let no_embeds = ExportProtocol::of_package(&package("unified-vision/builder/fp32-no-embeds")).expect("protocol");
+        assert_eq!(no_embeds.feed("inputs_embeds"), Feed::NoEmbeddingModel);
+        assert_eq!(no_embeds.feed("pixel_values"), Feed::Unknown);
+        let mobius = ExportProtocol::of_package(&package("unified-vision/onnx")).expect("protocol");
+        assert_eq!((mobius.feed("inputs_embeds"), mobius.feed("input_ids")), (Feed::Embedding, Feed::InputIds));
+        let indexed = ExportProtocol::of_package(&package("unified-text-kvshare/variants/static")).expect("protocol");
+        assert_eq!((indexed.feed(WRITE_INDICES), indexed.feed("key_cache.3")), (Feed::WriteIndices, Feed::Past { pair: 3, value: false }));
+        // A runtime config that renames the roles: its names are the ones fed.
+        let mut renamed = builder.clone();
+        renamed.decoder_inputs = vec!["ids".into(), "mask".into(), "kv.0.k".into()];
+        let mut runtime = renamed.runtime.take().expect("genai_config.json");
+        runtime.inputs = [("input_ids", "ids"), ("attention_mask", "mask"), ("past_key_names", "kv.%d.k")]
+            .into_iter()
+            .map(|(a, b)| (a.to_string(), b.to_string()))
+            .collect();
+        let renamed = renamed.with_runtime(Some(runtime));
+        assert_eq!(renamed.kv_pairs, vec![(0, false)]);
+        assert_eq!([renamed.feed("ids"), renamed.feed("mask"), renamed.feed("input_ids")], [Feed::InputIds, Feed::AttentionMask, Feed::Unknown]);
+        assert_eq!(renamed.feed("kv.0.k"), Feed::Past { pair: 0, value: false });
+    }
+
+    /// Guards the integer feeds: a decode step after 5 positions, and the mask covering them all.
+    #[test]
+    fn feed_indices_count_the_past() {
+        assert_eq!(Feed::InputIds.indices(&[7], 5), Some((vec![1, 1], vec![7])));
+        assert_eq!(Feed::AttentionMask.indices(&[7], 5), Some((vec![1, 6], vec![1; 6])));
+        assert_eq!(Feed::PositionIds.indices(&[7, 8], 5), Some((vec![1, 2], vec![5, 6])));
+        assert_eq!(Feed::WriteIndices.indices(&[7], 5), Some((vec![1], vec![5])));
+        assert_eq!(Feed::NonpadKvSeqlen.indices(&[7], 5), Some((vec![1], vec![6])));
+        assert_eq!(Feed::Embedding.indices(&[7], 5), None);
     }
 
     /// Guards: each committed variant is read as the protocol it is (see

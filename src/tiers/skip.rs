@@ -55,6 +55,9 @@ pub fn static_skip(case: &Case, level: Level, opts: &RunOptions) -> Option<Strin
         if let Some(reason) = artifacts.export.as_deref().and_then(|export| text_component_only(case, export)) {
             return Some(reason);
         }
+        if let Some(reason) = artifacts.export.as_deref().and_then(no_embedding_model) {
+            return Some(reason);
+        }
     }
     match level {
         Level::L1 | Level::L3 => artifact_skip(case, &artifacts, level == Level::L3),
@@ -192,6 +195,31 @@ fn text_component_only(case: &Case, export: &Path) -> Option<String> {
             export.display()
         )
     })
+}
+
+/// A text-only package whose decoder takes `inputs_embeds` (ORT GenAI's `exclude_embeds`): the
+/// embedding lives in a model the package does not hold, so nothing can run it alone (L1 fails it
+/// saying so). Memoised per export folder, as listing the trials asks once per level.
+fn no_embedding_model(export: &Path) -> Option<String> {
+    static VERDICTS: OnceLock<Mutex<HashMap<PathBuf, Option<String>>>> = OnceLock::new();
+    let verdicts = VERDICTS.get_or_init(Mutex::default);
+    if let Some(v) = verdicts.lock().unwrap_or_else(|e| e.into_inner()).get(export) {
+        return v.clone();
+    }
+    let verdict = (|| {
+        use crate::onnx::package::{Layout, OnnxPackage};
+        use crate::onnx::protocol::{ExportProtocol, Feed};
+        let package = OnnxPackage::open(export).ok().filter(|p| p.layout == Layout::TextOnly)?;
+        let protocol = ExportProtocol::of_package(&package).ok()?;
+        let input = protocol.decoder_inputs.iter().find(|n| protocol.feed(n) == Feed::NoEmbeddingModel)?;
+        Some(format!(
+            "no embedding model: {}'s decoder takes `{input}` and the package has no model that makes it (an ORT GenAI \
+             `exclude_embeds` build); it runs only beside the embedding model it was built for",
+            export.display()
+        ))
+    })();
+    verdicts.lock().unwrap_or_else(|e| e.into_inner()).insert(export.to_path_buf(), verdict.clone());
+    verdict
 }
 
 fn not_runnable_here(case: &Case, export: &Path) -> Option<String> {

@@ -16,10 +16,8 @@ use super::{float_value, to_dense_f32, CacheLayout, Embedded, OnnxPipeline, Pipe
 use crate::inputs::ModelInputs;
 use crate::onnx::cut::{self, CutModel, CutUnavailable};
 use crate::onnx::feed::{FeedData, FeedTensor};
-use crate::onnx::protocol::{NONPAD_KV_SEQLEN, WRITE_INDICES};
 use crate::onnx::session::{self, ModelSource, SessionError};
 use crate::outputs::{Component, Dense, Isolated, LayerOutputs, ModuleOutputs, Run};
-use ort::value::TensorElementType;
 
 impl OnnxPipeline {
     /// Runs each sub-model on the reference's inputs for it (see the module doc). `reference`
@@ -89,7 +87,7 @@ impl OnnxPipeline {
     /// reference's `components`.
     fn reference_embedded(&self, components: &BTreeMap<Component, Dense<f32>>) -> Result<Embedded, PipelineError> {
         let mut out = Embedded::new();
-        for name in &self.routed {
+        for name in self.routed() {
             let t = Component::from_name(name).and_then(|c| components.get(&c)).ok_or_else(|| PipelineError::Contract {
                 role: self.decoder_role,
                 message: format!("input `{name}`: the reference has no such tensor to feed it in isolation"),
@@ -207,19 +205,11 @@ impl OnnxPipeline {
         Ok(out)
     }
 
-    /// [`OnnxPipeline::protocol_value`]'s integer inputs for a prefill of `ids`, as owned tensors.
+    /// The protocol's integer inputs for a prefill of `ids`, as owned tensors.
     fn index_feed(&self, name: &str, ids: &[i64]) -> Option<FeedTensor> {
-        let s = ids.len();
-        let (shape, data): (Vec<usize>, Vec<i64>) = match name {
-            "input_ids" => (vec![1, s], ids.to_vec()),
-            "attention_mask" => (vec![1, s], vec![1; s]),
-            "position_ids" => (vec![1, s], (0..s as i64).collect()),
-            WRITE_INDICES => (vec![1], vec![0]),
-            NONPAD_KV_SEQLEN => (vec![1], vec![s as i64]),
-            _ => return None,
-        };
-        let data = match self.index_types.get(name) {
-            Some(TensorElementType::Int32) => FeedData::I32(data.into_iter().map(|x| x as i32).collect()),
+        let (shape, data) = self.protocol.feed(name).indices(ids, 0)?;
+        let data = match self.protocol.index_dtype(name) {
+            "int32" => FeedData::I32(data.into_iter().map(|x| x as i32).collect()),
             _ => FeedData::I64(data),
         };
         Some(FeedTensor { shape, data })

@@ -11,7 +11,7 @@
 //! are read from the sessions; `present.*` values are moved into the next step's
 //! `past_key_values.*` without copying.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use half::f16;
@@ -27,7 +27,7 @@ use kv::{declared_shape, kv_slots, CacheLayout, KvSlot};
 
 use super::layers::{self, LayerBoundary, LayersError};
 use super::package::{Layout, OnnxPackage, DECODER, EMBEDDING, TEXT_MODEL, VISION_ENCODER};
-use super::protocol::{ExportProtocol, NONPAD_KV_SEQLEN, WRITE_INDICES};
+use super::protocol::{ExportProtocol, Feed};
 use super::provider::{self, RunEp};
 use super::session::{self, ModelSource, SessionError, SessionOptions};
 use super::shapes::{self, Axis, ShapeError, Source};
@@ -68,15 +68,9 @@ pub struct OnnxPipeline {
     /// What the package's graphs and runtime config declare (the positions bound of ORT GenAI's
     /// `search.max_length`, logits of the last position only).
     protocol: ExportProtocol,
-    /// Element type of each integer input the pipeline builds (ids, mask, positions, cache
-    /// indices): int64, or int32 where the graph declares it.
-    index_types: BTreeMap<String, TensorElementType>,
     /// Element type of activations (`inputs_embeds`, `image_features`, KV): f32 or f16.
     float: TensorElementType,
     hidden: i64,
-    decoder_inputs: Vec<String>,
-    /// Embedding outputs the decoder takes as inputs (`inputs_embeds`, `per_layer_inputs`, …).
-    routed: BTreeSet<String>,
     opts: SessionOptions,
     /// The decoder's layer outputs (extra graph outputs), or why there are none.
     layers: Result<Vec<LayerBoundary>, NoLayerOutputs>,
@@ -130,20 +124,11 @@ impl OnnxPipeline {
         if package.layout == Layout::Multimodal && embedding.is_none() {
             return Err(PipelineError::Contract { role: EMBEDDING, message: format!("missing from {}", dir.display()) });
         }
-        let decoder_inputs: Vec<String> = decoder.inputs().iter().map(|o| o.name().to_string()).collect();
         // What to feed and how the cache lives come from the package's protocol, the one that
         // L1 checks; the session supplies the static geometry.
         let protocol = ExportProtocol::of_package(&package)?;
         let cuda = matches!(provider::run_ep_or_cpu(), RunEp::Cuda(_));
         let (kv, capacity) = kv_slots(&decoder, decoder_role, &protocol, cuda)?;
-        let mut index_types = BTreeMap::new();
-        for session in std::iter::once(&decoder).chain(embedding.as_ref()) {
-            for i in session.inputs() {
-                if let Some(t @ (TensorElementType::Int32 | TensorElementType::Int64)) = i.dtype().tensor_type() {
-                    index_types.insert(i.name().to_string(), t);
-                }
-            }
-        }
         let float = decoder
             .outputs()
             .iter()
@@ -163,17 +148,15 @@ impl OnnxPipeline {
                 shapes::check(decoder_role, "output", "logits", &axes, &shape, Source::Declared)?;
             }
         }
-        let (hidden, routed) = match &embedding {
+        let hidden = match &embedding {
             Some(e) => {
                 let shape = declared_shape(e.outputs().iter().find(|o| o.name() == "inputs_embeds").map(|o| o.dtype()))
                     .ok_or_else(|| PipelineError::Contract { role: EMBEDDING, message: "no tensor output `inputs_embeds`".into() })?;
                 let axes = [Axis::Is("batch", 1), Axis::Any("sequence"), Axis::Static("hidden")];
                 shapes::check(EMBEDDING, "output", "inputs_embeds", &axes, &shape, Source::Declared)?;
-                let hidden = shape[2];
-                let routed = e.outputs().iter().map(|o| o.name().to_string()).filter(|n| decoder_inputs.contains(n)).collect();
-                (hidden, routed)
+                shape[2]
             }
-            None => (0, BTreeSet::new()),
+            None => 0,
         };
         Ok(OnnxPipeline {
             root: dir.into(),
@@ -186,11 +169,8 @@ impl OnnxPipeline {
             kv,
             capacity,
             protocol,
-            index_types,
             float,
             hidden,
-            decoder_inputs,
-            routed,
             opts: opts.clone(),
             layers,
             embeddings_output,
@@ -401,36 +381,29 @@ impl OnnxPipeline {
         Ok(cache)
     }
 
+    /// The decoder inputs the embedding model's outputs feed (`inputs_embeds`,
+    /// `per_layer_inputs`, …), in the protocol's order.
+    fn routed(&self) -> impl Iterator<Item = &String> {
+        self.protocol.decoder_inputs.iter().filter(|n| self.protocol.feed(n) == Feed::Embedding)
+    }
+
     /// An integer input of `shape` in the element type the graph declares for `name`.
     fn index_value(&self, name: &str, shape: Vec<usize>, data: Vec<i64>) -> Result<DynValue, ort::Error> {
-        Ok(match self.index_types.get(name) {
-            Some(TensorElementType::Int32) => {
+        Ok(match self.protocol.index_dtype(name) {
+            "int32" => {
                 Tensor::from_array((shape, data.into_iter().map(|x| x as i32).collect::<Vec<_>>()))?.into_dyn()
             }
             _ => Tensor::from_array((shape, data))?.into_dyn(),
         })
     }
 
-    /// The value of a decoder input the pipeline itself builds for a call over `ids` with
-    /// `total` = past + S positions (ids, mask, positions, static-cache indices); `None` for
-    /// the others (KV, embedding outputs, …).
-    fn protocol_value(&self, name: &str, ids: &[i64], total: usize) -> Result<Option<DynValue>, ort::Error> {
-        let (s, past) = (ids.len(), total - ids.len());
-        Ok(Some(match name {
-            "input_ids" => self.index_value(name, vec![1, s], ids.to_vec())?,
-            "attention_mask" => self.index_value(name, vec![1, total], vec![1; total])?,
-            "position_ids" => self.index_value(name, vec![1, s], (past as i64..total as i64).collect())?,
-            // Static cache: the new positions are written from `past` on; `total` are valid.
-            WRITE_INDICES => self.index_value(name, vec![1], vec![past as i64])?,
-            NONPAD_KV_SEQLEN => self.index_value(name, vec![1], vec![total as i64])?,
-            _ => return Ok(None),
-        }))
-    }
-
     /// The error for a decoder input outside the protocol.
     fn unknown_input(&self, name: &str) -> PipelineError {
-        let message = if name == "inputs_embeds" {
-            "needs `inputs_embeds` but the package has no embedding model".to_string()
+        let message = if self.protocol.feed(name) == Feed::NoEmbeddingModel {
+            format!(
+                "input `{name}` needs an embedding model and the package has none (an ORT GenAI `exclude_embeds` build \
+                 leaves the embedding to another model); only a package that embeds its ids can be run"
+            )
         } else {
             format!("input `{name}` is neither part of the decoder protocol nor an output of the embedding model")
         };
@@ -452,17 +425,16 @@ impl OnnxPipeline {
         let run = |source| PipelineError::Run { role, source };
         let contract = |message: String| PipelineError::Contract { role, message };
         let s = ids.len();
-        let mut feed: Vec<(String, SessionInputValue<'_>)> = Vec::with_capacity(self.decoder_inputs.len());
-        for name in &self.decoder_inputs {
-            if self.kv.iter().any(|slot| name == &slot.past_key || name == &slot.past_value) {
-                continue;
-            }
-            let value: DynValue = match self.protocol_value(name, ids, total).map_err(run)? {
-                Some(v) => v,
-                None if self.routed.contains(name) => embedded
+        let mut feed: Vec<(String, SessionInputValue<'_>)> = Vec::with_capacity(self.protocol.decoder_inputs.len());
+        for name in &self.protocol.decoder_inputs {
+            let input = self.protocol.feed(name);
+            let value: DynValue = match (input, input.indices(ids, total - s)) {
+                (_, Some((shape, data))) => self.index_value(name, shape, data).map_err(run)?,
+                (Feed::Past { .. }, None) => continue,
+                (Feed::Embedding, None) => embedded
                     .remove(name)
                     .ok_or_else(|| contract(format!("input `{name}` comes from the embedding model, which did not produce it")))?,
-                None => return Err(self.unknown_input(name)),
+                _ => return Err(self.unknown_input(name)),
             };
             feed.push((name.clone(), value.into()));
         }

@@ -18,7 +18,7 @@ use crate::onnx::contract::{ElemType, ExpectedDim, ExportContract};
 use crate::onnx::genai_config::GenAiConfig;
 use crate::onnx::graph::{Dim, GraphSummary, TensorSpec};
 use crate::onnx::package::{Layout, OnnxPackage, DECODER, EMBEDDING, TEXT_MODEL};
-use crate::onnx::protocol::ExportProtocol;
+use crate::onnx::protocol::{ExportProtocol, Feed};
 use crate::onnx::provider;
 use crate::onnx::quantized::QuantizedBuild;
 use crate::onnx::runtime::ORT_VERSION;
@@ -111,6 +111,12 @@ fn interface(inputs: L1Inputs<'_>) -> Result<Interface, TierOutcome> {
         contract
     };
     let contract = contract.for_protocol(&protocol);
+    for input in protocol.decoder_inputs.iter().filter(|n| protocol.feed(n) == Feed::NoEmbeddingModel) {
+        violations.push(format!(
+            "input `{input}` has no embedding model to come from: the package cannot run alone (an ORT GenAI \
+             `exclude_embeds` build leaves the embedding to a model it does not hold)"
+        ));
+    }
     if let Some(runtime) = &protocol.runtime {
         violations.extend(runtime_config::violations(runtime, &contract, &protocol));
     }
