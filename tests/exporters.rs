@@ -155,7 +155,10 @@ fn an_exclude_embeds_build_is_named_not_run() {
     assert_eq!(out.status, Status::Fail, "{}", out.message);
     assert!(out.message.contains("input `inputs_embeds` has no embedding model to come from"), "{}", out.message);
     let opts = RunOptions { goldens_root: repo("goldens"), ci: false };
-    let case = Case::load(&repo("cases/causal-lm/unified-vision-text.yaml")).expect("case").for_variant("builder-fp32-no-embeds").expect("variant");
+    let case = Case::load(&repo("cases/causal-lm/unified-vision-text.yaml"))
+        .expect("case")
+        .for_variant("builder-fp32-no-embeds")
+        .expect("variant");
     for level in [Level::L3, Level::L4, Level::L5] {
         let reason = static_skip(&case, level, &opts).unwrap_or_else(|| panic!("{level} not skipped"));
         assert!(reason.starts_with("no embedding model:") && reason.contains("exclude_embeds"), "{reason}");

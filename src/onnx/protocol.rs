@@ -567,7 +567,10 @@ mod tests {
             .collect();
         let renamed = renamed.with_runtime(Some(runtime));
         assert_eq!(renamed.kv_pairs, vec![(0, false)]);
-        assert_eq!([renamed.feed("ids"), renamed.feed("mask"), renamed.feed("input_ids")], [Feed::InputIds, Feed::AttentionMask, Feed::Unknown]);
+        assert_eq!(
+            [renamed.feed("ids"), renamed.feed("mask"), renamed.feed("input_ids")],
+            [Feed::InputIds, Feed::AttentionMask, Feed::Unknown]
+        );
         assert_eq!(renamed.feed("kv.0.k"), Feed::Past { pair: 0, value: false });
     }
 

@@ -366,8 +366,14 @@ impl OnnxPipeline {
                     CacheLayout::Dynamic => float_value(self.float, &[1, dims[0] as usize, 0, dims[1] as usize], &[]),
                     // Zeros, as ORT GenAI allocates them; the kernel writes from position 0.
                     CacheLayout::Shared { capacity } => {
-                        let (heads, head_dim) = (dims[0] as usize, dims[1] as usize);
-                        float_value(self.float, &[1, heads, capacity, head_dim], &vec![0.0; heads * capacity * head_dim])
+                        // Allocated by ONNX Runtime (zeroed), not from a Rust vector: only such a
+                        // tensor can be bound as an output and written in place.
+                        let shape = [1, dims[0] as usize, capacity, dims[1] as usize];
+                        let allocator = ort::memory::Allocator::default();
+                        match self.float {
+                            TensorElementType::Float16 => Tensor::<f16>::new(&allocator, shape).map(Tensor::into_dyn),
+                            _ => Tensor::<f32>::new(&allocator, shape).map(Tensor::into_dyn),
+                        }
                     }
                     // Zeros; what lies beyond nonpad_kv_seqlen is never attended to.
                     CacheLayout::Static { .. } => {
@@ -390,9 +396,7 @@ impl OnnxPipeline {
     /// An integer input of `shape` in the element type the graph declares for `name`.
     fn index_value(&self, name: &str, shape: Vec<usize>, data: Vec<i64>) -> Result<DynValue, ort::Error> {
         Ok(match self.protocol.index_dtype(name) {
-            "int32" => {
-                Tensor::from_array((shape, data.into_iter().map(|x| x as i32).collect::<Vec<_>>()))?.into_dyn()
-            }
+            "int32" => Tensor::from_array((shape, data.into_iter().map(|x| x as i32).collect::<Vec<_>>()))?.into_dyn(),
             _ => Tensor::from_array((shape, data))?.into_dyn(),
         })
     }
@@ -425,7 +429,7 @@ impl OnnxPipeline {
         let run = |source| PipelineError::Run { role, source };
         let contract = |message: String| PipelineError::Contract { role, message };
         let s = ids.len();
-        let mut feed: Vec<(String, SessionInputValue<'_>)> = Vec::with_capacity(self.protocol.decoder_inputs.len());
+        let mut feed: Vec<(String, DynValue)> = Vec::with_capacity(self.protocol.decoder_inputs.len());
         for name in &self.protocol.decoder_inputs {
             let input = self.protocol.feed(name);
             let value: DynValue = match (input, input.indices(ids, total - s)) {
@@ -436,18 +440,47 @@ impl OnnxPipeline {
                     .ok_or_else(|| contract(format!("input `{name}` comes from the embedding model, which did not produce it")))?,
                 _ => return Err(self.unknown_input(name)),
             };
-            feed.push((name.clone(), value.into()));
+            feed.push((name.clone(), value));
         }
-        let mut values = cache.into_iter();
-        for slot in &self.kv {
-            let (Some(k), Some(v)) = (values.next(), values.next()) else {
-                return Err(contract("KV cache shorter than the decoder's KV inputs".into()));
-            };
-            feed.push((slot.past_key.clone(), k.into()));
-            feed.push((slot.past_value.clone(), v.into()));
+        if cache.len() != self.kv.len() * 2 {
+            return Err(contract("KV cache shorter than the decoder's KV inputs".into()));
         }
         let decoder = self.decoder.as_mut().ok_or_else(|| contract("the decoder session was released for the local layer runs".into()))?;
-        let mut out = decoder.run(feed).map_err(run)?;
+        // ORT GenAI's shared buffers: each bound as its past input and its present output, so
+        // GroupQueryAttention writes the new positions in place (its share-buffer mode) and
+        // nothing is copied between steps; the buffers stay this call's `cache`.
+        let shared = !self.kv.is_empty() && self.kv.iter().all(|slot| matches!(slot.layout, CacheLayout::Shared { .. }));
+        let mut cache = cache;
+        let binding;
+        let mut out = if shared {
+            let mut b = decoder.create_binding().map_err(run)?;
+            for (name, value) in &feed {
+                b.bind_input(name.as_str(), value).map_err(run)?;
+            }
+            let cpu = ort::memory::MemoryInfo::default();
+            let presents: Vec<&str> = self.kv.iter().flat_map(|s| [s.present_key.as_str(), s.present_value.as_str()]).collect();
+            for output in decoder.outputs().iter().map(|o| o.name()).filter(|n| !presents.contains(n)) {
+                b.bind_output_to_device(output, &cpu).map_err(run)?;
+            }
+            let names = self.kv.iter().flat_map(|slot| [(&slot.past_key, &slot.present_key), (&slot.past_value, &slot.present_value)]);
+            for ((past, present), value) in names.zip(cache.iter_mut()) {
+                b.bind_input(past.as_str(), &*value).map_err(run)?;
+                b.bind_output(present.as_str(), value).map_err(run)?;
+            }
+            binding = b;
+            decoder.run_binding(&binding).map_err(run)?
+        } else {
+            let mut inputs: Vec<(String, SessionInputValue<'_>)> = feed.into_iter().map(|(n, v)| (n, v.into())).collect();
+            let mut values = std::mem::take(&mut cache).into_iter();
+            for slot in &self.kv {
+                let (Some(k), Some(v)) = (values.next(), values.next()) else {
+                    return Err(contract("KV cache shorter than the decoder's KV inputs".into()));
+                };
+                inputs.push((slot.past_key.clone(), k.into()));
+                inputs.push((slot.past_value.clone(), v.into()));
+            }
+            decoder.run(inputs).map_err(run)?
+        };
         let logits = out.remove("logits").ok_or_else(|| contract("no output `logits`".into()))?;
         let logits = to_dense_f32(&logits, role, "logits")?;
         let layers = match (&self.layers, capture_layers) {
@@ -506,6 +539,11 @@ impl OnnxPipeline {
                             Axis::Is("head_dim", b as usize),
                         ];
                         check_value(role, name, &axes, &value)?;
+                        // Written in place: the very buffer bound as the past.
+                        let bound = cache.get(present.len()).and_then(data_address);
+                        if bound.is_none() || bound != data_address(&value) {
+                            return Err(contract(format!("`{name}` was not written into the buffer bound as its past")));
+                        }
                     }
                 }
                 present.push(value);
@@ -561,6 +599,11 @@ fn open_decoder(
     };
     tracing::debug!("decoder with {} layer outputs opened in {:.2} s", copy.layers.len(), t.elapsed().as_secs_f64());
     Ok((session, Ok(copy.layers), copy.embeddings))
+}
+
+/// Where a tensor's data lives (`None` for a non-tensor): two values share a buffer when equal.
+fn data_address(v: &DynValue) -> Option<usize> {
+    v.view().downcast::<ort::value::DynTensorValueType>().ok().map(|t| t.data_ptr() as usize)
 }
 
 /// [`shapes::check_returned`] of a value a session returned.
