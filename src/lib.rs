@@ -28,6 +28,7 @@ pub mod logits;
 pub mod memory;
 pub mod names;
 pub mod onnx;
+pub mod ort_genai;
 pub mod outputs;
 pub mod plan;
 pub mod python_json;

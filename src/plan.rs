@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use crate::case::{discover, Case, Level};
-use crate::evaluation::CaseEvaluations;
+use crate::evaluation::{implementations, CaseEvaluations};
 use crate::tiers::{static_skip, RunOptions};
 
 /// What a planned trial does.
@@ -62,8 +62,16 @@ pub fn plan(roots: &[PathBuf], opts: &RunOptions) -> Vec<PlannedTrial> {
                 // Other implementations are judged on the tiers that compare computed outputs;
                 // L1 and L2 judge an export's graph and the config.
                 const COMPUTED: [Level; 3] = [Level::L3, Level::L4, Level::L5];
-                let others: Vec<Case> = case.implementations.iter().filter_map(|e| case.for_implementation(e.name)).collect();
-                let exports = if case.judges_onnx() { std::iter::once(case).chain(variants).collect() } else { Vec::new() };
+                // A runtime (per_export) judges each build, the case's and every variant's; a
+                // model implementation judges the checkpoint once.
+                let builds: Vec<Case> = std::iter::once(case.clone()).chain(variants).collect();
+                let others: Vec<Case> = builds
+                    .iter()
+                    .flat_map(|build| build.implementations.iter().map(move |e| (build, e.name)))
+                    .filter(|(build, name)| build.variant.is_none() || implementations::candidate(*name).per_export)
+                    .filter_map(|(build, name)| build.for_implementation(name))
+                    .collect();
+                let exports = if case.judges_onnx() { builds } else { Vec::new() };
                 let planned = exports.into_iter().map(|c| (c, &Level::ALL[..])).chain(others.into_iter().map(|c| (c, &COMPUTED[..])));
                 // A quantized build is judged against the reference on its own dequantized
                 // weights: its own evaluation (and a float variant of a quantized case, the float

@@ -7,6 +7,7 @@
 
 pub mod candle_transformers;
 pub mod onnx;
+pub mod ort_genai;
 pub mod reference;
 
 use crate::inputs::ModelInputs;
@@ -40,6 +41,8 @@ pub enum BackendError {
     #[error(transparent)]
     CandleTransformers(Box<crate::candle_gemma4::CandleTransformersError>),
     #[error(transparent)]
+    Genai(#[from] crate::ort_genai::GenaiError),
+    #[error(transparent)]
     NonFinite(#[from] NonFinite),
     /// The reference's device (`ONNX_PARITY_DEVICE`) cannot be used.
     #[error(transparent)]
@@ -65,6 +68,12 @@ pub trait Backend {
 
     /// Which layers see an image block bidirectionally, when the implementation chooses it (the
     /// reference does, per case); `None` for an export, whose mask is built into its graph.
+    /// Whether its free run is its own search (a runtime's generator), which a teacher-forced
+    /// run whose argmax agrees at every step must not stand in for.
+    fn searches_itself(&self) -> bool {
+        false
+    }
+
     fn bidirectional_scope(&self) -> Option<BidirectionalScope> {
         None
     }

@@ -91,6 +91,8 @@ pub struct Variant {
     pub onnx: Option<PathBuf>,
     pub export: Option<ExportPin>,
     pub xfail: Option<Xfail>,
+    /// Other implementations' expected failures on this build (see [`Case::for_variant`]).
+    pub implementations: Vec<ImplementationEntry>,
     pub notes: Option<String>,
 }
 
@@ -185,7 +187,18 @@ impl Case {
             variants: raw
                 .variants
                 .into_iter()
-                .map(|(name, v)| (name, Variant { onnx: resolve(v.onnx), export: v.export, xfail: v.xfail, notes: v.notes }))
+                .map(|(name, v)| {
+                    (
+                        name,
+                        Variant {
+                            onnx: resolve(v.onnx),
+                            export: v.export,
+                            xfail: v.xfail,
+                            implementations: v.implementations,
+                            notes: v.notes,
+                        },
+                    )
+                })
                 .collect(),
             variant: None,
             implementations,
@@ -230,18 +243,20 @@ impl Case {
             dtype: v.export.as_ref().and_then(|p| p.dtype).unwrap_or(self.dtype),
             export: v.export.clone(),
             xfail: merge_xfail(self.xfail.as_ref(), v.xfail.as_ref()),
+            implementations: variant_implementations(&self.implementations, &v.implementations),
             variants: BTreeMap::new(),
             variant: Some(name.to_string()),
             ..self.clone()
         })
     }
 
-    /// The case as implementation `name` (not `onnx`) is judged in it: the reference's
+    /// The case as implementation `name` (not `onnx`) is judged in it (on a variant's case: on that
+    /// variant's build, [`Case::for_variant`]): the reference's
     /// checkpoint is also what `name` loads, its expected failures are its entry's (the export's
     /// are about the export), it has no variants; `None` when the case does not list `name`.
     pub fn for_implementation(&self, name: ImplementationName) -> Option<Case> {
         let entry = self.implementations.iter().find(|e| e.name == name && name != ImplementationName::Onnx)?;
-        Some(Case { xfail: entry.xfail.clone(), variants: BTreeMap::new(), variant: None, implementation: Some(name), ..self.clone() })
+        Some(Case { xfail: entry.xfail.clone(), variants: BTreeMap::new(), implementation: Some(name), ..self.clone() })
     }
 
     /// Whether the case judges its ONNX export (`onnx` is in `implementations:`).
@@ -337,6 +352,22 @@ fn merge_xfail(case: Option<&Xfail>, variant: Option<&Xfail>) -> Option<Xfail> {
             Some(Xfail::PerLevel(merged))
         }
     }
+}
+
+/// A variant's implementations: the case's, each other runtime's expected failures the
+/// variant's own entry's (the case's are about the case's build), and those only the variant lists.
+fn variant_implementations(case: &[ImplementationEntry], variant: &[ImplementationEntry]) -> Vec<ImplementationEntry> {
+    let own = |name| variant.iter().find(|e: &&ImplementationEntry| e.name == name);
+    let mut out: Vec<ImplementationEntry> = case
+        .iter()
+        .map(|e| match (e.name, own(e.name)) {
+            (ImplementationName::Onnx, _) => e.clone(),
+            (_, Some(v)) => v.clone(),
+            (_, None) => ImplementationEntry { xfail: None, ..e.clone() },
+        })
+        .collect();
+    out.extend(variant.iter().filter(|v| !case.iter().any(|e| e.name == v.name)).cloned());
+    out
 }
 
 #[cfg(test)]

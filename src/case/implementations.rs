@@ -26,6 +26,8 @@ named_enum! {
         Onnx = "onnx",
         /// candle-transformers' `models::gemma4` (src/backend/candle_transformers.rs).
         CandleTransformers = "candle-transformers",
+        /// The export in onnxruntime-genai, through its genai_config.json (src/backend/ort_genai.rs).
+        OrtGenai = "ort-genai",
     }
 }
 

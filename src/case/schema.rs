@@ -160,6 +160,10 @@ pub(crate) struct RawVariant {
     pub(crate) export: Option<ExportPin>,
     #[serde(default)]
     pub(crate) xfail: Option<Xfail>,
+    /// The expected failures of the case's other runtimes on this build (`- ort-genai: {xfail:
+    /// ...}`); an implementation listed here and not by the case judges this build too.
+    #[serde(default)]
+    pub(crate) implementations: Vec<super::implementations::ImplementationEntry>,
     #[serde(default)]
     pub(crate) notes: Option<String>,
 }

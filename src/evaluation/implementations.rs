@@ -2,7 +2,9 @@
 //! first (its greedy tokens drive every other's teacher-forced decode, its outputs are what the
 //! others are compared with), then the candidates. Adding an implementation (another runtime,
 //! ORT on another execution provider, candle-transformers' own model) is one more entry here and
-//! an `impl Backend`; no tier changes. Which of them a case judges is its `implementations:`.
+//! an `impl Backend`; no tier changes. Which of them a case judges is its `implementations:`;
+//! [`REGISTRY`] is the list of candidates by name, which the YAML's and the CLI's names are
+//! checked against.
 
 use std::path::Path;
 
@@ -20,6 +22,8 @@ pub type Open = fn(&Path, &Case) -> Result<Box<dyn Backend>, BackendError>;
 /// One implementation a case can run.
 #[derive(Clone, Copy)]
 pub struct Implementation {
+    /// Its `implementations:` name (`None`: the reference, which every case runs).
+    pub name: Option<ImplementationName>,
     /// Names it in messages: `<label> (<artifact folder>): <error>`.
     pub label: &'static str,
     /// The folder it loads (the checkpoint, the export), when the case has one.
@@ -28,6 +32,16 @@ pub struct Implementation {
     pub missing: &'static str,
     /// Loads it from `artifact` for `case`.
     pub open: Open,
+    /// Why it cannot judge `case` with its artifact at the given folder (a feature of the model
+    /// or the prompt it lacks, a file it needs), known before loading; `None` when it can.
+    pub unsupported: fn(&Case, &Path) -> Option<String>,
+    /// Whether it runs an export, so it judges the case's own and each variant's (else it runs
+    /// the checkpoint, once per case).
+    pub per_export: bool,
+}
+
+fn supported(_: &Case, _: &Path) -> Option<String> {
+    None
 }
 
 impl std::fmt::Debug for Implementation {
@@ -39,10 +53,13 @@ impl std::fmt::Debug for Implementation {
 /// The candle reference on the case's checkpoint, in the case's `bidirectional:` scope (else
 /// what HF's own forward does for the model type).
 pub const REFERENCE: Implementation = Implementation {
+    name: None,
     label: "reference",
     artifact: checkpoint,
     missing: "the case has no `checkpoint:` for the reference",
     open: open_reference,
+    unsupported: supported,
+    per_export: false,
 };
 
 fn checkpoint(a: &Artifacts) -> Option<&Path> {
@@ -55,8 +72,15 @@ fn open_reference(dir: &Path, case: &Case) -> Result<Box<dyn Backend>, BackendEr
 
 /// The export in ONNX Runtime (this build's execution provider). With an L3 tier its decoder
 /// runs with the layer outputs exposed, so L3 can name the first layer that differs.
-pub const ONNX_RUNTIME: Implementation =
-    Implementation { label: "ONNX", artifact: export, missing: "the case has no `onnx:` export", open: open_onnx };
+pub const ONNX_RUNTIME: Implementation = Implementation {
+    name: Some(ImplementationName::Onnx),
+    label: "ONNX",
+    artifact: export,
+    missing: "the case has no `onnx:` export",
+    open: open_onnx,
+    unsupported: supported,
+    per_export: true,
+};
 
 fn export(a: &Artifacts) -> Option<&Path> {
     a.export.as_deref()
@@ -70,11 +94,50 @@ fn open_onnx(dir: &Path, case: &Case) -> Result<Box<dyn Backend>, BackendError> 
 /// candle-transformers' own gemma4 on the case's checkpoint (what it cannot run was a skip
 /// before this loads; [`CandleTransformersGemma4::load`] checks again and says what is missing).
 pub const CANDLE_TRANSFORMERS: Implementation = Implementation {
+    name: Some(ImplementationName::CandleTransformers),
     label: "candle-transformers",
     artifact: checkpoint,
     missing: "the case has no `checkpoint:` for candle-transformers",
     open: open_candle_transformers,
+    unsupported: candle_transformers_unsupported,
+    per_export: false,
 };
+
+/// What candle-transformers' gemma4 lacks for the checkpoint's config (and, on an image prompt,
+/// for images); an unreadable config is not a skip (the run fails and says why).
+fn candle_transformers_unsupported(case: &Case, dir: &Path) -> Option<String> {
+    use crate::backend::candle_transformers::{read_config, unsupported, CandleTransformersError};
+    let config = read_config(dir).ok()?;
+    let mut missing = unsupported(&config, false);
+    if missing.is_empty() && crate::inputs::for_case(case).is_ok_and(|i| i.has_images()) {
+        missing = unsupported(&config, true);
+    }
+    (!missing.is_empty()).then(|| CandleTransformersError::Unsupported(missing).to_string())
+}
+
+/// The package in onnxruntime-genai (src/ort_genai/): the export as users deploy it, through
+/// its `genai_config.json`.
+pub const ORT_GENAI: Implementation = Implementation {
+    name: Some(ImplementationName::OrtGenai),
+    label: "ORT GenAI",
+    artifact: export,
+    missing: "the case has no `onnx:` export for ORT GenAI",
+    open: open_ort_genai,
+    unsupported: ort_genai_unsupported,
+    per_export: true,
+};
+
+fn open_ort_genai(dir: &Path, _case: &Case) -> Result<Box<dyn Backend>, BackendError> {
+    Ok(Box::new(crate::backend::ort_genai::OrtGenai::open(dir)?))
+}
+
+fn ort_genai_unsupported(case: &Case, dir: &Path) -> Option<String> {
+    let images = crate::inputs::for_case(case).is_ok_and(|i| i.has_images());
+    crate::ort_genai::unsupported(dir, images)
+}
+
+/// The candidates, one per `implementations:` name.
+pub const REGISTRY: &[Implementation] = &[ONNX_RUNTIME, CANDLE_TRANSFORMERS, ORT_GENAI];
 
 fn open_candle_transformers(dir: &Path, _case: &Case) -> Result<Box<dyn Backend>, BackendError> {
     Ok(Box::new(CandleTransformersGemma4::load(dir)?))
@@ -82,8 +145,18 @@ fn open_candle_transformers(dir: &Path, _case: &Case) -> Result<Box<dyn Backend>
 
 /// The implementation judged against [`REFERENCE`] under `name`.
 pub fn candidate(name: ImplementationName) -> Implementation {
-    match name {
-        ImplementationName::Onnx => ONNX_RUNTIME,
-        ImplementationName::CandleTransformers => CANDLE_TRANSFORMERS,
+    REGISTRY.iter().find(|i| i.name == Some(name)).copied().unwrap_or(ONNX_RUNTIME)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Guards: every name a case may list has exactly one registry entry.
+    #[test]
+    fn every_name_is_registered_once() {
+        for name in ImplementationName::ALL {
+            assert_eq!(REGISTRY.iter().filter(|i| i.name == Some(name)).count(), 1, "{name}");
+        }
     }
 }

@@ -141,7 +141,9 @@ impl Default for CaseEvaluation {
 
 /// The implementations other than the export that `case` judges.
 fn other_implementations(case: &Case) -> Vec<ImplementationName> {
-    case.implementations.iter().map(|e| e.name).filter(|n| *n != ImplementationName::Onnx).collect()
+    let listed = case.implementations.iter().chain(case.variants.values().flat_map(|v| &v.implementations));
+    let names: std::collections::BTreeSet<ImplementationName> = listed.map(|e| e.name).filter(|n| *n != ImplementationName::Onnx).collect();
+    names.into_iter().collect()
 }
 
 impl CaseEvaluation {
@@ -161,7 +163,15 @@ impl CaseEvaluation {
             candidates.push(Candidate { name, implementation: implementations::candidate(name), variant, run: OnceLock::new() });
         }
         for &name in others {
-            candidates.push(Candidate { name, implementation: implementations::candidate(name), variant: None, run: OnceLock::new() });
+            let implementation = implementations::candidate(name);
+            // A runtime runs every build; a model implementation the checkpoint, once.
+            let builds: Vec<Option<String>> = match implementation.per_export {
+                true => std::iter::once(None).chain(variants.iter().cloned().map(Some)).collect(),
+                false => vec![None],
+            };
+            for variant in builds {
+                candidates.push(Candidate { name, implementation, variant, run: OnceLock::new() });
+            }
         }
         CaseEvaluation {
             inputs: OnceLock::new(),
@@ -436,7 +446,7 @@ fn candidate_runs(
     let agrees = g.step_logits.len() == f.len()
         && g.step_logits.iter().zip(f).all(|(l, &t)| greedy_token(l) == Some(t))
         && (g.tokens.len() == max_new || g.tokens.last().is_some_and(|t| eos.contains(t)));
-    let free = if agrees {
+    let free = if agrees && !backend.searches_itself() {
         g.clone()
     } else {
         // Only the forced run's prefill is compared per layer.

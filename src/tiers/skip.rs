@@ -84,31 +84,38 @@ pub fn static_skip(case: &Case, level: Level, opts: &RunOptions) -> Option<Strin
     }
 }
 
-/// An implementation other than the export loads the checkpoint; it must implement what the
-/// model uses (a feature it lacks is a skip naming it, never a silently different model that
-/// passes or fails); L4/L5 need the goldens. An unreadable config is not a skip: the run fails
-/// and says why.
+/// An implementation other than the export's pipeline loads its artifact (the checkpoint, or the
+/// export as another runtime runs it); it must implement what the model and the prompt use (a
+/// feature it lacks is a skip naming it, never a silently different model that passes or
+/// fails); L4/L5 need the goldens. An unreadable config is not a skip: the run fails and says why.
 fn implementation_skip(case: &Case, level: Level, opts: &RunOptions, name: ImplementationName) -> Option<String> {
+    let implementation = crate::evaluation::implementations::candidate(name);
     let artifacts = Artifacts::of(case);
-    let Some(dir) = &artifacts.checkpoint else {
-        return Some(format!("{name} loads the checkpoint: add `checkpoint: <HF folder with config.json>` to {}", case.path.display()));
-    };
-    if let Some(reason) = incomplete_checkpoint(dir, true) {
-        return Some(reason);
-    }
-    match name {
-        ImplementationName::Onnx => {}
-        ImplementationName::CandleTransformers => {
-            use crate::backend::candle_transformers::{read_config, unsupported, CandleTransformersError};
-            if let Ok(config) = read_config(dir) {
-                let mut missing = unsupported(&config, false);
-                if missing.is_empty() && crate::inputs::for_case(case).is_ok_and(|i| i.has_images()) {
-                    missing = unsupported(&config, true);
-                }
-                if !missing.is_empty() {
-                    return Some(CandleTransformersError::Unsupported(missing).to_string());
-                }
-            }
+    if implementation.per_export {
+        let Some(dir) = artifacts.export.as_deref() else {
+            return Some(format!("{name} runs the export: add `onnx: <export folder>` to {}", case.path.display()));
+        };
+        if !dir.is_dir() {
+            return Some(format!("{name} runs the export {}, which is missing: {}", dir.display(), export_hint(case)));
+        }
+        // What keeps the pipeline from running the build keeps another runtime on the same
+        // execution provider from it too (kernels the build's EP has and the CPU lacks, a
+        // package that cannot run alone).
+        if let Some(reason) = not_runnable_here(case, dir).or_else(|| no_embedding_model(dir)) {
+            return Some(reason);
+        }
+        if let Some(reason) = (implementation.unsupported)(case, dir) {
+            return Some(reason);
+        }
+    } else {
+        let Some(dir) = &artifacts.checkpoint else {
+            return Some(format!("{name} loads the checkpoint: add `checkpoint: <HF folder with config.json>` to {}", case.path.display()));
+        };
+        if let Some(reason) = incomplete_checkpoint(dir, true) {
+            return Some(reason);
+        }
+        if let Some(reason) = (implementation.unsupported)(case, dir) {
+            return Some(reason);
         }
     }
     if matches!(level, Level::L4 | Level::L5) {

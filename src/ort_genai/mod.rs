@@ -1,0 +1,185 @@
+//! onnxruntime-genai, the runtime the exports are deployed on (mobius writes its
+//! `genai_config.json` with `--runtime ort-genai`; ORT GenAI's model builder targets it), as a
+//! second way to run a package: what breaks in the runtime contract (the config's KV layout,
+//! share-buffer mode, inputs it binds) shows here and not in the harness's own decode loop.
+//!
+//! The library comes from its PyPI wheel (pinned [`GENAI_VERSION`]) and runs the ONNX Runtime
+//! its wheel requires ([`GENAI_ORT_VERSION`], also from its wheel), both fetched once into the
+//! per-user cache beside the harness's own ORT ([`crate::onnx::wheel`]). The two ORT releases
+//! live in one process as two separate libraries: ORT GenAI is told which one is its own through
+//! `ORT_LIB_PATH`, the only way it offers (it has no C call for it, and without the variable it
+//! would bind whichever `libonnxruntime.so.1` the process loaded first: the harness's).
+
+pub mod ffi;
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock};
+
+use crate::onnx::wheel::{self, FetchError, Wheel, WheelSource};
+
+/// The onnxruntime-genai release judged.
+pub const GENAI_VERSION: &str = "0.18.0";
+/// The ONNX Runtime release that onnxruntime-genai 0.18.0's wheel requires.
+pub const GENAI_ORT_VERSION: &str = "1.32.0";
+
+/// Why ORT GenAI could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum GenaiError {
+    #[error("fetching {spec} for ORT GenAI: {source}")]
+    Fetch {
+        spec: String,
+        #[source]
+        source: FetchError,
+    },
+    #[error("loading {}: {source}", path.display())]
+    Load {
+        path: PathBuf,
+        #[source]
+        source: libloading::Error,
+    },
+    #[error("{} has no function `{name}` (not onnxruntime-genai {GENAI_VERSION}?): {source}", path.display())]
+    Symbol {
+        path: PathBuf,
+        name: &'static str,
+        #[source]
+        source: libloading::Error,
+    },
+    /// A C API call returned an error.
+    #[error("ORT GenAI {call}: {message}")]
+    Call { call: &'static str, message: String },
+    /// The package cannot be run by ORT GenAI (no `genai_config.json`, a prompt it cannot take).
+    #[error("ORT GenAI: {0}")]
+    Unsupported(String),
+    #[error("{} is not a valid genai_config.json: {message}", path.display())]
+    Config { path: PathBuf, message: String },
+    /// The process's one attempt to load the library failed (returned to every caller).
+    #[error(transparent)]
+    Once(Arc<GenaiError>),
+}
+
+/// onnxruntime-genai's wheel: its one native library (the Python extension beside it is not
+/// taken).
+fn genai_wheel() -> Wheel {
+    Wheel { name: "onnxruntime-genai", version: GENAI_VERSION, member_dir: "onnxruntime_genai/", library: "libonnxruntime-genai.so".into() }
+}
+
+/// The ONNX Runtime wheel ORT GenAI runs on (CPU).
+fn ort_wheel() -> Wheel {
+    Wheel {
+        name: "onnxruntime",
+        version: GENAI_ORT_VERSION,
+        member_dir: "onnxruntime/capi/",
+        library: format!("libonnxruntime.so.{GENAI_ORT_VERSION}"),
+    }
+}
+
+/// Both libraries in the cache under `root`, fetched on first use: (ORT GenAI, its ORT).
+pub fn install(root: &Path, source: &WheelSource) -> Result<(PathBuf, PathBuf), GenaiError> {
+    let get = |w: Wheel| w.install(&w.cache_dir(root), source).map_err(|source| GenaiError::Fetch { spec: w.spec(), source });
+    Ok((get(genai_wheel())?, get(ort_wheel())?))
+}
+
+static API: OnceLock<Result<ffi::Api, Arc<GenaiError>>> = OnceLock::new();
+
+/// The loaded library (fetched and loaded on first use, then kept for the process).
+pub fn api() -> Result<&'static ffi::Api, GenaiError> {
+    let api = API.get_or_init(|| {
+        let load = || {
+            let (genai, ort) = install(&wheel::cache_root(), &WheelSource::Pip)?;
+            tracing::info!(
+                "loading onnxruntime-genai {GENAI_VERSION} from {} on ONNX Runtime {GENAI_ORT_VERSION} ({})",
+                genai.display(),
+                ort.display()
+            );
+            // ORT GenAI reads ORT_LIB_PATH once, in the static initialiser that `Api::load` runs.
+            std::env::set_var("ORT_LIB_PATH", &ort);
+            // SAFETY: ORT_LIB_PATH names a file that exists (just installed), so the library's
+            // initialiser finds its ONNX Runtime instead of aborting.
+            unsafe { ffi::Api::load(&genai) }
+        };
+        load().map_err(Arc::new)
+    });
+    api.as_ref().map_err(|e| GenaiError::Once(Arc::clone(e)))
+}
+
+/// What the harness reads of a package's `genai_config.json`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GenaiConfig {
+    /// `model.type` (`gemma4_text`: text only; `gemma4`: with vision sub-models).
+    pub model_type: String,
+    /// `model.context_length`: the longest sequence a generator may hold.
+    pub context_length: Option<usize>,
+    /// The decoder's logits output (`model.decoder.outputs.logits`, `logits` by default).
+    pub logits_output: String,
+}
+
+impl GenaiConfig {
+    /// The config of the package in `dir`; `Ok(None)` when it has no `genai_config.json`.
+    pub fn of_package(dir: &Path) -> Result<Option<GenaiConfig>, GenaiError> {
+        let path = dir.join("genai_config.json");
+        if !path.is_file() {
+            return Ok(None);
+        }
+        let bad = |message: String| GenaiError::Config { path: path.clone(), message };
+        let text = std::fs::read_to_string(&path).map_err(|e| bad(e.to_string()))?;
+        let json: serde_json::Value = serde_json::from_str(&text).map_err(|e| bad(e.to_string()))?;
+        let model = json.get("model").ok_or_else(|| bad("no `model` object".into()))?;
+        let model_type = model.get("type").and_then(|t| t.as_str()).ok_or_else(|| bad("no string `model.type`".into()))?.to_string();
+        let context_length = model.get("context_length").and_then(|c| c.as_u64()).map(|c| c as usize);
+        let logits_output = model
+            .pointer("/decoder/outputs/logits")
+            .map(|l| l.as_str().map(str::to_string).ok_or_else(|| bad("`model.decoder.outputs.logits` is not a string".into())))
+            .transpose()?
+            .unwrap_or_else(|| "logits".into());
+        Ok(Some(GenaiConfig { model_type, context_length, logits_output }))
+    }
+
+    /// Whether ORT GenAI runs this model type on a text prompt alone (its LLM types).
+    pub fn is_text_only(&self) -> bool {
+        self.model_type.ends_with("_text")
+            || !matches!(self.model_type.as_str(), "gemma4" | "gemma4_unified" | "gemma3" | "phi3v" | "qwen2_5_vl")
+    }
+}
+
+/// Why ORT GenAI cannot judge the package in `dir` on a prompt (`with_images`), or `None`.
+pub fn unsupported(dir: &Path, with_images: bool) -> Option<String> {
+    match GenaiConfig::of_package(dir) {
+        Ok(None) => Some(format!(
+            "ORT GenAI runs a package through its genai_config.json, and {} has none (mobius writes one with \
+             `--runtime ort-genai`; ORT GenAI's model builder always does)",
+            dir.display()
+        )),
+        // An unreadable config is not a skip: the run fails and says why.
+        Err(_) => None,
+        Ok(Some(c)) if with_images && c.is_text_only() => Some(format!(
+            "ORT GenAI's `{}` model type is text only (the package has no vision sub-models for it); the prompt has images",
+            c.model_type
+        )),
+        Ok(Some(_)) if with_images => {
+            Some("ORT GenAI's multimodal processor is not driven by the harness yet (image prompts judged by the ONNX pipeline)".into())
+        }
+        Ok(Some(_)) => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Guards: a package without genai_config.json is named as missing it; a text-only type on
+    /// an image prompt names the type; a malformed config is an error naming the file.
+    #[test]
+    fn config_and_skips() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let reason = unsupported(dir.path(), false).expect("no config is a skip");
+        assert!(reason.contains("genai_config.json") && reason.contains("--runtime ort-genai"), "{reason}");
+        std::fs::write(dir.path().join("genai_config.json"), r#"{"model": {"type": "gemma4_text", "context_length": 64}}"#).expect("write");
+        assert_eq!(unsupported(dir.path(), false), None);
+        assert!(unsupported(dir.path(), true).expect("images").contains("`gemma4_text`"));
+        let c = GenaiConfig::of_package(dir.path()).expect("reads").expect("present");
+        assert_eq!(c.context_length, Some(64));
+        std::fs::write(dir.path().join("genai_config.json"), r#"{"model": {}}"#).expect("write");
+        let e = GenaiConfig::of_package(dir.path()).expect_err("no type").to_string();
+        assert!(e.contains("genai_config.json") && e.contains("model.type"), "{e}");
+    }
+}
