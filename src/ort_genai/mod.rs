@@ -152,7 +152,8 @@ pub fn unsupported(dir: &Path, with_images: bool) -> Option<String> {
         // An unreadable config is not a skip: the run fails and says why.
         Err(_) => None,
         Ok(Some(c)) if with_images && c.is_text_only() => Some(format!(
-            "ORT GenAI's `{}` model type is text only (the package has no vision sub-models for it); the prompt has images",
+            "ORT GenAI's `{}` model type (genai_config.json's model.type) takes text only, whatever sub-models the \
+             package holds; the prompt has images",
             c.model_type
         )),
         Ok(Some(_)) if with_images => {
