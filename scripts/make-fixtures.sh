@@ -23,13 +23,15 @@
 #   dynamo family:  scripts/make_dynamo_fixtures.py, torch.onnx.export(dynamo=True) exports of HF's own text models
 #                   (fixtures/<fixture>/dynamo/) and a one-layer mutant (fixtures/gemma4-text-dense/dynamo-mutant/)
 # and the float64 HF oracles of the unified and gemma4 families (reference/tests/data/<fixture>-f64.safetensors).
-# FIXTURE_FAMILIES="unified gemma4 real broken mutant quantized jpeg unrunnable builder dynamo" (default) selects the families.
+#   genai family:   scripts/make_genai_fixtures.py, mobius --runtime ort-genai packages (fixtures/<fixture>/ort-genai/)
+#                   and two broken runtime contracts of gemma4-text-dense's (ort-genai-share-buffer, ort-genai-sliding-window)
+# FIXTURE_FAMILIES="unified gemma4 real broken mutant quantized jpeg unrunnable builder dynamo genai" (default) selects the families.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY="$(scripts/fixture-venv.sh | tail -n 1)"
 export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 PYTHONHASHSEED=0 CUDA_VISIBLE_DEVICES="" \
   HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false PYTHONDONTWRITEBYTECODE=1
-FAMILIES="${FIXTURE_FAMILIES:-unified gemma4 real broken mutant quantized jpeg unrunnable builder dynamo}"
+FAMILIES="${FIXTURE_FAMILIES:-unified gemma4 real broken mutant quantized jpeg unrunnable builder dynamo genai}"
 for family in $FAMILIES; do
   case "$family" in
     unified)
@@ -67,6 +69,9 @@ for family in $FAMILIES; do
       ;;
     dynamo)
       "$PY" scripts/make_dynamo_fixtures.py
+      ;;
+    genai)
+      "$PY" scripts/make_genai_fixtures.py
       ;;
     unrunnable)
       "$PY" scripts/make_unrunnable_fixtures.py
