@@ -10,7 +10,7 @@ use crate::case::Case;
 
 /// `ONNX_PARITY_EXPORTS`: a folder of exports laid out `<model_id>/<dtype>/` (e.g.
 /// `google/gemma-4-12B/float32/`), what `python -m mobius build` writes per model and dtype.
-pub const EXPORTS_ENV: &str = "ONNX_PARITY_EXPORTS";
+pub use crate::context::EXPORTS_ENV;
 
 /// A case's artifacts as every tier sees them.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -29,13 +29,13 @@ impl Artifacts {
     /// `checkpoint:` and `onnx:` are set).
     pub fn of(case: &Case) -> Artifacts {
         let checkpoint = case.checkpoint.clone().or_else(|| {
-            crate::hub::Hub::from_env()
+            crate::hub::Hub::new(crate::context::current().hub.clone())
                 .cached_snapshot_dir(&case.model_id, case.revision.as_deref().unwrap_or(crate::hub::DEFAULT_REVISION))
                 .filter(|d| d.join("config.json").is_file())
         });
         let export = case.onnx.clone().or_else(|| {
-            let root = std::env::var_os(EXPORTS_ENV)?;
-            Some(PathBuf::from(root).join(&case.model_id).join(case.dtype.as_str())).filter(|d| d.is_dir())
+            let root = crate::context::current().exports_root.as_ref()?;
+            Some(root.join(&case.model_id).join(case.dtype.as_str())).filter(|d| d.is_dir())
         });
         let config = checkpoint.as_ref().map(|d| d.join("config.json")).filter(|p| p.is_file()).or_else(|| case.config.clone());
         Artifacts { checkpoint, export, config }
@@ -49,8 +49,8 @@ impl Artifacts {
 
 /// Where the export would be looked for, for messages.
 pub fn export_hint(case: &Case) -> String {
-    match std::env::var_os(EXPORTS_ENV) {
-        Some(root) => format!("{}", PathBuf::from(root).join(&case.model_id).join(case.dtype.as_str()).display()),
+    match &crate::context::current().exports_root {
+        Some(root) => format!("{}", root.join(&case.model_id).join(case.dtype.as_str()).display()),
         None => format!("${EXPORTS_ENV}/{}/{}", case.model_id, case.dtype.as_str()),
     }
 }

@@ -19,7 +19,7 @@ use onnx_parity_reference::device::{DeviceError, DeviceSpec, ReducedPrecision};
 use serde::{Deserialize, Serialize};
 
 /// Selects the reference's device: `cpu` (default), `cuda`, `cuda:N`.
-pub const DEVICE_VAR: &str = "ONNX_PARITY_DEVICE";
+pub use crate::context::DEVICE_VAR;
 use crate::tf32::{tf32_env, Tf32Env, TF32_OVERRIDE_VAR};
 /// Above this relative error (max over elements) a back end computes TF32-like.
 pub const PROBE_MAX_REL_ERR: f64 = 1e-5;
@@ -63,9 +63,9 @@ pub enum GpuError {
 
 /// `ONNX_PARITY_DEVICE` parsed (unset: the CPU).
 pub fn device_spec() -> Result<DeviceSpec, DeviceError> {
-    match std::env::var(DEVICE_VAR) {
-        Ok(v) => v.parse(),
-        Err(_) => Ok(DeviceSpec::Cpu),
+    match &crate::context::current().device {
+        Some(v) => v.parse(),
+        None => Ok(DeviceSpec::Cpu),
     }
 }
 

@@ -12,6 +12,8 @@ pub mod backend;
 pub mod candle_gemma4;
 pub mod case;
 pub mod compare;
+pub mod context;
+pub mod eps;
 pub mod metric_keys;
 pub mod metrics;
 
@@ -24,6 +26,7 @@ pub mod hexfloat;
 pub mod html;
 pub mod hub;
 pub mod inputs;
+pub mod level;
 pub mod logits;
 pub mod memory;
 pub mod names;

@@ -99,13 +99,7 @@ static TF32_ENV: OnceLock<Tf32Env> = OnceLock::new();
 /// that may create a CUDA context: `main` and the test harness call it first thing, ORT's
 /// environment and the reference's device open call it again (a no-op then).
 pub fn tf32_env() -> &'static Tf32Env {
-    TF32_ENV.get_or_init(|| {
-        apply_policy(
-            &mut ProcessEnv,
-            cfg!(feature = "cuda") || matches!(crate::onnx::provider::run_ep_or_cpu(), crate::onnx::provider::RunEp::Cuda(_)),
-            |r, _| r.clone(),
-        )
-    })
+    TF32_ENV.get_or_init(|| apply_policy(&mut ProcessEnv, cfg!(feature = "cuda") || crate::context::current().cuda_ep(), |r, _| r.clone()))
 }
 
 #[cfg(test)]

@@ -15,7 +15,7 @@ use serde::de::{self, Deserializer};
 use serde::Deserialize;
 use thiserror::Error;
 
-use crate::case::level::{Dtype, Level};
+use crate::level::{Dtype, Level};
 
 /// The built-in defaults, the same file the repository ships.
 const DEFAULTS_YAML: &str = include_str!("../cases/default_tolerances.yaml");

@@ -113,11 +113,11 @@ fn absent_reason(root: &Path, needs: &str) -> Option<String> {
 fn main() {
     let args = Arguments::from_args();
     let root = anchors_root();
-    // mobius's cases name their image by bare file name; it lives in mobius's testdata/. Set
-    // before any trial thread starts.
-    if std::env::var_os(onnx_parity::inputs::TESTDATA_ENV).is_none() {
-        std::env::set_var(onnx_parity::inputs::TESTDATA_ENV, root.join("mobius/testdata"));
-    }
+    // mobius's cases name their image by bare file name; it lives in mobius's testdata/ (unless
+    // ONNX_PARITY_TESTDATA says otherwise). Installed before any trial thread starts.
+    let mut context = onnx_parity::context::RunContext::from_env();
+    context.testdata.get_or_insert_with(|| root.join("mobius/testdata"));
+    onnx_parity::context::install(context);
     let trials = ANCHORS
         .iter()
         .map(|a| {

@@ -115,7 +115,7 @@ fn builder_int4_fused_and_shared_weights_are_mapped() {
 #[test]
 fn graph_capture_follows_the_runtime_config() {
     use onnx_parity::case::ExportPin;
-    use onnx_parity::onnx::eps::Ep;
+    use onnx_parity::eps::Ep;
     use onnx_parity::tiers::l1::{self, L1Inputs};
     use onnx_parity::tiers::outcome::Status;
     let config = repo("fixtures/unified-vision/checkpoint/config.json");

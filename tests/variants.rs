@@ -8,8 +8,8 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use onnx_parity::case::ExportPin;
+use onnx_parity::eps::Ep;
 use onnx_parity::onnx::contract::ExportContract;
-use onnx_parity::onnx::eps::Ep;
 use onnx_parity::onnx::graph::GraphSummary;
 use onnx_parity::onnx::package::OnnxPackage;
 use onnx_parity::onnx::protocol::ExportProtocol;
@@ -441,8 +441,8 @@ fn unknown_ep_is_an_error() {
     );
 }
 
-/// Kills: a reference run per variant: the unified-text-kvshare case and its seven builds run
-/// the reference once, and ONNX Runtime once per build that can run here (the portable bf16
+/// Kills: a reference run per variant: the unified-text-kvshare case and its eight builds run
+/// the reference once, ORT GenAI once on the package that has a genai_config.json, and ONNX Runtime once per build that can run here (the portable bf16
 /// build fails at load, the CUDA bf16 build is skipped on the CPU EP), each build its own export.
 #[test]
 fn one_reference_run_for_all_variants() {
@@ -467,14 +467,19 @@ fn one_reference_run_for_all_variants() {
         assert_eq!(got, n, "{dtype}: {log}");
     }
     assert_eq!(calibration.len(), 3, "{log}");
+    // ORT GenAI runs the mobius ort-genai package too (the variant lists it).
+    let genai: Vec<&str> = runs.iter().filter(|l| l.contains("ONNX Runtime GenAI")).copied().collect();
+    assert_eq!(genai.len(), 1, "{log}");
+    assert!(genai[0].contains("fixtures/unified-text-kvshare/ort-genai"), "{log}");
     let exports: std::collections::BTreeSet<&str> = runs
         .iter()
-        .filter(|l| l.contains("ONNX Runtime"))
+        .filter(|l| l.contains("ONNX Runtime") && !l.contains("ONNX Runtime GenAI"))
         .filter_map(|l| l.split("fixtures/unified-text-kvshare/").nth(1)?.split(',').next())
         .collect();
-    let expected = ["dynamo", "onnx", "variants/cuda-f16", "variants/gqa", "variants/static", "variants/webgpu", "variants/webgpu-f16"];
+    let expected =
+        ["dynamo", "onnx", "ort-genai", "variants/cuda-f16", "variants/gqa", "variants/static", "variants/webgpu", "variants/webgpu-f16"];
     assert_eq!(exports.into_iter().collect::<Vec<_>>(), expected, "{log}");
-    assert_eq!(runs.len(), 1 + calibration.len() + expected.len(), "one run per build: {log}");
+    assert_eq!(runs.len(), 1 + calibration.len() + expected.len() + genai.len(), "one run per build and runtime: {log}");
 }
 
 /// The CUDA bf16 build of unified-text-kvshare copied to a temporary folder (weights included,

@@ -8,9 +8,9 @@ use std::path::{Path, PathBuf};
 
 use super::error::CaseError;
 use super::implementations::{default_implementations, ImplementationEntry, ImplementationName};
-use super::level::{Dtype, L3Rule, Level};
 use super::schema::{ExportPin, GenerationSettings, Inputs, RawCase, Xfail};
 use crate::expectation::Expectation;
+use crate::level::{Dtype, L3Rule, Level};
 use crate::tolerance::{resolve, L5Values, Thresholds, ToleranceError, ToleranceOverrides, Tolerances};
 use onnx_parity_reference::BidirectionalScope;
 

@@ -9,9 +9,9 @@ use std::path::PathBuf;
 use serde::de::{self, Deserializer, Visitor};
 use serde::Deserialize;
 
-use super::level::{Dtype, Level, LevelExpr};
 pub use super::xfail::Xfail;
-use crate::onnx::eps::Ep;
+use crate::eps::Ep;
+use crate::level::{Dtype, Level, LevelExpr};
 use crate::tolerance::{token_ratio, ToleranceOverrides};
 use onnx_parity_reference::BidirectionalScope;
 
@@ -121,7 +121,7 @@ pub(crate) struct RawCase {
     #[serde(default)]
     pub(crate) bidirectional: Option<BidirectionalScope>,
     #[serde(default)]
-    pub(crate) l3_rule: Option<super::level::L3Rule>,
+    pub(crate) l3_rule: Option<crate::level::L3Rule>,
     #[serde(default)]
     pub(crate) config: Option<PathBuf>,
     #[serde(default)]

@@ -7,8 +7,8 @@ use std::fmt;
 use serde::de::{self, Deserializer, MapAccess, Visitor};
 use serde::Deserialize;
 
-use super::level::Level;
 use crate::expectation::Expectation;
+use crate::level::Level;
 
 /// `xfail:` a measured, known divergence. A string applies to every tier of the case; a map
 /// (`{L3: ..., L5: ...}`) to the tiers it names, each a reason string or a reason with the

@@ -23,9 +23,9 @@ impl Hub {
         Hub { http: Http::new(settings.clone()), settings }
     }
 
-    /// A hub configured from the environment ([`HubSettings::from_env`]).
+    /// A hub configured from the run context's settings ([`crate::context`], the environment's).
     pub fn from_env() -> Hub {
-        Hub::new(HubSettings::from_env())
+        Hub::new(crate::context::current().hub.clone())
     }
 
     /// `{cache}/models--{org}--{name}` (`repo_folder_name`).

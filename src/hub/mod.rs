@@ -15,7 +15,7 @@
 //! {cache}/CACHEDIR.TAG
 //! ```
 //!
-//! Settings ([`HubSettings::from_env`], mirroring `constants.py`): cache = `HF_HUB_CACHE`, else
+//! Settings ([`HubSettings::from_lookup`] of the run context, mirroring `constants.py`): cache = `HF_HUB_CACHE`, else
 //! `HUGGINGFACE_HUB_CACHE`, else `$HF_HOME/hub` (`HF_HOME` defaulting to
 //! `$XDG_CACHE_HOME/huggingface`, then `~/.cache/huggingface`); endpoint = `HF_ENDPOINT` without a
 //! trailing `/`; offline = `HF_HUB_OFFLINE` (else `TRANSFORMERS_OFFLINE`) upper-cased in

@@ -75,12 +75,7 @@ impl HubSettings {
         }
     }
 
-    /// Settings from the process environment, as `huggingface_hub.constants` reads it.
-    pub fn from_env() -> HubSettings {
-        HubSettings::from_lookup(|k| std::env::var(k).ok())
-    }
-
-    /// Settings from any variable lookup (the environment in [`HubSettings::from_env`]).
+    /// Settings from any variable lookup (the run context's, [`crate::context`], is the environment).
     pub fn from_lookup(var: impl Fn(&str) -> Option<String>) -> HubSettings {
         let set = |k: &str| var(k).filter(|v| !v.is_empty());
         let path = |v: String| PathBuf::from(expand_vars(&expand_user(&v, &var), &var));

@@ -75,7 +75,7 @@ pub fn soft_tokens_per_image(inputs: &ModelInputs) -> Vec<usize> {
 
 /// `ONNX_PARITY_TESTDATA`: where images named by bare file names resolve (mobius's cases name
 /// `pipeline-cat-chonk.jpeg`, which lives in mobius's `testdata/`).
-pub const TESTDATA_ENV: &str = "ONNX_PARITY_TESTDATA";
+pub use crate::context::TESTDATA_ENV;
 
 /// An image of a case: relative to the case YAML's folder when it exists there, else under
 /// `$ONNX_PARITY_TESTDATA` (so mobius's case folder runs unchanged), else the YAML-relative path
@@ -85,8 +85,8 @@ fn image_path(case: &crate::case::Case, name: &str) -> PathBuf {
     if local.exists() || Path::new(name).is_absolute() {
         return local;
     }
-    match std::env::var_os(TESTDATA_ENV) {
-        Some(dir) if PathBuf::from(&dir).join(name).exists() => PathBuf::from(dir).join(name),
+    match &crate::context::current().testdata {
+        Some(dir) if dir.join(name).exists() => dir.join(name),
         _ => local,
     }
 }

@@ -3,7 +3,6 @@
 
 pub mod contract;
 pub mod cut;
-pub mod eps;
 pub mod feed;
 pub mod genai_config;
 pub mod graph;

@@ -8,10 +8,10 @@
 
 use std::fmt;
 
-use super::eps::Ep;
 use super::genai_config::{GenAiConfig, GenAiConfigError};
 use super::graph::{Dim, GraphError, GraphSummary};
 use super::package::{OnnxPackage, DECODER, EMBEDDING, TEXT_MODEL};
+use crate::eps::Ep;
 
 /// Inputs and outputs of a static-cache decoder (mobius `--static-cache`).
 pub const KEY_CACHE: &str = "key_cache.";

@@ -13,11 +13,11 @@ use std::fmt;
 use std::str::FromStr;
 use std::sync::OnceLock;
 
-use super::eps::Ep;
 use super::wheel::Wheel;
+use crate::eps::Ep;
 
 /// The variable that selects the execution provider.
-pub const EP_VAR: &str = "ONNX_PARITY_EP";
+pub use crate::context::EP_VAR;
 
 /// An execution provider a run can use.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -159,7 +159,7 @@ static RUN_EP: OnceLock<Result<RunEp, UnknownEp>> = OnceLock::new();
 
 /// The run's execution provider (`ONNX_PARITY_EP`), read once per process.
 pub fn run_ep() -> Result<RunEp, UnknownEp> {
-    RUN_EP.get_or_init(|| std::env::var(EP_VAR).unwrap_or_default().parse()).clone()
+    RUN_EP.get_or_init(|| crate::context::current().ep.parse()).clone()
 }
 
 /// The run's EP, or the CPU when `ONNX_PARITY_EP` is invalid (for reports and skip reasons:

@@ -82,12 +82,12 @@ pub fn cache_dir() -> PathBuf {
 
 /// `ONNX_PARITY_ORT_WHEEL`: a wheel already on disk to extract instead of downloading one.
 fn wheel_source() -> WheelSource {
-    std::env::var_os("ONNX_PARITY_ORT_WHEEL").map_or(WheelSource::Pip, |p| WheelSource::File(p.into()))
+    crate::context::current().ort_wheel.clone().map_or(WheelSource::Pip, WheelSource::File)
 }
 
 /// Locates the ONNX Runtime shared library, fetching it on first use.
 pub fn locate_library() -> Result<PathBuf, RuntimeError> {
-    locate(std::env::var_os("ORT_DYLIB_PATH").map(PathBuf::from), cache_dir(), &wheel_source())
+    locate(crate::context::current().ort_dylib.clone(), cache_dir(), &wheel_source())
 }
 
 /// [`locate_library`] with its inputs explicit (testable without touching the environment).

@@ -17,7 +17,7 @@ use super::provider::{self, RunEp};
 use super::runtime::{self, RuntimeError};
 
 /// `ONNX_PARITY_ORT_THREADS`: ORT intra-op threads.
-pub const THREADS_ENV: &str = "ONNX_PARITY_ORT_THREADS";
+pub use crate::context::THREADS_ENV;
 
 /// Session settings.
 #[derive(Debug, Clone, Default)]
@@ -29,8 +29,7 @@ pub struct SessionOptions {
 impl SessionOptions {
     /// `ONNX_PARITY_ORT_THREADS` (ORT intra-op threads), else ORT's default.
     pub fn from_env() -> Self {
-        let intra_threads = std::env::var(THREADS_ENV).ok().and_then(|v| v.parse().ok()).unwrap_or(0);
-        SessionOptions { intra_threads }
+        SessionOptions { intra_threads: crate::context::current().ort_threads }
     }
 }
 

@@ -199,14 +199,10 @@ fn remove_leftovers(dir: &Path) {
     }
 }
 
-/// The per-user cache root: `ONNX_PARITY_CACHE`, else `$XDG_CACHE_HOME/onnx-parity`, else
-/// `~/.cache/onnx-parity`.
+/// The per-user cache root (the run context's: `ONNX_PARITY_CACHE`, else
+/// `$XDG_CACHE_HOME/onnx-parity`, else `~/.cache/onnx-parity`).
 pub fn cache_root() -> PathBuf {
-    std::env::var_os("ONNX_PARITY_CACHE")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("XDG_CACHE_HOME").map(|p| PathBuf::from(p).join("onnx-parity")))
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/onnx-parity")))
-        .unwrap_or_else(|| std::env::temp_dir().join("onnx-parity"))
+    crate::context::current().cache_root.clone()
 }
 
 #[cfg(test)]

@@ -9,7 +9,7 @@ use std::ffi::{c_char, c_void, CStr, CString};
 use std::path::Path;
 use std::ptr;
 
-use super::GenaiError;
+use super::error::GenaiError;
 
 #[repr(C)]
 pub struct OgaResult(c_void);

@@ -10,52 +10,17 @@
 //! `ORT_LIB_PATH`, the only way it offers (it has no C call for it, and without the variable it
 //! would bind whichever `libonnxruntime.so.1` the process loaded first: the harness's).
 
+mod error;
 pub mod ffi;
+mod version;
+
+pub use error::GenaiError;
+pub use version::{GENAI_ORT_VERSION, GENAI_VERSION};
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 
-use crate::onnx::wheel::{self, FetchError, Wheel, WheelSource};
-
-/// The onnxruntime-genai release judged.
-pub const GENAI_VERSION: &str = "0.18.0";
-/// The ONNX Runtime release that onnxruntime-genai 0.18.0's wheel requires.
-pub const GENAI_ORT_VERSION: &str = "1.32.0";
-
-/// Why ORT GenAI could not run.
-#[derive(Debug, thiserror::Error)]
-pub enum GenaiError {
-    #[error("fetching {spec} for ORT GenAI: {source}")]
-    Fetch {
-        spec: String,
-        #[source]
-        source: FetchError,
-    },
-    #[error("loading {}: {source}", path.display())]
-    Load {
-        path: PathBuf,
-        #[source]
-        source: libloading::Error,
-    },
-    #[error("{} has no function `{name}` (not onnxruntime-genai {GENAI_VERSION}?): {source}", path.display())]
-    Symbol {
-        path: PathBuf,
-        name: &'static str,
-        #[source]
-        source: libloading::Error,
-    },
-    /// A C API call returned an error.
-    #[error("ORT GenAI {call}: {message}")]
-    Call { call: &'static str, message: String },
-    /// The package cannot be run by ORT GenAI (no `genai_config.json`, a prompt it cannot take).
-    #[error("ORT GenAI: {0}")]
-    Unsupported(String),
-    #[error("{} is not a valid genai_config.json: {message}", path.display())]
-    Config { path: PathBuf, message: String },
-    /// The process's one attempt to load the library failed (returned to every caller).
-    #[error(transparent)]
-    Once(Arc<GenaiError>),
-}
+use crate::onnx::wheel::{self, Wheel, WheelSource};
 
 /// onnxruntime-genai's wheel: its one native library (the Python extension beside it is not
 /// taken).

@@ -12,8 +12,8 @@ use std::sync::{Mutex, OnceLock};
 use super::options::RunOptions;
 use crate::artifacts::{export_hint, has_weights, Artifacts};
 use crate::case::{Case, ImplementationName, Level};
+use crate::eps::Ep;
 use crate::golden::golden_paths;
-use crate::onnx::eps::Ep;
 use crate::onnx::graph::GraphSummary;
 
 /// The reason a trial will not run, if it can be known before running it.

@@ -1,11 +1,11 @@
 //! The contracts an EP build must honour beyond the config's (mobius's `EpCapabilities` for the
-//! EP, `src/onnx/eps.rs`), and whether an export is what its case says it is.
+//! EP, `src/eps.rs`), and whether an export is what its case says it is.
 
 use std::collections::BTreeMap;
 
 use crate::case::ExportPin;
+use crate::eps::Ep;
 use crate::onnx::contract::ExportContract;
-use crate::onnx::eps::Ep;
 use crate::onnx::graph::GraphSummary;
 use crate::onnx::package::{DECODER, TEXT_MODEL};
 use crate::onnx::protocol::{ExportProtocol, KvLayout};

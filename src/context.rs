@@ -1,0 +1,161 @@
+//! The run context: every setting a run takes from its environment (where exports and goldens
+//! live, the execution provider and the reference's device, ONNX Runtime's library and threads,
+//! the caches, CI, the hub's variables), resolved in one place. A driver (`onnx-parity`, the
+//! `parity` test target) resolves it once, with its flags over the environment, and installs it
+//! before anything runs; library modules read [`current`] and never the environment. A test
+//! binary without a driver gets the environment's context on first use.
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::sync::OnceLock;
+
+use crate::hub::HubSettings;
+
+/// `ONNX_PARITY_EXPORTS`: a folder of exports `<model_id>/<dtype>/` for cases without `onnx:`.
+pub const EXPORTS_ENV: &str = "ONNX_PARITY_EXPORTS";
+/// `ONNX_PARITY_DEVICE`: the reference's device (`cpu`, `cuda[:N]`).
+pub const DEVICE_VAR: &str = "ONNX_PARITY_DEVICE";
+/// `ONNX_PARITY_EP`: ONNX Runtime's execution provider (`cpu`, `cuda[:N]`, `webgpu`, ...).
+pub const EP_VAR: &str = "ONNX_PARITY_EP";
+/// `ONNX_PARITY_ORT_THREADS`: ORT intra-op threads (0 or unset: ORT's default).
+pub const THREADS_ENV: &str = "ONNX_PARITY_ORT_THREADS";
+/// `ONNX_PARITY_TESTDATA`: where a case's images are looked for when not beside its YAML.
+pub const TESTDATA_ENV: &str = "ONNX_PARITY_TESTDATA";
+/// `ONNX_PARITY_GOLDENS`: the goldens folder (mobius's `testdata/golden` has the same layout).
+pub const GOLDENS_ENV: &str = "ONNX_PARITY_GOLDENS";
+/// `ONNX_PARITY_ORT_WHEEL`: an ONNX Runtime wheel on disk to extract instead of downloading one.
+pub const ORT_WHEEL_ENV: &str = "ONNX_PARITY_ORT_WHEEL";
+/// `ORT_DYLIB_PATH`: an ONNX Runtime library to load instead of the pinned wheel's (the `ort`
+/// crate's own variable).
+pub const ORT_DYLIB_ENV: &str = "ORT_DYLIB_PATH";
+/// `ONNX_PARITY_CACHE`: the per-user cache root (else `$XDG_CACHE_HOME/onnx-parity`, else
+/// `~/.cache/onnx-parity`).
+pub const CACHE_ENV: &str = "ONNX_PARITY_CACHE";
+
+/// Everything a run takes from its environment.
+#[derive(Debug, Clone)]
+pub struct RunContext {
+    pub exports_root: Option<PathBuf>,
+    /// The reference's device as written (`None`: the CPU); parsed where it is used.
+    pub device: Option<String>,
+    /// ONNX Runtime's execution provider as written (empty: the CPU).
+    pub ep: String,
+    pub ort_dylib: Option<PathBuf>,
+    pub ort_wheel: Option<PathBuf>,
+    pub ort_threads: usize,
+    pub cache_root: PathBuf,
+    pub testdata: Option<PathBuf>,
+    pub goldens_root: PathBuf,
+    /// Running under CI (`CI` set, not `0`/`false`/`no`/`off`): `ci_skip_reason` applies.
+    pub ci: bool,
+    pub hub: HubSettings,
+}
+
+impl RunContext {
+    /// Whether ONNX Runtime runs on CUDA (`ONNX_PARITY_EP=cuda[:N]`): the TF32 policy applies
+    /// before any CUDA context exists, so it is known here, before the EP is parsed
+    /// (`crate::onnx::provider`).
+    pub fn cuda_ep(&self) -> bool {
+        let ep = self.ep.trim().to_ascii_lowercase();
+        ep == "cuda" || ep.starts_with("cuda:")
+    }
+
+    /// The context of this process's environment.
+    pub fn from_env() -> RunContext {
+        RunContext::from_lookup(|k| std::env::var_os(k))
+    }
+
+    /// The context of any variable lookup (the environment in [`RunContext::from_env`]).
+    pub fn from_lookup(var: impl Fn(&str) -> Option<OsString>) -> RunContext {
+        let path = |k: &str| var(k).filter(|v| !v.is_empty()).map(PathBuf::from);
+        let text = |k: &str| var(k).map(|v| v.to_string_lossy().into_owned());
+        let cache_root = path(CACHE_ENV)
+            .or_else(|| path("XDG_CACHE_HOME").map(|p| p.join("onnx-parity")))
+            .or_else(|| path("HOME").map(|h| h.join(".cache/onnx-parity")))
+            .unwrap_or_else(|| std::env::temp_dir().join("onnx-parity"));
+        RunContext {
+            exports_root: path(EXPORTS_ENV),
+            device: text(DEVICE_VAR),
+            ep: text(EP_VAR).unwrap_or_default(),
+            ort_dylib: path(ORT_DYLIB_ENV),
+            ort_wheel: path(ORT_WHEEL_ENV),
+            ort_threads: text(THREADS_ENV).and_then(|v| v.trim().parse().ok()).unwrap_or(0),
+            cache_root,
+            testdata: path(TESTDATA_ENV),
+            goldens_root: path(GOLDENS_ENV).unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("goldens")),
+            ci: ci_enabled(var("CI").as_deref()),
+            hub: HubSettings::from_lookup(|k| text(k)),
+        }
+    }
+}
+
+/// Whether a value of `CI` means "running under CI": set, and not empty, `0`, `false`, `no` or `off` (any case).
+fn ci_enabled(value: Option<&std::ffi::OsStr>) -> bool {
+    // Any case: `CI=False` or `CI=no` is a person switching CI off, not a CI run.
+    value.is_some_and(|v| {
+        let v = v.to_string_lossy().trim().to_ascii_lowercase();
+        !matches!(v.as_str(), "" | "0" | "false" | "no" | "off")
+    })
+}
+
+static CONTEXT: OnceLock<RunContext> = OnceLock::new();
+
+/// Installs the driver's context; the first one installed (or resolved by [`current`]) holds for
+/// the process, and is returned.
+pub fn install(context: RunContext) -> &'static RunContext {
+    CONTEXT.get_or_init(|| context)
+}
+
+/// The run's context (the environment's when no driver installed one).
+pub fn current() -> &'static RunContext {
+    CONTEXT.get_or_init(RunContext::from_env)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lookup(pairs: &[(&str, &str)]) -> RunContext {
+        let pairs: Vec<(String, OsString)> = pairs.iter().map(|(k, v)| (k.to_string(), OsString::from(v))).collect();
+        RunContext::from_lookup(|k| pairs.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone()))
+    }
+
+    /// Guards: each variable lands in its field; empty values are unset; CI's off spellings are off.
+    #[test]
+    fn variables_are_read_into_the_context() {
+        let c = lookup(&[
+            (EXPORTS_ENV, "/x"),
+            (EP_VAR, "cuda:1"),
+            (THREADS_ENV, "3"),
+            (CACHE_ENV, "/c"),
+            (GOLDENS_ENV, "/g"),
+            (ORT_WHEEL_ENV, ""),
+            ("CI", "true"),
+        ]);
+        assert_eq!(c.exports_root.as_deref(), Some(std::path::Path::new("/x")));
+        assert_eq!((c.ep.as_str(), c.ort_threads), ("cuda:1", 3));
+        assert_eq!(c.cache_root, PathBuf::from("/c"));
+        assert_eq!(c.goldens_root, PathBuf::from("/g"));
+        assert!(c.ort_wheel.is_none() && c.ci);
+        let home = lookup(&[("HOME", "/h"), ("CI", "False")]);
+        assert_eq!(home.cache_root, PathBuf::from("/h/.cache/onnx-parity"));
+        assert!(!home.ci);
+        assert!(home.goldens_root.ends_with("goldens"));
+        for off in ["", "0", "false", "No", "OFF"] {
+            assert!(!ci_enabled(Some(std::ffi::OsStr::new(off))), "{off:?}");
+        }
+    }
+
+    /// Guards: `CI` counts as set unless it is absent, empty, `0` or `false` (GitHub Actions and
+    /// most CI systems set `CI=true`; `CI=0` / `CI=false` switch `ci_skip_reason` off).
+    #[test]
+    fn ci_values() {
+        for on in ["true", "1", "yes", "TRUE", "00", "woodpecker"] {
+            assert!(ci_enabled(Some(std::ffi::OsStr::new(on))), "{on}");
+        }
+        assert!(!ci_enabled(None));
+        for off in ["", "0", "false", "False", "FALSE", "no", "Off", " false "] {
+            assert!(!ci_enabled(Some(std::ffi::OsStr::new(off))), "{off:?}");
+        }
+    }
+}
