@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use libtest_mimic::{Arguments, Failed, Trial};
 use onnx_parity::plan::{plan, TrialKind};
-use onnx_parity::tiers::{self, outcome::Status, RunOptions};
+use onnx_parity::tiers::{outcome::Status, RunOptions};
 
 fn case_roots() -> Vec<PathBuf> {
     match std::env::var_os("ONNX_PARITY_CASES") {
@@ -52,13 +52,11 @@ fn main() {
             TrialKind::Run { case, level, eval } => {
                 let opts = Arc::clone(&opts);
                 let probe = probe.clone();
+                let kind = TrialKind::Run { case: Arc::clone(&case), level, eval };
                 Trial::test(t.name, move || {
                     let probe = probe.map_err(|e| Failed::from(e.to_string()))?;
-                    let mut outcome = tiers::run_level(&case, level, &opts, &eval);
-                    if level == onnx_parity::case::Level::L3 {
-                        // On a GPU run every L3 verdict quotes the probe (none on the CPU).
-                        outcome = outcome.with_tf32_probe(&probe);
-                    }
+                    // One verdict policy with `onnx-parity run` (onnx_parity::plan::run_trial).
+                    let outcome = onnx_parity::plan::run_trial(kind, &opts, &probe);
                     // ONNX_PARITY_OUTCOMES=dir: one record per trial, merged by `onnx-parity report`.
                     if let Some(dir) = std::env::var_os("ONNX_PARITY_OUTCOMES") {
                         let record = onnx_parity::report::TrialRecord {
@@ -82,10 +80,7 @@ fn main() {
                             eprintln!("{} {line}", case.trial_name(level));
                             Ok(())
                         }
-                        Status::Fail => Err(Failed::from(line)),
-                        // A skip found only at run time: a failure with the reason, since a
-                        // passing trial would hide it (nextest counts ignores as passes).
-                        Status::Skipped => Err(Failed::from(format!("could not run: {}", outcome.message))),
+                        Status::Fail | Status::Skipped => Err(Failed::from(line)),
                     }
                 })
             }

@@ -7,18 +7,14 @@ use std::time::Instant;
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 use onnx_parity::artifacts::Artifacts;
-use onnx_parity::backend::candle_transformers::CandleTransformersGemma4;
-use onnx_parity::backend::reference::ReferenceBackend;
-use onnx_parity::backend::Backend;
 use onnx_parity::case::{discover, Level};
+use onnx_parity::evaluation::implementations;
 use onnx_parity::gpu;
 use onnx_parity::logits;
-use onnx_parity::onnx::pipeline::{DecoderGraph, OnnxPipeline};
-use onnx_parity::onnx::session::SessionOptions;
-use onnx_parity::plan::{plan, TrialKind};
+use onnx_parity::plan::plan;
 use onnx_parity::regenerate::{regenerate, GoldenChange};
 use onnx_parity::report::{CaseReport, LevelReport, RunMetadata, RunReport};
-use onnx_parity::tiers::{self, outcome::TierOutcome, RunOptions};
+use onnx_parity::tiers::RunOptions;
 use onnx_parity_reference::BidirectionalScope as RefScope;
 
 #[derive(Parser)]
@@ -160,23 +156,21 @@ struct ReportFiles {
     html: Option<PathBuf>,
 }
 
-/// An implementation `onnx-parity logits` runs.
-#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-enum LogitsImplementation {
-    /// The candle reference on --checkpoint.
-    Reference,
-    /// The export in --onnx in ONNX Runtime.
-    Onnx,
-    /// candle-transformers' own gemma4 on --checkpoint.
-    CandleTransformers,
+/// `--implementation`: a name from the registry of implementations (or `reference`).
+fn implementation_name(value: &str) -> Result<&'static str, String> {
+    implementations::names()
+        .into_iter()
+        .find(|n| *n == value)
+        .ok_or_else(|| format!("expected one of: {}", implementations::names().join(", ")))
 }
 
 /// `onnx-parity logits`.
 #[derive(clap::Args)]
 struct LogitsArgs {
-    /// Which implementation runs (default: the reference with --checkpoint, ONNX Runtime with --onnx).
-    #[arg(long, value_enum)]
-    implementation: Option<LogitsImplementation>,
+    /// Which implementation runs, by its registry name: reference, onnx, candle-transformers,
+    /// ort-genai (default: the reference with --checkpoint, onnx with --onnx).
+    #[arg(long, value_parser = implementation_name)]
+    implementation: Option<&'static str>,
     #[arg(long, conflicts_with = "onnx", required_unless_present = "onnx")]
     checkpoint: Option<PathBuf>,
     #[arg(long)]
@@ -255,19 +249,8 @@ fn run(paths: Vec<PathBuf>, levels: Vec<Level>, files: ReportFiles, goldens: Opt
         if level.is_some_and(|l| !levels.contains(&l)) {
             continue;
         }
-        let outcome = match trial.kind {
-            TrialKind::Run { case, level, eval } => {
-                let outcome = tiers::run_level(&case, level, &opts, &eval);
-                // On a GPU run every L3 verdict quotes the probe (none on the CPU).
-                if level == Level::L3 {
-                    outcome.with_tf32_probe(&meta.gpu.tf32_probe)
-                } else {
-                    outcome
-                }
-            }
-            TrialKind::Ignored { reason } => TierOutcome::skipped(reason),
-            TrialKind::Failing { message } => TierOutcome::fail(message),
-        };
+        // The test target's verdict policy (a run-time skip is a failure naming it).
+        let outcome = onnx_parity::plan::run_trial(trial.kind, &opts, &meta.gpu.tf32_probe);
         let entry = LevelReport { level: level.map_or_else(|| "parse".to_string(), |l| l.to_string()), outcome };
         match cases.last_mut().filter(|c| c.name == name) {
             Some(c) => c.levels.push(entry),
@@ -438,26 +421,22 @@ fn inputs(path: PathBuf, out: PathBuf, synthetic: bool, replay: bool, goldens: O
 
 fn logits(args: LogitsArgs) -> anyhow::Result<ExitCode> {
     let LogitsArgs { implementation, checkpoint, onnx, inputs, out, greedy, bidirectional: scope, eos, layers } = args;
-    use LogitsImplementation as I;
-    let implementation = implementation.unwrap_or(if onnx.is_some() { I::Onnx } else { I::Reference });
-    if scope.is_some() && implementation != I::Reference {
+    let name = implementation.unwrap_or(if onnx.is_some() { "onnx" } else { "reference" });
+    let Some(chosen) = implementations::by_name(name) else {
+        anyhow::bail!("unknown implementation {name}: expected one of {}", implementations::names().join(", "));
+    };
+    if scope.is_some() && name != "reference" {
         anyhow::bail!("--bidirectional applies to the reference only: an export has its mask built in, candle-transformers its own");
     }
     let model_inputs = onnx_parity::inputs::load_safetensors(&inputs)?;
-    let mut backend: Box<dyn Backend> = match (implementation, &checkpoint, &onnx) {
-        (I::Reference, Some(c), _) => Box::new(ReferenceBackend::load(c, scope).with_context(|| format!("reference {}", c.display()))?),
-        (I::CandleTransformers, Some(c), _) => {
-            Box::new(CandleTransformersGemma4::load(c).with_context(|| format!("candle-transformers {}", c.display()))?)
-        }
-        (I::Onnx, _, Some(d)) => {
-            let graph = if layers { DecoderGraph::WithLayerOutputs } else { DecoderGraph::Original };
-            Box::new(
-                OnnxPipeline::open_with(d, &SessionOptions::from_env(), graph).with_context(|| format!("ONNX export {}", d.display()))?,
-            )
-        }
-        (I::Onnx, _, None) => anyhow::bail!("--implementation onnx runs an export: give --onnx <export folder>"),
-        (_, None, _) => anyhow::bail!("the reference and candle-transformers load a checkpoint: give --checkpoint <HF folder>"),
+    // A runtime runs the export (--onnx); the reference and candle-transformers load the checkpoint.
+    let (dir, flag) =
+        if chosen.per_export { (onnx.as_ref(), "--onnx <export folder>") } else { (checkpoint.as_ref(), "--checkpoint <HF folder>") };
+    let Some(dir) = dir else {
+        anyhow::bail!("--implementation {name} loads {}: give {flag}", if chosen.per_export { "an export" } else { "a checkpoint" });
     };
+    let options = implementations::OpenOptions { layer_outputs: layers, bidirectional: scope };
+    let mut backend = (chosen.open)(dir, &options).with_context(|| format!("{} {}", chosen.label, dir.display()))?;
     let dump = logits::run(backend.as_mut(), &model_inputs, greedy, &eos, layers)?;
     dump.save(&out)?;
     let components: Vec<&str> = dump.run.prefill.components.keys().map(|c| c.as_str()).collect();

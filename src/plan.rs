@@ -10,6 +10,7 @@ use std::sync::Arc;
 
 use crate::case::{discover, Case, Level};
 use crate::evaluation::{implementations, CaseEvaluations};
+use crate::tiers::outcome::{Status, TierOutcome};
 use crate::tiers::{static_skip, RunOptions};
 
 /// What a planned trial does.
@@ -97,6 +98,28 @@ pub fn plan(roots: &[PathBuf], opts: &RunOptions) -> Vec<PlannedTrial> {
     trials
 }
 
+/// Runs a planned trial under the one verdict policy both drivers apply (the `parity` test
+/// target and `onnx-parity run`): an ignored trial is a skip with its reason; a failing one
+/// fails; a run's L3 verdict quotes the GPU run's TF32 probe; a skip found only while running
+/// is a failure naming what could not run, since a test runner counts a skip as a pass.
+pub fn run_trial(kind: TrialKind, opts: &RunOptions, tf32_probe: &[crate::gpu::ProbeResult]) -> TierOutcome {
+    match kind {
+        TrialKind::Ignored { reason } => TierOutcome::skipped(reason),
+        TrialKind::Failing { message } => TierOutcome::fail(message),
+        TrialKind::Run { case, level, eval } => {
+            let mut outcome = crate::tiers::run_level(&case, level, opts, &eval);
+            if level == Level::L3 {
+                outcome = outcome.with_tf32_probe(tf32_probe);
+            }
+            if outcome.status == Status::Skipped {
+                outcome.status = Status::Fail;
+                outcome.message = format!("could not run: {}", outcome.message);
+            }
+            outcome
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -114,6 +137,16 @@ mod tests {
                 TrialKind::Failing { message } => (t.name.clone(), "failing", message.clone()),
             })
             .collect()
+    }
+
+    /// Guards the verdict policy both drivers share: an ignored trial is a skip with its reason,
+    /// a failing one a failure with its message (never a pass).
+    #[test]
+    fn planned_skips_and_failures_keep_their_verdicts() {
+        let o = run_trial(TrialKind::Ignored { reason: "why".into() }, &opts(false), &[]);
+        assert_eq!((o.status, o.message.as_str()), (Status::Skipped, "why"));
+        let o = run_trial(TrialKind::Failing { message: "bad yaml".into() }, &opts(false), &[]);
+        assert_eq!((o.status, o.message.as_str()), (Status::Fail, "bad yaml"));
     }
 
     /// Guards: zero discovered cases is a failing trial, never an empty (green) run.

@@ -26,6 +26,33 @@ fn list_committed_cases() {
     assert!(text(&o).contains("vision-language/unified-vision"), "{}", text(&o));
 }
 
+/// Guards: `logits --implementation` takes the registry's names (an unknown one is refused
+/// listing them); ORT GenAI runs a builder package through its genai_config.json and equals the
+/// pipeline's dump of the same package.
+#[test]
+fn logits_implementations_come_from_the_registry() {
+    let o = cli(&["logits", "--implementation", "bogus", "--onnx", "x", "--inputs", "y", "--out", "z"]);
+    assert!(!o.status.success());
+    assert!(text(&o).contains("reference, onnx, candle-transformers, ort-genai"), "{}", text(&o));
+    let dir = tmpdir();
+    let inputs = dir.path().join("in.safetensors").display().to_string();
+    let case = root().join("cases/causal-lm/unified-vision-text.yaml").display().to_string();
+    let o = cli(&["inputs", &case, "--out", &inputs]);
+    assert!(o.status.success(), "{}", text(&o));
+    let package = fixture("unified-vision/builder/fp32");
+    let mut dumps = Vec::new();
+    for implementation in ["ort-genai", "onnx"] {
+        let out = dir.path().join(format!("{implementation}.safetensors")).display().to_string();
+        let o = cli(&["logits", "--implementation", implementation, "--onnx", &package, "--inputs", &inputs, "--out", &out]);
+        assert!(o.status.success(), "{}", text(&o));
+        dumps.push(read_f32(Path::new(&out), "logits"));
+    }
+    assert!(text(&cli(&["logits", "--implementation", "ort-genai", "--checkpoint", &package, "--inputs", &inputs, "--out", "z"]))
+        .contains("give --onnx"));
+    assert_eq!(dumps[0].0, dumps[1].0, "shapes");
+    approx::assert_abs_diff_eq!(max_abs(&dumps[0].1, &dumps[1].1), 0.0, epsilon = 1e-5);
+}
+
 /// Guards: an unknown key makes `list` fail, naming the key and the file.
 #[test]
 fn unknown_key_is_named() {

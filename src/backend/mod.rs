@@ -2,8 +2,10 @@
 //! families) and the exported graphs in ONNX Runtime. Tiers, logits dumps and golden
 //! regeneration see only [`Backend`], [`ModelInputs`] in and [`Run`] out, so a further
 //! implementation (ORT-CUDA against ORT-CPU, a recorded HF oracle, another runtime) is one more
-//! `impl Backend` and one entry in [`crate::evaluation::implementations`], not an edit of a tier
-//! (candle-transformers' own gemma4 is one: [`candle_transformers`]).
+//! `impl Backend`, its name in `implementations:` ([`crate::case::ImplementationName`]) and one
+//! entry in [`crate::evaluation::implementations::REGISTRY`] (its label, artifact, what it cannot
+//! run, its opener), not an edit of a tier or a driver (candle-transformers' own gemma4 is one:
+//! [`candle_transformers`]; onnxruntime-genai another: [`ort_genai`]).
 
 pub mod candle_transformers;
 pub mod onnx;

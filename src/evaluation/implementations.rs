@@ -15,9 +15,26 @@ use crate::backend::{Backend, BackendError};
 use crate::case::{Case, ImplementationName, Level};
 use crate::onnx::pipeline::{DecoderGraph, OnnxPipeline};
 use crate::onnx::session::SessionOptions;
+use onnx_parity_reference::BidirectionalScope;
 
-/// Loads an implementation from its artifact folder for a case.
-pub type Open = fn(&Path, &Case) -> Result<Box<dyn Backend>, BackendError>;
+/// Loads an implementation from its artifact folder.
+pub type Open = fn(&Path, &OpenOptions) -> Result<Box<dyn Backend>, BackendError>;
+
+/// What an opener needs to know of the run (a case's, or the CLI's flags).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct OpenOptions {
+    /// Expose each decoder layer's output (L3 names the first layer that differs).
+    pub layer_outputs: bool,
+    /// The reference's mask scope (`None`: what HF's own forward does for the model type).
+    pub bidirectional: Option<BidirectionalScope>,
+}
+
+impl OpenOptions {
+    /// A case's: layer outputs when it has an L3 tier, its `bidirectional:` scope.
+    pub fn for_case(case: &Case) -> OpenOptions {
+        OpenOptions { layer_outputs: case.levels.contains(&Level::L3), bidirectional: case.bidirectional }
+    }
+}
 
 /// One implementation a case can run.
 #[derive(Clone, Copy)]
@@ -66,8 +83,8 @@ fn checkpoint(a: &Artifacts) -> Option<&Path> {
     a.checkpoint.as_deref()
 }
 
-fn open_reference(dir: &Path, case: &Case) -> Result<Box<dyn Backend>, BackendError> {
-    Ok(Box::new(ReferenceBackend::load(dir, case.bidirectional)?))
+fn open_reference(dir: &Path, options: &OpenOptions) -> Result<Box<dyn Backend>, BackendError> {
+    Ok(Box::new(ReferenceBackend::load(dir, options.bidirectional)?))
 }
 
 /// The export in ONNX Runtime (this build's execution provider). With an L3 tier its decoder
@@ -86,8 +103,8 @@ fn export(a: &Artifacts) -> Option<&Path> {
     a.export.as_deref()
 }
 
-fn open_onnx(dir: &Path, case: &Case) -> Result<Box<dyn Backend>, BackendError> {
-    let graph = if case.levels.contains(&Level::L3) { DecoderGraph::WithLayerOutputs } else { DecoderGraph::Original };
+fn open_onnx(dir: &Path, options: &OpenOptions) -> Result<Box<dyn Backend>, BackendError> {
+    let graph = if options.layer_outputs { DecoderGraph::WithLayerOutputs } else { DecoderGraph::Original };
     Ok(Box::new(OnnxPipeline::open_with(dir, &SessionOptions::from_env(), graph)?))
 }
 
@@ -127,7 +144,7 @@ pub const ORT_GENAI: Implementation = Implementation {
     per_export: true,
 };
 
-fn open_ort_genai(dir: &Path, _case: &Case) -> Result<Box<dyn Backend>, BackendError> {
+fn open_ort_genai(dir: &Path, _: &OpenOptions) -> Result<Box<dyn Backend>, BackendError> {
     Ok(Box::new(crate::backend::ort_genai::OrtGenai::open(dir)?))
 }
 
@@ -139,8 +156,21 @@ fn ort_genai_unsupported(case: &Case, dir: &Path) -> Option<String> {
 /// The candidates, one per `implementations:` name.
 pub const REGISTRY: &[Implementation] = &[ONNX_RUNTIME, CANDLE_TRANSFORMERS, ORT_GENAI];
 
-fn open_candle_transformers(dir: &Path, _case: &Case) -> Result<Box<dyn Backend>, BackendError> {
+fn open_candle_transformers(dir: &Path, _: &OpenOptions) -> Result<Box<dyn Backend>, BackendError> {
     Ok(Box::new(CandleTransformersGemma4::load(dir)?))
+}
+
+/// The implementation named `name` on the command line: `reference` or a registry name.
+pub fn by_name(name: &str) -> Option<Implementation> {
+    match name {
+        "reference" => Some(REFERENCE),
+        _ => REGISTRY.iter().find(|i| i.name.is_some_and(|n| n.as_str() == name)).copied(),
+    }
+}
+
+/// Every name [`by_name`] takes, for the CLI's help and errors.
+pub fn names() -> Vec<&'static str> {
+    std::iter::once("reference").chain(REGISTRY.iter().filter_map(|i| i.name.map(|n| n.as_str()))).collect()
 }
 
 /// The implementation judged against [`REFERENCE`] under `name`.

@@ -359,7 +359,14 @@ fn run_once<T>(
     let artifacts = Artifacts::of(case);
     let dir = (implementation.artifact)(&artifacts).ok_or(EvalError::NoArtifact(implementation.missing))?;
     // `f` takes any `dyn Backend`; the opened one is boxed `'static`.
-    run_loaded(case, implementation.label, dir, "", |dir| (implementation.open)(dir, case), |b: &mut (dyn Backend + 'static)| f(b))
+    run_loaded(
+        case,
+        implementation.label,
+        dir,
+        "",
+        |dir| (implementation.open)(dir, &implementations::OpenOptions::for_case(case)),
+        |b: &mut (dyn Backend + 'static)| f(b),
+    )
 }
 
 /// A case's evaluations (its variants' included): the synthetic stand-in's (L1, L3, when the case has `synthetic:`), the
