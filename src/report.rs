@@ -38,6 +38,9 @@ pub struct CaseReport {
 pub struct RunMetadata {
     pub onnx_parity_version: &'static str,
     pub onnxruntime_version: &'static str,
+    /// What the `ort-genai` implementation runs: onnxruntime-genai and the ONNX Runtime of its
+    /// own wheel (not the harness's).
+    pub ort_genai: String,
     pub execution_provider: String,
     pub reference: String,
     pub started_unix_s: u64,
@@ -51,6 +54,11 @@ impl RunMetadata {
         RunMetadata {
             onnx_parity_version: env!("CARGO_PKG_VERSION"),
             onnxruntime_version: crate::onnx::runtime::ORT_VERSION,
+            ort_genai: format!(
+                "onnxruntime-genai {} on ONNX Runtime {} (CPUExecutionProvider)",
+                crate::ort_genai::GENAI_VERSION,
+                crate::ort_genai::GENAI_ORT_VERSION
+            ),
             execution_provider: execution_provider.into(),
             reference: format!(
                 "candle 0.11.1 {} f32 (HF transformers 5.14.1 semantics)",
