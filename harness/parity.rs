@@ -22,6 +22,8 @@ fn case_roots() -> Vec<PathBuf> {
 fn main() {
     // The run context (src/context.rs): resolved once, here, from the environment.
     onnx_parity::context::install(onnx_parity::context::RunContext::from_env());
+    // While the process has one thread: where ORT GenAI finds its ONNX Runtime.
+    onnx_parity::ort_genai::prepare_environment();
     // Before anything can create a CUDA context: NVIDIA_TF32_OVERRIDE=0 unless the user set it.
     onnx_parity::tf32::tf32_env();
     let _ = tracing_subscriber::fmt()

@@ -516,6 +516,8 @@ fn tf32_probe() -> anyhow::Result<ExitCode> {
 fn main() -> ExitCode {
     // The run context (src/context.rs): resolved once, here, from the environment.
     onnx_parity::context::install(onnx_parity::context::RunContext::from_env());
+    // While the process has one thread: where ORT GenAI finds its ONNX Runtime.
+    onnx_parity::ort_genai::prepare_environment();
     // First, before anything can create a CUDA context: the TF32 environment policy.
     onnx_parity::tf32::tf32_env();
     let _ = tracing_subscriber::fmt()

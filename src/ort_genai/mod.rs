@@ -44,6 +44,23 @@ pub fn install(root: &Path, source: &WheelSource) -> Result<(PathBuf, PathBuf), 
     Ok((get(genai_wheel())?, get(ort_wheel())?))
 }
 
+/// Where ORT GenAI's ONNX Runtime lies in the cache under `root` (fetched or not).
+fn ort_library(root: &Path) -> PathBuf {
+    let w = ort_wheel();
+    w.cache_dir(root).join(&w.library)
+}
+
+/// Points ORT GenAI at its own ONNX Runtime (`ORT_LIB_PATH`, which it reads when its library
+/// loads). The drivers call this first thing, while the process has one thread: changing the
+/// environment later races every thread reading it. Nothing is fetched here.
+pub fn prepare_environment() {
+    std::env::set_var("ORT_LIB_PATH", ort_library(&wheel::cache_root()));
+    PREPARED.store(true, std::sync::atomic::Ordering::SeqCst);
+}
+
+/// Whether a driver set `ORT_LIB_PATH` at start.
+static PREPARED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 static API: OnceLock<Result<ffi::Api, Arc<GenaiError>>> = OnceLock::new();
 
 /// The loaded library (fetched and loaded on first use, then kept for the process).
@@ -56,8 +73,12 @@ pub fn api() -> Result<&'static ffi::Api, GenaiError> {
                 genai.display(),
                 ort.display()
             );
-            // ORT GenAI reads ORT_LIB_PATH once, in the static initialiser that `Api::load` runs.
-            std::env::set_var("ORT_LIB_PATH", &ort);
+            // ORT GenAI reads ORT_LIB_PATH once, in the static initialiser that `Api::load` runs;
+            // a driver set it at start ([`prepare_environment`]); a process without one (a test
+            // binary) sets it now.
+            if !PREPARED.load(std::sync::atomic::Ordering::SeqCst) {
+                std::env::set_var("ORT_LIB_PATH", &ort);
+            }
             // SAFETY: ORT_LIB_PATH names a file that exists (just installed), so the library's
             // initialiser finds its ONNX Runtime instead of aborting.
             unsafe { ffi::Api::load(&genai) }
