@@ -51,10 +51,11 @@ fn main() {
                 }
                 Trial::test(t.name, || Ok(())).with_ignored_flag(true)
             }
-            TrialKind::Run { case, level, eval } => {
+            TrialKind::Run { trial, eval } => {
                 let opts = Arc::clone(&opts);
                 let probe = probe.clone();
-                let kind = TrialKind::Run { case: Arc::clone(&case), level, eval };
+                let (name, id, level) = (trial.name(), trial.candidate.id(&trial.case), trial.level);
+                let kind = TrialKind::Run { trial, eval };
                 Trial::test(t.name, move || {
                     let probe = probe.map_err(|e| Failed::from(e.to_string()))?;
                     // One verdict policy with `onnx-parity run` (onnx_parity::plan::run_trial).
@@ -62,7 +63,7 @@ fn main() {
                     // ONNX_PARITY_OUTCOMES=dir: one record per trial, merged by `onnx-parity report`.
                     if let Some(dir) = std::env::var_os("ONNX_PARITY_OUTCOMES") {
                         let record = onnx_parity::report::TrialRecord {
-                            case: case.id(),
+                            case: id.clone(),
                             level: level.to_string(),
                             outcome: outcome.clone(),
                             execution_provider: onnx_parity::onnx::runtime::execution_provider().to_string(),
@@ -72,14 +73,14 @@ fn main() {
                     }
                     // Warnings (a golden's replayed input_ids, ...) are shown whatever the status.
                     for w in &outcome.warnings {
-                        eprintln!("{} warning: {w}", case.trial_name(level));
+                        eprintln!("{name} warning: {w}");
                     }
                     let line = format!("{}: {}", outcome.status, outcome.message);
                     match outcome.status {
                         Status::Pass => Ok(()),
                         // Shown so an expected failure or a near tie is never silent.
                         Status::Xfail | Status::Ambiguous => {
-                            eprintln!("{} {line}", case.trial_name(level));
+                            eprintln!("{name} {line}");
                             Ok(())
                         }
                         Status::Fail | Status::Skipped => Err(Failed::from(line)),

@@ -122,17 +122,18 @@ enum Command {
 
 fn repro(path: PathBuf, variant: Option<String>, level: Level, out: PathBuf) -> anyhow::Result<ExitCode> {
     let case = onnx_parity::case::Case::load(&path)?;
-    let case = match &variant {
-        None => case,
-        Some(v) => case.for_variant(v).with_context(|| format!("{}: no variant `{v}` under `variants:`", path.display()))?,
-    };
+    let candidate = variant.as_deref().map(onnx_parity::case::Candidate::variant).unwrap_or_default();
+    let case = case
+        .view(&candidate)
+        .with_context(|| format!("{}: no variant `{}` under `variants:`", path.display(), variant.as_deref().unwrap_or_default()))?;
+    let id = candidate.id(&case);
     let command = std::env::args().collect::<Vec<_>>().join(" ");
-    match onnx_parity::repro::make(&case, level, &out, &command)? {
+    match onnx_parity::repro::make(&case, &candidate, level, &out, &command)? {
         onnx_parity::repro::ReproOutcome::Passes(o) => {
-            println!("{} {level} passes: no divergence to reproduce, nothing written ({})", case.id(), o.message);
+            println!("{id} {level} passes: no divergence to reproduce, nothing written ({})", o.message);
         }
         onnx_parity::repro::ReproOutcome::Written { dir, part, measured, reproduces } => {
-            println!("wrote {} for {}: {part}", dir.display(), case.id());
+            println!("wrote {} for {id}: {part}", dir.display());
             for (name, d, bad, all) in measured {
                 println!("  {name}: max_abs_diff {d:.3e}, {bad} of {all} outside the tolerance");
             }

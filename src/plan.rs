@@ -8,15 +8,31 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use crate::case::{discover, Case, Level};
+use crate::case::{discover, Candidate, Case, ImplementationName, Level};
 use crate::evaluation::{implementations, CaseEvaluations};
 use crate::tiers::outcome::{Status, TierOutcome};
 use crate::tiers::{static_skip, RunOptions};
 
+/// One trial: a case, the candidate it judges (a build in an implementation) and a tier.
+#[derive(Debug, Clone)]
+pub struct Trial {
+    /// The case as the candidate runs it ([`Case::view`] of the YAML's case).
+    pub case: Arc<Case>,
+    pub candidate: Candidate,
+    pub level: Level,
+}
+
+impl Trial {
+    /// `<category>/<case>[@<variant>]::L<n>[ [<implementation>]]`.
+    pub fn name(&self) -> String {
+        self.candidate.trial_name(&self.case, self.level)
+    }
+}
+
 /// What a planned trial does.
 pub enum TrialKind {
-    /// Run `level` of `case`; trials of one case share `eval`.
-    Run { case: Arc<Case>, level: Level, eval: Arc<CaseEvaluations> },
+    /// Run the trial; trials of one case share `eval`.
+    Run { trial: Trial, eval: Arc<CaseEvaluations> },
     /// Not run, for this reason.
     Ignored { reason: String },
     /// Fails with this message without running anything (malformed YAML, no cases).
@@ -59,37 +75,44 @@ pub fn plan(roots: &[PathBuf], opts: &RunOptions) -> Vec<PlannedTrial> {
                 // The case and each of its variants: one evaluation, so one reference run.
                 let eval = Arc::new(CaseEvaluations::for_case(&case));
                 let base_quantized = case.dtype.is_quantized();
-                let variants: Vec<Case> = case.variants.keys().filter_map(|v| case.for_variant(v)).collect();
                 // Other implementations are judged on the tiers that compare computed outputs;
                 // L1 and L2 judge an export's graph and the config.
                 const COMPUTED: [Level; 3] = [Level::L3, Level::L4, Level::L5];
-                // A runtime (per_export) judges each build, the case's and every variant's; a
-                // model implementation judges the checkpoint once.
-                let builds: Vec<Case> = std::iter::once(case.clone()).chain(variants).collect();
-                let others: Vec<Case> = builds
-                    .iter()
-                    .flat_map(|build| build.implementations.iter().map(move |e| (build, e.name)))
-                    .filter(|(build, name)| build.variant.is_none() || implementations::candidate(*name).per_export)
-                    .filter_map(|(build, name)| build.for_implementation(name))
-                    .collect();
-                let exports = if case.judges_onnx() { builds } else { Vec::new() };
-                let planned = exports.into_iter().map(|c| (c, &Level::ALL[..])).chain(others.into_iter().map(|c| (c, &COMPUTED[..])));
+                // Each build (the case's own export, each variant's) in the pipeline; a runtime
+                // (per_export) judges each build too; a model implementation the checkpoint once.
+                let builds: Vec<Candidate> =
+                    std::iter::once(Candidate::default()).chain(case.variants.keys().map(|v| Candidate::variant(v))).collect();
+                let mut candidates: Vec<(Candidate, &[Level])> = Vec::new();
+                if case.judges_onnx() {
+                    candidates.extend(builds.iter().map(|b| (b.clone(), &Level::ALL[..])));
+                }
+                for build in &builds {
+                    let Some(view) = case.view(build) else { continue };
+                    for entry in view.implementations.iter().filter(|e| e.name != ImplementationName::Onnx) {
+                        if build.variant.is_none() || implementations::candidate(entry.name).per_export {
+                            candidates.push((build.clone().in_implementation(entry.name), &COMPUTED[..]));
+                        }
+                    }
+                }
                 // A quantized build is judged against the reference on its own dequantized
                 // weights: its own evaluation (and a float variant of a quantized case, the float
                 // reference's).
-                for (case, levels) in planned {
-                    let eval = match case.variant.is_some() && (case.dtype.is_quantized() || base_quantized) {
-                        true => Arc::new(CaseEvaluations::for_case(&case)),
+                for (candidate, levels) in candidates {
+                    let Some(view) = case.view(&candidate) else { continue };
+                    let eval = match candidate.variant.is_some() && (view.dtype.is_quantized() || base_quantized) {
+                        true => Arc::new(CaseEvaluations::for_build(&view, candidate.variant.as_deref())),
                         false => Arc::clone(&eval),
                     };
-                    let case = Arc::new(case);
-                    let id = case.id();
+                    let view = Arc::new(view);
+                    let id = candidate.id(&view);
                     for &level in levels {
-                        let kind = match static_skip(&case, level, opts) {
+                        let trial = Trial { case: Arc::clone(&view), candidate: candidate.clone(), level };
+                        let name = trial.name();
+                        let kind = match static_skip(&trial.case, &trial.candidate, level, opts) {
                             Some(reason) => TrialKind::Ignored { reason },
-                            None => TrialKind::Run { case: Arc::clone(&case), level, eval: Arc::clone(&eval) },
+                            None => TrialKind::Run { trial, eval: Arc::clone(&eval) },
                         };
-                        trials.push(PlannedTrial { name: case.trial_name(level), case: Some(id.clone()), level: Some(level), kind });
+                        trials.push(PlannedTrial { name, case: Some(id.clone()), level: Some(level), kind });
                     }
                 }
             }
@@ -106,9 +129,9 @@ pub fn run_trial(kind: TrialKind, opts: &RunOptions, tf32_probe: &[crate::gpu::P
     match kind {
         TrialKind::Ignored { reason } => TierOutcome::skipped(reason),
         TrialKind::Failing { message } => TierOutcome::fail(message),
-        TrialKind::Run { case, level, eval } => {
-            let mut outcome = crate::tiers::run_level(&case, level, opts, &eval);
-            if level == Level::L3 {
+        TrialKind::Run { trial, eval } => {
+            let mut outcome = crate::tiers::run_level(&trial.case, &trial.candidate, trial.level, opts, &eval);
+            if trial.level == Level::L3 {
                 outcome = outcome.with_tf32_probe(tf32_probe);
             }
             if outcome.status == Status::Skipped {

@@ -5,7 +5,7 @@
 
 use std::path::{Path, PathBuf};
 
-use onnx_parity::case::{Case, Level};
+use onnx_parity::case::{Candidate, Case, Level};
 use onnx_parity::inputs::ModelInputs;
 use onnx_parity::onnx::pipeline::{DecoderGraph, OnnxPipeline};
 use onnx_parity::onnx::quantized::QuantizedBuild;
@@ -82,11 +82,11 @@ fn image_trials_of_a_text_component_are_skipped() {
     let mut case = Case::load(&repo("cases/vision-language/unified-vision.yaml")).expect("case");
     case.onnx = Some(repo("fixtures/unified-vision/builder/fp32"));
     for level in [Level::L3, Level::L4, Level::L5] {
-        let reason = static_skip(&case, level, &opts).unwrap_or_else(|| panic!("{level} not skipped"));
+        let reason = static_skip(&case, &Candidate::default(), level, &opts).unwrap_or_else(|| panic!("{level} not skipped"));
         assert!(reason.starts_with("text component only:") && reason.contains("no vision encoder"), "{reason}");
     }
     let text = Case::load(&repo("cases/causal-lm/unified-vision-text.yaml")).expect("case").for_variant("builder-fp32").expect("variant");
-    assert_eq!(static_skip(&text, Level::L3, &opts), None);
+    assert_eq!(static_skip(&text, &Candidate::default(), Level::L3, &opts), None);
 }
 
 /// Kills: the builder's fused qkv read as one parameter, or its tied table not found: the int4
@@ -160,7 +160,8 @@ fn an_exclude_embeds_build_is_named_not_run() {
         .for_variant("builder-fp32-no-embeds")
         .expect("variant");
     for level in [Level::L3, Level::L4, Level::L5] {
-        let reason = static_skip(&case, level, &opts).unwrap_or_else(|| panic!("{level} not skipped"));
+        let reason = static_skip(&case, &Candidate::variant("builder-fp32-no-embeds"), level, &opts)
+            .unwrap_or_else(|| panic!("{level} not skipped"));
         assert!(reason.starts_with("no embedding model:") && reason.contains("exclude_embeds"), "{reason}");
     }
     let e = greedy(&export, 2).expect_err("nothing makes inputs_embeds");

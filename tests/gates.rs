@@ -5,6 +5,7 @@
 
 mod support;
 
+use onnx_parity::case::Candidate;
 use onnx_parity::expectation::{Expectation, Signature};
 use onnx_parity::tiers::outcome::TierOutcome;
 
@@ -633,7 +634,7 @@ fn l1_l3_skip_reasons_name_the_missing_artifact() {
     std::fs::create_dir_all(&ckpt).unwrap();
     std::fs::create_dir_all(&onnx).unwrap();
     let opts = no_goldens();
-    let reason = |fields: String, level| static_skip(&skip_case(tmp.path(), &fields), level, &opts);
+    let reason = |fields: String, level| static_skip(&skip_case(tmp.path(), &fields), &Candidate::default(), level, &opts);
     let both = format!("checkpoint: {}\nonnx: {}\n", ckpt.display(), onnx.display());
 
     let none = reason(format!("onnx: {}\n", onnx.display()), L1).unwrap();
@@ -670,10 +671,10 @@ fn audio_inputs_are_skipped_as_out_of_scope() {
     let fixture = repo("fixtures/unified-vision");
     let fields = format!("checkpoint: {0}/checkpoint\nonnx: {0}/onnx\n", fixture.display());
     let tmp = tempfile::tempdir().unwrap();
-    assert_eq!(static_skip(&skip_case(tmp.path(), &fields), L1, &no_goldens()), None);
+    assert_eq!(static_skip(&skip_case(tmp.path(), &fields), &Candidate::default(), L1, &no_goldens()), None);
     let audio = skip_case(tmp.path(), &format!("{fields}inputs:\n  audio: [\"speech.wav\"]\n"));
     assert_eq!(
-        static_skip(&audio, L1, &no_goldens()).as_deref(),
+        static_skip(&audio, &Candidate::default(), L1, &no_goldens()).as_deref(),
         Some("audio inputs are out of scope: the reference implements text and vision only")
     );
 }
@@ -693,13 +694,13 @@ fn l4_l5_skip_names_their_own_golden() {
     let (json, generation) = (goldens.join("cat/x.json"), goldens.join("cat/x_generation.json"));
     let missing = |p: &std::path::Path| format!("golden {} is missing: run", p.display());
     std::fs::write(&json, "{}").unwrap();
-    assert_eq!(static_skip(&case, L4, &opts), None);
-    let l5 = static_skip(&case, L5, &opts).unwrap();
+    assert_eq!(static_skip(&case, &Candidate::default(), L4, &opts), None);
+    let l5 = static_skip(&case, &Candidate::default(), L5, &opts).unwrap();
     assert!(l5.starts_with(&missing(&generation)), "{l5}");
     std::fs::remove_file(&json).unwrap();
     std::fs::write(&generation, "{}").unwrap();
-    assert_eq!(static_skip(&case, L5, &opts), None);
-    let l4 = static_skip(&case, L4, &opts).unwrap();
+    assert_eq!(static_skip(&case, &Candidate::default(), L5, &opts), None);
+    let l4 = static_skip(&case, &Candidate::default(), L4, &opts).unwrap();
     assert!(l4.starts_with(&missing(&json)), "{l4}");
 }
 
@@ -728,8 +729,8 @@ fn run_level_l1_checks_the_export() {
     for case in ["cases/vision-language/unified-vision.yaml", "cases/causal-lm/gemma-4-e2b.yaml"] {
         let case = Case::load(&repo(case)).unwrap();
         let opts = onnx_parity::tiers::RunOptions { goldens_root: repo("goldens"), ci: false };
-        assert_eq!(static_skip(&case, Level::L1, &opts), None);
-        let out = run_level(&case, Level::L1, &opts, &CaseEvaluations::default());
+        assert_eq!(static_skip(&case, &Candidate::default(), Level::L1, &opts), None);
+        let out = run_level(&case, &Candidate::default(), Level::L1, &opts, &CaseEvaluations::default());
         assert_eq!(out.status, Status::Pass, "{}", out.message);
         assert!(out.message.contains("sub-models honour the contract of"), "{}", out.message);
     }
@@ -748,13 +749,13 @@ fn l4_l5_use_the_live_reference_when_the_case_has_a_checkpoint() {
     let opts = RunOptions { goldens_root: repo("goldens"), ci: false };
     let evals = CaseEvaluations::default();
     for level in [Level::L4, Level::L5] {
-        assert_eq!(static_skip(&case, level, &opts), None);
+        assert_eq!(static_skip(&case, &Candidate::default(), level, &opts), None);
     }
-    let l4 = run_level(&case, Level::L4, &opts, &evals);
+    let l4 = run_level(&case, &Candidate::default(), Level::L4, &opts, &evals);
     assert_eq!(l4.status, Status::Pass, "{}", l4.message);
     let cosine = l4.metrics.get("cosine").and_then(|v| v.as_f64()).unwrap_or_else(|| panic!("no cosine: {:?}", l4.metrics));
     assert!(cosine > 0.999, "{cosine}");
-    let l5 = run_level(&case, Level::L5, &opts, &evals);
+    let l5 = run_level(&case, &Candidate::default(), Level::L5, &opts, &evals);
     assert_eq!(l5.status, Status::Pass, "{}", l5.message);
     assert_eq!(l5.metrics.get("reference_token_match_ratio").and_then(|v| v.as_f64()), Some(1.0), "{}", l5.message);
     assert!(l5.message.contains("live reference: ratio 1.000"), "{}", l5.message);
@@ -789,7 +790,7 @@ fn l4_l5_replay_the_golden_input_ids_and_warn() {
     let evals = CaseEvaluations::default();
     let drift = "the case's input_ids differ from the golden's at position 5 (case 304, golden 305; 24 vs 24 ids)";
     for level in [Level::L4, Level::L5] {
-        let out = run_level(&case, level, &opts, &evals);
+        let out = run_level(&case, &Candidate::default(), level, &opts, &evals);
         assert!(!out.message.contains("made for other input_ids"), "{level}: {}", out.message);
         assert_eq!(out.warnings.len(), 1, "{level}: {:?}", out.warnings);
         assert!(out.warnings[0].starts_with(drift), "{level}: {}", out.warnings[0]);

@@ -7,7 +7,7 @@ mod support;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use onnx_parity::case::ExportPin;
+use onnx_parity::case::{Candidate, ExportPin};
 use onnx_parity::eps::Ep;
 use onnx_parity::onnx::contract::ExportContract;
 use onnx_parity::onnx::graph::GraphSummary;
@@ -283,14 +283,15 @@ fn a_configuration_the_cpu_kernel_refuses_is_skipped_naming_it() {
     let opts = RunOptions { goldens_root: repo("goldens"), ci: false };
     let variant = case.for_variant("geglu").expect("geglu variant");
     for level in [Level::L3, Level::L4, Level::L5] {
-        let reason = static_skip(&variant, level, &opts).unwrap_or_else(|| panic!("{level} of the geglu build is not skipped"));
+        let reason = static_skip(&variant, &Candidate::variant("geglu"), level, &opts)
+            .unwrap_or_else(|| panic!("{level} of the geglu build is not skipped"));
         assert!(
             reason.starts_with("not runnable on CPUExecutionProvider: ONNX Runtime 1.31.1 accepts the graph but has no kernel for it on this EP (model: the CPU kernel refuses the node's configuration")
                 && reason.contains("Unsupported MoE activation type: geglu")
                 && reason.ends_with("run it on an EP with the kernels (ONNX_PARITY_EP=cuda)"),
             "{reason}"
         );
-        assert_eq!(static_skip(&case, level, &opts), None, "{level} of the swiglu build");
+        assert_eq!(static_skip(&case, &Candidate::default(), level, &opts), None, "{level} of the swiglu build");
     }
 }
 
@@ -533,21 +534,22 @@ fn rejected_graph_fails_and_a_kernel_less_graph_is_skipped() {
     let case = Case::load(&repo("cases/causal-lm/unified-text-kvshare.yaml")).expect("case");
     let opts = RunOptions { goldens_root: repo("goldens"), ci: false };
     let computed = [Level::L3, Level::L4, Level::L5];
-    let l3 = |c: &Case| run_level(c, Level::L3, &opts, &CaseEvaluations::for_case(c));
+    let l3 = |c: &Case, v: &str| run_level(c, &Candidate::variant(v), Level::L3, &opts, &CaseEvaluations::for_build(c, Some(v)));
 
     let mut portable = case.for_variant("bf16").expect("bf16 variant");
     portable.xfail = None;
     for level in computed {
-        assert_eq!(static_skip(&portable, level, &opts), None, "{level}");
+        assert_eq!(static_skip(&portable, &Candidate::variant("bf16"), level, &opts), None, "{level}");
     }
     assert_fails_with(
-        &l3(&portable),
+        &l3(&portable, "bf16"),
         "model.onnx: Type Error: Type parameter (T) of Optype (Add) bound to different types (tensor(bfloat16) and tensor(float)",
     );
 
     let mut cuda = case.for_variant("cuda-bf16").expect("cuda-bf16 variant");
     for level in computed {
-        let reason = static_skip(&cuda, level, &opts).unwrap_or_else(|| panic!("{level} of the CUDA bf16 build is not skipped"));
+        let reason = static_skip(&cuda, &Candidate::variant("cuda-bf16"), level, &opts)
+            .unwrap_or_else(|| panic!("{level} of the CUDA bf16 build is not skipped"));
         assert!(
             reason.starts_with("not runnable on CPUExecutionProvider: ONNX Runtime 1.31.1 accepts the graph but has no kernel for it on this EP (model: no bfloat16 kernel for Mul (node `model/embed_tokens/Mul_node_1`)); run it on its EP: ONNX_PARITY_EP=cuda:0 (CUDAExecutionProvider)"),
             "{reason}"
@@ -557,7 +559,7 @@ fn rejected_graph_fails_and_a_kernel_less_graph_is_skipped() {
     let (broken, value) = cuda_bf16_with_a_float_value();
     cuda.onnx = Some(broken.path().to_path_buf());
     for level in computed {
-        assert_eq!(static_skip(&cuda, level, &opts), None, "{level}");
+        assert_eq!(static_skip(&cuda, &Candidate::variant("cuda-bf16"), level, &opts), None, "{level}");
     }
-    assert_fails_with(&l3(&cuda), &format!("Type Error: Type (tensor(float)) of output arg ({value}) of node"));
+    assert_fails_with(&l3(&cuda, "cuda-bf16"), &format!("Type Error: Type (tensor(float)) of output arg ({value}) of node"));
 }

@@ -6,6 +6,7 @@ use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
+use super::candidate::Candidate;
 use super::error::CaseError;
 use super::implementations::{default_implementations, ImplementationEntry, ImplementationName};
 use super::schema::{ExportPin, GenerationSettings, Inputs, RawCase, Xfail};
@@ -76,13 +77,8 @@ pub struct Case {
     pub export: Option<ExportPin>,
     /// Other builds of the same model (`variants:`), by name.
     pub variants: BTreeMap<String, Variant>,
-    /// Which of the case's variants this is (`None`: the case's own export).
-    pub variant: Option<String>,
     /// The implementations judged against the reference (`implementations:`, default `[onnx]`).
     pub implementations: Vec<ImplementationEntry>,
-    /// Which implementation other than the export this case judges (`None`: the export, or a
-    /// variant's); see [`Case::for_implementation`].
-    pub implementation: Option<ImplementationName>,
 }
 
 /// Another build of a case's model, with its own expected failures.
@@ -200,9 +196,7 @@ impl Case {
                     )
                 })
                 .collect(),
-            variant: None,
             implementations,
-            implementation: None,
             synthetic: raw.synthetic.map(|syn| {
                 let mut inputs = syn.inputs.unwrap_or_default();
                 inputs.tensors = resolve(inputs.tensors.take());
@@ -245,7 +239,6 @@ impl Case {
             xfail: merge_xfail(self.xfail.as_ref(), v.xfail.as_ref()),
             implementations: variant_implementations(&self.implementations, &v.implementations),
             variants: BTreeMap::new(),
-            variant: Some(name.to_string()),
             ..self.clone()
         })
     }
@@ -256,39 +249,26 @@ impl Case {
     /// are about the export), it has no variants; `None` when the case does not list `name`.
     pub fn for_implementation(&self, name: ImplementationName) -> Option<Case> {
         let entry = self.implementations.iter().find(|e| e.name == name && name != ImplementationName::Onnx)?;
-        Some(Case { xfail: entry.xfail.clone(), variants: BTreeMap::new(), implementation: Some(name), ..self.clone() })
+        Some(Case { xfail: entry.xfail.clone(), variants: BTreeMap::new(), ..self.clone() })
+    }
+
+    /// The case as `candidate` runs it: its variant's build ([`Case::for_variant`]) in its
+    /// implementation ([`Case::for_implementation`]); `None` when the case has no such variant or
+    /// does not list the implementation.
+    pub fn view(&self, candidate: &Candidate) -> Option<Case> {
+        let build = match &candidate.variant {
+            Some(v) => self.for_variant(v)?,
+            None => self.clone(),
+        };
+        match candidate.implementation {
+            ImplementationName::Onnx => Some(build),
+            other => build.for_implementation(other),
+        }
     }
 
     /// Whether the case judges its ONNX export (`onnx` is in `implementations:`).
     pub fn judges_onnx(&self) -> bool {
         self.implementations.iter().any(|e| e.name == ImplementationName::Onnx)
-    }
-
-    /// `<category>/<name>`, with `@<variant>` for a variant and ` [<implementation>]` for an
-    /// implementation other than the export: the case part of its trial names.
-    pub fn id(&self) -> String {
-        self.name_with(None)
-    }
-
-    /// The trial name of tier `level`: `<category>/<case>[@<variant>]::L<n>`, with
-    /// ` [<implementation>]` after it for an implementation other than the export
-    /// (`causal-lm/gemma4-text-dense::L3 [candle-transformers]`).
-    pub fn trial_name(&self, level: Level) -> String {
-        self.name_with(Some(level))
-    }
-
-    fn name_with(&self, level: Option<Level>) -> String {
-        let mut name = format!("{}/{}", self.category, self.name);
-        if let Some(v) = &self.variant {
-            name.push_str(&format!("@{v}"));
-        }
-        if let Some(l) = level {
-            name.push_str(&format!("::{l}"));
-        }
-        if let Some(i) = self.implementation {
-            name.push_str(&format!(" [{i}]"));
-        }
-        name
     }
 
     /// The `xfail` reason that applies to `level`, if any.
@@ -351,6 +331,36 @@ fn merge_xfail(case: Option<&Xfail>, variant: Option<&Xfail>) -> Option<Xfail> {
             merged.extend(levels(v));
             Some(Xfail::PerLevel(merged))
         }
+    }
+}
+
+/// The names of a candidate's trials (beside [`Case`], whose category and name they start with).
+impl Candidate {
+    /// `<category>/<name>`, with `@<variant>` for a variant and ` [<implementation>]` for an
+    /// implementation other than the pipeline: the case part of its trial names.
+    pub fn id(&self, case: &Case) -> String {
+        self.name_with(case, None)
+    }
+
+    /// The trial name of tier `level`: `<category>/<case>[@<variant>]::L<n>`, with
+    /// ` [<implementation>]` after it for an implementation other than the pipeline
+    /// (`causal-lm/gemma4-text-dense::L3 [candle-transformers]`).
+    pub fn trial_name(&self, case: &Case, level: Level) -> String {
+        self.name_with(case, Some(level))
+    }
+
+    fn name_with(&self, case: &Case, level: Option<Level>) -> String {
+        let mut name = format!("{}/{}", case.category, case.name);
+        if let Some(v) = &self.variant {
+            name.push_str(&format!("@{v}"));
+        }
+        if let Some(l) = level {
+            name.push_str(&format!("::{l}"));
+        }
+        if self.implementation != ImplementationName::Onnx {
+            name.push_str(&format!(" [{}]", self.implementation));
+        }
+        name
     }
 }
 
@@ -457,7 +467,8 @@ bidirectional: sliding-windowed
         let f16 = c.for_variant("f16").unwrap();
         assert_eq!(f16.xfail_for(Level::L3).map(|e| e.reason.as_str()), Some("case-wide bug"));
         assert_eq!(f16.xfail_for(Level::L5).map(|e| e.reason.as_str()), Some("its own drift"));
-        assert_eq!((f16.dtype, f16.id()), (Dtype::Float16, "causal-lm/demo@f16".to_string()));
+        assert_eq!((f16.dtype, Candidate::variant("f16").id(&f16)), (Dtype::Float16, "causal-lm/demo@f16".to_string()));
+        assert_eq!(c.view(&Candidate::variant("f16")), Some(f16));
         let all = c.for_variant("all").unwrap();
         assert_eq!(all.xfail_for(Level::L3).map(|e| e.reason.as_str()), Some("broken"));
         let plain = c.for_variant("plain").unwrap();

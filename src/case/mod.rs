@@ -11,6 +11,7 @@
 //! [`schema`] is the file as written, [`definition`] the validated [`Case`], [`level`] the tiers
 //! and dtypes, [`discovery`] the search for case files.
 
+pub mod candidate;
 pub mod definition;
 pub mod discovery;
 pub mod error;
@@ -20,6 +21,7 @@ pub use crate::level;
 pub mod schema;
 pub mod xfail;
 
+pub use candidate::Candidate;
 pub use definition::{Case, Synthetic, Variant};
 pub use discovery::discover;
 pub use error::CaseError;

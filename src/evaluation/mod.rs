@@ -28,7 +28,7 @@ use std::sync::{Arc, OnceLock};
 use crate::artifacts::Artifacts;
 use crate::backend::reference::ReferenceBackend;
 use crate::backend::{Backend, BackendError, GenerationRequest};
-use crate::case::{Case, ImplementationName, Level};
+use crate::case::{Candidate, Case, ImplementationName, Level};
 use crate::inputs::replay::IdsDrift;
 use crate::inputs::ModelInputs;
 use crate::metrics::greedy_token;
@@ -66,7 +66,7 @@ pub struct CandidateRun {
 
 /// One candidate and its run, computed on first use.
 #[derive(Debug)]
-struct Candidate {
+struct CandidateSlot {
     /// Which of the case's `implementations:` it is (`onnx` for the export and every variant's).
     name: ImplementationName,
     implementation: Implementation,
@@ -129,7 +129,7 @@ pub struct CaseEvaluation {
     float_reference: OnceLock<Result<Run, SharedError>>,
     /// The calibrated L3 rule's runs (the f64 arbiter, the reference at each precision).
     precision: precision::PrecisionRuns,
-    candidates: Vec<Candidate>,
+    candidates: Vec<CandidateSlot>,
 }
 
 impl Default for CaseEvaluation {
@@ -148,10 +148,10 @@ fn other_implementations(case: &Case) -> Vec<ImplementationName> {
 
 impl CaseEvaluation {
     /// The evaluation of `case` and its variants: one reference, the candidates for the case's
-    /// own export and for each variant's.
-    /// (A variant's case, [`Case::for_variant`], gets its own build's candidates.)
-    pub fn for_case(case: &Case) -> Self {
-        let variants: Vec<String> = case.variants.keys().cloned().chain(case.variant.clone()).collect();
+    /// own export and for each variant's; `variant`: the build a variant's view of the case
+    /// ([`Case::view`]) judges, which gets its own candidates.
+    pub fn for_case(case: &Case, variant: Option<&str>) -> Self {
+        let variants: Vec<String> = case.variants.keys().cloned().chain(variant.map(str::to_string)).collect();
         CaseEvaluation::with_candidates(&variants, &other_implementations(case))
     }
 
@@ -160,7 +160,7 @@ impl CaseEvaluation {
         let mut candidates = Vec::new();
         for variant in std::iter::once(None).chain(variants.iter().cloned().map(Some)) {
             let name = ImplementationName::Onnx;
-            candidates.push(Candidate { name, implementation: implementations::candidate(name), variant, run: OnceLock::new() });
+            candidates.push(CandidateSlot { name, implementation: implementations::candidate(name), variant, run: OnceLock::new() });
         }
         for &name in others {
             let implementation = implementations::candidate(name);
@@ -170,7 +170,7 @@ impl CaseEvaluation {
                 false => vec![None],
             };
             for variant in builds {
-                candidates.push(Candidate { name, implementation, variant, run: OnceLock::new() });
+                candidates.push(CandidateSlot { name, implementation, variant, run: OnceLock::new() });
             }
         }
         CaseEvaluation {
@@ -299,15 +299,13 @@ impl CaseEvaluation {
         Some(get())
     }
 
-    /// The runs of the candidates judged in `case` — its own export's, the variant's it is, or
-    /// the other implementation's it is ([`Case::for_implementation`]): the prefill, the forced
+    /// The runs of `candidate` (`case` is its view, [`Case::view`]): the prefill, the forced
     /// decode (when the reference is available) and the free one. Each runs on first use, after
     /// the reference.
-    pub fn candidates(&self, case: &Case) -> Vec<Result<&CandidateRun, SharedError>> {
-        let variant = case.variant.as_deref();
-        let name = case.implementation.unwrap_or(ImplementationName::Onnx);
+    pub fn candidates(&self, case: &Case, candidate: &Candidate) -> Vec<Result<&CandidateRun, SharedError>> {
+        let variant = candidate.variant.as_deref();
         (0..self.candidates.len())
-            .filter(|&i| self.candidates[i].variant.as_deref() == variant && self.candidates[i].name == name)
+            .filter(|&i| self.candidates[i].variant.as_deref() == variant && self.candidates[i].name == candidate.implementation)
             .map(|i| self.candidate(i, case))
             .collect()
     }
@@ -389,11 +387,17 @@ pub struct CaseEvaluations {
 impl CaseEvaluations {
     /// The evaluations of `case` and its variants (one reference run each, shared by them all).
     pub fn for_case(case: &Case) -> Self {
+        CaseEvaluations::for_build(case, None)
+    }
+
+    /// The evaluations of a variant's view of a case (`case`, [`Case::view`]) when that build
+    /// needs its own (a quantized build is judged against the reference on its own weights).
+    pub fn for_build(case: &Case, variant: Option<&str>) -> Self {
         CaseEvaluations {
-            real: CaseEvaluation::for_case(case),
-            synthetic: CaseEvaluation::for_case(case),
+            real: CaseEvaluation::for_case(case, variant),
+            synthetic: CaseEvaluation::for_case(case, variant),
             replay: OnceLock::new(),
-            variants: case.variants.keys().cloned().collect(),
+            variants: case.variants.keys().cloned().chain(variant.map(str::to_string)).collect(),
             others: other_implementations(case),
         }
     }

@@ -13,7 +13,7 @@ pub use error::ReproError;
 use std::path::{Path, PathBuf};
 
 use crate::artifacts::Artifacts;
-use crate::case::{Case, Level};
+use crate::case::{Candidate, Case, Level};
 use crate::evaluation::CaseEvaluation;
 use crate::inputs::Dense;
 use crate::metric_keys as key;
@@ -46,16 +46,17 @@ pub enum ReproOutcome {
 
 /// Runs `case`'s L3 and writes the bundle of its first divergence to `out`; `command` is the
 /// command line recorded in the bundle's README.
-pub fn make(case: &Case, level: Level, out: &Path, command: &str) -> Result<ReproOutcome, ReproError> {
+pub fn make(case: &Case, candidate: &Candidate, level: Level, out: &Path, command: &str) -> Result<ReproOutcome, ReproError> {
     if level != Level::L3 {
         return Err(ReproError::Level(level));
     }
     let mut case = case.for_synthetic_tiers().into_owned();
     case.levels = [Level::L3].into();
     let tol = case.thresholds(&Tolerances::defaults()).and_then(|t| t.require_l3()).map_err(|e| ReproError::Tolerance(e.to_string()))?;
-    let eval = CaseEvaluation::for_case(&case);
+    let eval = CaseEvaluation::for_case(&case, candidate.variant.as_deref());
     let reference = eval.reference(&case)?;
-    let candidate = eval.candidates(&case).into_iter().find_map(Result::ok).ok_or(ReproError::NoCandidate)?;
+    let id = candidate.id(&case);
+    let candidate = eval.candidates(&case, candidate).into_iter().find_map(Result::ok).ok_or(ReproError::NoCandidate)?;
     let calibration = eval.calibration(&case).transpose()?;
     let outcome = l3::compare(&reference.run, &candidate.forced, &candidate.isolation, reference.scope, &tol, calibration.as_ref());
     if outcome.status == Status::Pass {
@@ -131,7 +132,7 @@ pub fn make(case: &Case, level: Level, out: &Path, command: &str) -> Result<Repr
     drop(pipeline);
     let (measured, reproduces) = check(&model, &src_dir, &feed, &outputs, &tol)?;
     let (bundled, data) = bundle::relocate_external_data(&model, &src_dir)?;
-    let readme = readme(&case, &outcome, &part, &tol, &measured, reproduces, command, &model, &dir);
+    let readme = readme(&case, &id, &outcome, &part, &tol, &measured, reproduces, command, &model, &dir);
     let b = Bundle { model: bundled, data, inputs: feed, outputs, reproduce_py: bundle::reproduce_py(tol.atol, tol.rtol), readme };
     bundle::write(out, &b)?;
     Ok(ReproOutcome::Written { dir: out.into(), part, measured, reproduces })
@@ -188,6 +189,7 @@ fn check(
 #[allow(clippy::too_many_arguments)]
 fn readme(
     case: &Case,
+    id: &str,
     outcome: &TierOutcome,
     part: &str,
     tol: &L3Tolerance,
@@ -223,7 +225,7 @@ Tolerance: `|onnx - ref| <= {atol:e} + {rtol:e}·|ref|` (the case's L3 row).\n\n
 Measured here through ONNX Runtime {ort} ({ep}): {verdict}.\n\n| output | max abs diff | outside the tolerance |\n|---|---|---|\n{rows}\n\
 | | |\n|---|---|\n| case | `{id}` |\n| export | `{export}` (producer: {producer}) |\n| transformers | {transformers} |\n| onnx-parity | {tool} |\n| ONNX Runtime | {ort} |\n| command | `{command}` |\n\n\
 {xfail}\n\nThe verdict: {message}\n",
-        id = case.id(),
+        id = id,
         ort = crate::onnx::runtime::ORT_VERSION,
         ep = crate::onnx::runtime::execution_provider(),
         atol = tol.atol,

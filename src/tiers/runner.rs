@@ -6,7 +6,7 @@ use super::outcome::{Status, TierOutcome};
 use super::skip::tier_case;
 use super::{l1, l2, l3, l4, l5};
 use crate::artifacts::Artifacts;
-use crate::case::{Case, Level};
+use crate::case::{Candidate, Case, Level};
 use crate::evaluation::{CandidateRun, CaseEvaluation, CaseEvaluations, Dequantized, ReferenceRun, SharedError};
 use crate::golden::{golden_paths, GenerationGolden, Golden};
 use crate::metric_keys as key;
@@ -15,7 +15,7 @@ use crate::tolerance::{L4Tolerance, Thresholds, Tolerances};
 
 /// Runs one tier of one case (after [`super::static_skip`] said it may run). `evals` holds the
 /// case's runs (real and synthetic), shared by its tiers.
-pub fn run_level(case: &Case, level: Level, opts: &RunOptions, evals: &CaseEvaluations) -> TierOutcome {
+pub fn run_level(case: &Case, candidate: &Candidate, level: Level, opts: &RunOptions, evals: &CaseEvaluations) -> TierOutcome {
     let expected = case.xfail_for(level);
     let eval = evals.for_level(level, case);
     let case = tier_case(case, level);
@@ -32,9 +32,9 @@ pub fn run_level(case: &Case, level: Level, opts: &RunOptions, evals: &CaseEvalu
             _ => TierOutcome::skipped("L1 needs the checkpoint's config.json and the export"),
         },
         Level::L2 => run_l2(case, &artifacts),
-        Level::L3 => run_l3(case, eval),
-        Level::L4 => run_l4(case, opts, evals, &artifacts),
-        Level::L5 => run_l5(case, opts, evals, &artifacts),
+        Level::L3 => run_l3(case, candidate, eval),
+        Level::L4 => run_l4(case, candidate, opts, evals, &artifacts),
+        Level::L5 => run_l5(case, candidate, opts, evals, &artifacts),
     };
     outcome.with_expected_failure(expected)
 }
@@ -73,7 +73,7 @@ fn per_candidate<'a>(
     TierOutcome::of_candidates(outcomes)
 }
 
-fn run_l3(case: &Case, eval: &CaseEvaluation) -> TierOutcome {
+fn run_l3(case: &Case, candidate: &Candidate, eval: &CaseEvaluation) -> TierOutcome {
     let tol = match thresholds(case).and_then(|t| t.require_l3().map_err(|e| TierOutcome::fail(e.to_string()))) {
         Ok(t) => t,
         Err(o) => return o,
@@ -84,7 +84,7 @@ fn run_l3(case: &Case, eval: &CaseEvaluation) -> TierOutcome {
     };
     // The candidates first (their isolation needs the f64 arbiter only): the floor at their
     // precision is run only when one of them ran (a graph ORT rejects needs none).
-    let candidates = eval.candidates(case);
+    let candidates = eval.candidates(case, candidate);
     let calibration = match candidates.iter().any(Result::is_ok) {
         true => match eval.calibration(case).transpose() {
             Ok(c) => c,
@@ -175,7 +175,7 @@ fn with_replay(outcome: TierOutcome, warning: Option<String>) -> TierOutcome {
     }
 }
 
-fn run_l4(case: &Case, opts: &RunOptions, evals: &CaseEvaluations, artifacts: &Artifacts) -> TierOutcome {
+fn run_l4(case: &Case, candidate: &Candidate, opts: &RunOptions, evals: &CaseEvaluations, artifacts: &Artifacts) -> TierOutcome {
     let tol = match thresholds(case) {
         Ok(t) => t.l4,
         Err(o) => return o,
@@ -190,10 +190,17 @@ fn run_l4(case: &Case, opts: &RunOptions, evals: &CaseEvaluations, artifacts: &A
         Ok(r) => r,
         Err(o) => return o,
     };
-    with_replay(l4_on(case, eval, &golden, &tol, artifacts), warning)
+    with_replay(l4_on(case, candidate, eval, &golden, &tol, artifacts), warning)
 }
 
-fn l4_on(case: &Case, eval: &CaseEvaluation, golden: &Golden, tol: &L4Tolerance, artifacts: &Artifacts) -> TierOutcome {
+fn l4_on(
+    case: &Case,
+    candidate: &Candidate,
+    eval: &CaseEvaluation,
+    golden: &Golden,
+    tol: &L4Tolerance,
+    artifacts: &Artifacts,
+) -> TierOutcome {
     let inputs = match eval.inputs(case) {
         Ok(i) => i,
         Err(e) => return TierOutcome::fail(e.to_string()),
@@ -209,13 +216,13 @@ fn l4_on(case: &Case, eval: &CaseEvaluation, golden: &Golden, tol: &L4Tolerance,
             None => return TierOutcome::fail(format!("reference logits have shape {:?}", r.run.prefill.logits.shape)),
         },
     };
-    per_candidate(eval.candidates(case), |c| match c.forced.prefill.last_logits() {
+    per_candidate(eval.candidates(case, candidate), |c| match c.forced.prefill.last_logits() {
         Some(last) => l4::compare(last, &inputs.input_ids, golden, live_logits, tol),
         None => TierOutcome::fail(format!("{} logits have shape {:?}", c.label, c.forced.prefill.logits.shape)),
     })
 }
 
-fn run_l5(case: &Case, opts: &RunOptions, evals: &CaseEvaluations, artifacts: &Artifacts) -> TierOutcome {
+fn run_l5(case: &Case, candidate: &Candidate, opts: &RunOptions, evals: &CaseEvaluations, artifacts: &Artifacts) -> TierOutcome {
     let tol = match thresholds(case) {
         Ok(t) => t.l5,
         Err(o) => return o,
@@ -239,7 +246,7 @@ fn run_l5(case: &Case, opts: &RunOptions, evals: &CaseEvaluations, artifacts: &A
         Ok(r) => r.map(|r| r.run.generation.tokens.as_slice()),
         Err(o) => return o,
     };
-    let outcome = per_candidate(eval.candidates(case), |c| {
+    let outcome = per_candidate(eval.candidates(case, candidate), |c| {
         let out = l5::compare(&c.free.tokens, &golden.generated_tokens, live, tol.min_token_match_ratio);
         // The reports show the sequences decoded where the case has a tokenizer.
         match (crate::regenerate::decode_text(case, &c.free.tokens), crate::regenerate::decode_text(case, &golden.generated_tokens)) {

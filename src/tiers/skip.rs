@@ -11,13 +11,13 @@ use std::sync::{Mutex, OnceLock};
 
 use super::options::RunOptions;
 use crate::artifacts::{export_hint, has_weights, Artifacts};
-use crate::case::{Case, ImplementationName, Level};
+use crate::case::{Candidate, Case, ImplementationName, Level};
 use crate::eps::Ep;
 use crate::golden::golden_paths;
 use crate::onnx::graph::GraphSummary;
 
 /// The reason a trial will not run, if it can be known before running it.
-pub fn static_skip(case: &Case, level: Level, opts: &RunOptions) -> Option<String> {
+pub fn static_skip(case: &Case, candidate: &Candidate, level: Level, opts: &RunOptions) -> Option<String> {
     if !case.levels.contains(&level) {
         let listed = case.levels.iter().map(|l| l.to_string()).collect::<Vec<_>>().join(", ");
         return Some(format!("the case does not request {level} (levels: {listed})"));
@@ -39,10 +39,10 @@ pub fn static_skip(case: &Case, level: Level, opts: &RunOptions) -> Option<Strin
             case.model_type
         ));
     }
-    if let Some(name) = case.implementation {
-        return implementation_skip(&tier_case(case, level), level, opts, name);
+    if candidate.implementation != ImplementationName::Onnx {
+        return implementation_skip(&tier_case(case, level), level, opts, candidate.implementation);
     }
-    if case.variant.is_some() && level == Level::L2 {
+    if candidate.variant.is_some() && level == Level::L2 {
         return Some("L2 judges the model's config and checkpoint, the same for every build: see the case's own L2".into());
     }
     let case = tier_case(case, level);
