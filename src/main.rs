@@ -213,7 +213,12 @@ fn list(paths: Vec<PathBuf>) -> anyhow::Result<ExitCode> {
     let found = discover(&default_paths(paths));
     let mut bad = 0;
     for (path, parsed) in &found {
+        let unknown = parsed.as_ref().ok().and_then(implementations::unknown_implementation);
         match parsed {
+            Ok(_) if unknown.is_some() => {
+                bad += 1;
+                println!("ERROR {}", unknown.unwrap_or_default());
+            }
             Ok(case) => {
                 let levels = case.levels.iter().map(|l| l.to_string()).collect::<Vec<_>>().join(",");
                 let skip = case.skip_reason.as_deref().map(|r| format!("  [skip: {r}]")).unwrap_or_default();

@@ -8,7 +8,7 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use crate::case::{discover, Candidate, Case, ImplementationName, Level};
+use crate::case::{discover, Candidate, Case, Level};
 use crate::evaluation::{implementations, CaseEvaluations};
 use crate::tiers::outcome::{Status, TierOutcome};
 use crate::tiers::{static_skip, RunOptions};
@@ -71,6 +71,12 @@ pub fn plan(roots: &[PathBuf], opts: &RunOptions) -> Vec<PlannedTrial> {
                 level: None,
                 kind: TrialKind::Failing { message: e.to_string() },
             }),
+            Ok(case) if implementations::unknown_implementation(&case).is_some() => trials.push(PlannedTrial {
+                name: format!("malformed::{}", path.display()),
+                case: Some(path.display().to_string()),
+                level: None,
+                kind: TrialKind::Failing { message: implementations::unknown_implementation(&case).unwrap_or_default() },
+            }),
             Ok(case) => {
                 // The case and each of its variants: one evaluation, so one reference run.
                 let eval = Arc::new(CaseEvaluations::for_case(&case));
@@ -88,9 +94,9 @@ pub fn plan(roots: &[PathBuf], opts: &RunOptions) -> Vec<PlannedTrial> {
                 }
                 for build in &builds {
                     let Some(view) = case.view(build) else { continue };
-                    for entry in view.implementations.iter().filter(|e| e.name != ImplementationName::Onnx) {
-                        if build.variant.is_none() || implementations::candidate(entry.name).per_export {
-                            candidates.push((build.clone().in_implementation(entry.name), &COMPUTED[..]));
+                    for entry in view.implementations.iter().filter(|e| !e.name.is_onnx()) {
+                        if build.variant.is_none() || implementations::candidate(&entry.name).is_some_and(|i| i.per_export) {
+                            candidates.push((build.clone().in_implementation(entry.name.clone()), &COMPUTED[..]));
                         }
                     }
                 }
@@ -170,6 +176,23 @@ mod tests {
         assert_eq!((o.status, o.message.as_str()), (Status::Skipped, "why"));
         let o = run_trial(TrialKind::Failing { message: "bad yaml".into() }, &opts(false), &[]);
         assert_eq!((o.status, o.message.as_str()), (Status::Fail, "bad yaml"));
+    }
+
+    /// Guards: a name under `implementations:` (the case's or a variant's) that the registry
+    /// does not hold is a failing trial naming the file, the name and the names known.
+    #[test]
+    fn unknown_implementation_is_a_failing_trial() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let base = "model_id: x\nmodel_type: gemma4_unified\ndtype: float32\nlevels: [L1]\n";
+        std::fs::write(dir.path().join("a.yaml"), format!("{base}implementations: [onnx, candle]\n")).expect("write");
+        std::fs::write(dir.path().join("b.yaml"), format!("{base}variants:\n  v:\n    onnx: o\n    implementations: [ort-genia]\n"))
+            .expect("write");
+        let k = kinds(&plan(&[dir.path().to_path_buf()], &opts(false)));
+        assert_eq!(k.len(), 2, "{k:?}");
+        for (trial, name) in k.iter().zip(["\"candle\"", "\"ort-genia\""]) {
+            assert_eq!(trial.1, "failing", "{k:?}");
+            assert!(trial.2.contains(name) && trial.2.contains("onnx, candle-transformers, ort-genai"), "{k:?}");
+        }
     }
 
     /// Guards: zero discovered cases is a failing trial, never an empty (green) run.

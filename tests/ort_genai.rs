@@ -70,13 +70,8 @@ fn ort_genai_equals_the_pipeline_on_the_builder_package() {
 fn broken_runtime_configs_are_errors_naming_the_cause() {
     let src = repo("fixtures/unified-vision/builder/fp32");
     let short = edited(&src, |c| c["model"]["context_length"] = 8.into());
-    let e = OrtGenai::open(short.path()).and_then(|mut g| {
-        g.run(&prompt(), &request(None)).map_err(|e| match e {
-            onnx_parity::backend::BackendError::Genai(e) => e,
-            other => panic!("{other}"),
-        })
-    });
-    let e = e.err().map(|e| e.to_string()).expect("a 21-position run in a context of 8 must fail");
+    let mut genai = OrtGenai::open(short.path()).expect("opens");
+    let e = genai.run(&prompt(), &request(None)).err().map(|e| e.to_string()).expect("a 21-position run in a context of 8 must fail");
     assert!(e.contains("OgaCreateGenerator") && e.contains("context_length"), "{e}");
     let typeless = edited(&src, |c| {
         c["model"].as_object_mut().expect("model").remove("type");

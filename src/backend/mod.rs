@@ -1,10 +1,11 @@
 //! One interface for every implementation a case compares: the candle reference (both Gemma 4
 //! families) and the exported graphs in ONNX Runtime. Tiers, logits dumps and golden
 //! regeneration see only [`Backend`], [`ModelInputs`] in and [`Run`] out, so a further
-//! implementation (ORT-CUDA against ORT-CPU, a recorded HF oracle, another runtime) is one more
-//! `impl Backend`, its name in `implementations:` ([`crate::case::ImplementationName`]) and one
-//! entry in [`crate::evaluation::implementations::REGISTRY`] (its label, artifact, what it cannot
-//! run, its opener), not an edit of a tier or a driver (candle-transformers' own gemma4 is one:
+//! implementation (ORT-CUDA against ORT-CPU, a recorded HF oracle, another runtime) is its module
+//! (an `impl Backend`, its error converted into [`BackendError::Implementation`]) and one entry in
+//! [`crate::evaluation::implementations::REGISTRY`] (its name, label, artifact, what it cannot
+//! run, its opener): the names a case may list, the CLI's `--implementation` values, the skips
+//! and the trials all come from the registry (candle-transformers' own gemma4 is one:
 //! [`candle_transformers`]; onnxruntime-genai another: [`ort_genai`]).
 
 pub mod candle_transformers;
@@ -42,8 +43,10 @@ pub enum BackendError {
     /// Boxed: candle's error is large, and every back end's `Result` carries this type.
     #[error(transparent)]
     CandleTransformers(Box<crate::candle_gemma4::CandleTransformersError>),
+    /// An implementation's own error (its module converts into this: adding an implementation
+    /// needs no variant here). ORT GenAI's [`crate::ort_genai::GenaiError`] is one.
     #[error(transparent)]
-    Genai(#[from] crate::ort_genai::GenaiError),
+    Implementation(Box<dyn std::error::Error + Send + Sync>),
     #[error(transparent)]
     NonFinite(#[from] NonFinite),
     /// The reference's device (`ONNX_PARITY_DEVICE`) cannot be used.

@@ -12,6 +12,12 @@ use crate::ort_genai::ffi::{Api, Floats, Model};
 use crate::ort_genai::{GenaiConfig, GenaiError, GENAI_ORT_VERSION, GENAI_VERSION};
 use crate::outputs::{Dense, GeneratedTokens, LayerOutputs, Prefill, Run};
 
+impl From<GenaiError> for BackendError {
+    fn from(e: GenaiError) -> Self {
+        BackendError::Implementation(Box::new(e))
+    }
+}
+
 /// A package opened in ORT GenAI.
 pub struct OrtGenai {
     api: &'static Api,

@@ -18,14 +18,14 @@ pub struct Candidate {
 impl Default for Candidate {
     /// The case's own export in the harness's pipeline.
     fn default() -> Self {
-        Candidate { variant: None, implementation: ImplementationName::Onnx }
+        Candidate { variant: None, implementation: ImplementationName::ONNX }
     }
 }
 
 impl Candidate {
     /// Variant `name`'s build in the harness's pipeline.
     pub fn variant(name: &str) -> Candidate {
-        Candidate { variant: Some(name.to_string()), implementation: ImplementationName::Onnx }
+        Candidate { variant: Some(name.to_string()), implementation: ImplementationName::ONNX }
     }
 
     /// This build in `implementation`.

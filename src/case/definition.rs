@@ -247,8 +247,8 @@ impl Case {
     /// variant's build, [`Case::for_variant`]): the reference's
     /// checkpoint is also what `name` loads, its expected failures are its entry's (the export's
     /// are about the export), it has no variants; `None` when the case does not list `name`.
-    pub fn for_implementation(&self, name: ImplementationName) -> Option<Case> {
-        let entry = self.implementations.iter().find(|e| e.name == name && name != ImplementationName::Onnx)?;
+    pub fn for_implementation(&self, name: &ImplementationName) -> Option<Case> {
+        let entry = self.implementations.iter().find(|e| e.name == *name && !name.is_onnx())?;
         Some(Case { xfail: entry.xfail.clone(), variants: BTreeMap::new(), ..self.clone() })
     }
 
@@ -260,15 +260,15 @@ impl Case {
             Some(v) => self.for_variant(v)?,
             None => self.clone(),
         };
-        match candidate.implementation {
-            ImplementationName::Onnx => Some(build),
-            other => build.for_implementation(other),
+        match candidate.implementation.is_onnx() {
+            true => Some(build),
+            false => build.for_implementation(&candidate.implementation),
         }
     }
 
     /// Whether the case judges its ONNX export (`onnx` is in `implementations:`).
     pub fn judges_onnx(&self) -> bool {
-        self.implementations.iter().any(|e| e.name == ImplementationName::Onnx)
+        self.implementations.iter().any(|e| e.name.is_onnx())
     }
 
     /// The `xfail` reason that applies to `level`, if any.
@@ -357,7 +357,7 @@ impl Candidate {
         if let Some(l) = level {
             name.push_str(&format!("::{l}"));
         }
-        if self.implementation != ImplementationName::Onnx {
+        if !self.implementation.is_onnx() {
             name.push_str(&format!(" [{}]", self.implementation));
         }
         name
@@ -367,13 +367,13 @@ impl Candidate {
 /// A variant's implementations: the case's, each other runtime's expected failures the
 /// variant's own entry's (the case's are about the case's build), and those only the variant lists.
 fn variant_implementations(case: &[ImplementationEntry], variant: &[ImplementationEntry]) -> Vec<ImplementationEntry> {
-    let own = |name| variant.iter().find(|e: &&ImplementationEntry| e.name == name);
+    let own = |name: &ImplementationName| variant.iter().find(|e| e.name == *name);
     let mut out: Vec<ImplementationEntry> = case
         .iter()
-        .map(|e| match (e.name, own(e.name)) {
-            (ImplementationName::Onnx, _) => e.clone(),
-            (_, Some(v)) => v.clone(),
-            (_, None) => ImplementationEntry { xfail: None, ..e.clone() },
+        .map(|e| match (e.name.is_onnx(), own(&e.name)) {
+            (true, _) => e.clone(),
+            (false, Some(v)) => v.clone(),
+            (false, None) => ImplementationEntry { xfail: None, ..e.clone() },
         })
         .collect();
     out.extend(variant.iter().filter(|v| !case.iter().any(|e| e.name == v.name)).cloned());

@@ -39,8 +39,9 @@ impl OpenOptions {
 /// One implementation a case can run.
 #[derive(Clone, Copy)]
 pub struct Implementation {
-    /// Its `implementations:` name (`None`: the reference, which every case runs).
-    pub name: Option<ImplementationName>,
+    /// Its name: what a case lists under `implementations:` and `logits --implementation`
+    /// takes (`reference` for the reference, which every case runs and none lists).
+    pub name: &'static str,
     /// Names it in messages: `<label> (<artifact folder>): <error>`.
     pub label: &'static str,
     /// The folder it loads (the checkpoint, the export), when the case has one.
@@ -70,7 +71,7 @@ impl std::fmt::Debug for Implementation {
 /// The candle reference on the case's checkpoint, in the case's `bidirectional:` scope (else
 /// what HF's own forward does for the model type).
 pub const REFERENCE: Implementation = Implementation {
-    name: None,
+    name: "reference",
     label: "reference",
     artifact: checkpoint,
     missing: "the case has no `checkpoint:` for the reference",
@@ -90,7 +91,7 @@ fn open_reference(dir: &Path, options: &OpenOptions) -> Result<Box<dyn Backend>,
 /// The export in ONNX Runtime (this build's execution provider). With an L3 tier its decoder
 /// runs with the layer outputs exposed, so L3 can name the first layer that differs.
 pub const ONNX_RUNTIME: Implementation = Implementation {
-    name: Some(ImplementationName::Onnx),
+    name: "onnx",
     label: "ONNX",
     artifact: export,
     missing: "the case has no `onnx:` export",
@@ -111,7 +112,7 @@ fn open_onnx(dir: &Path, options: &OpenOptions) -> Result<Box<dyn Backend>, Back
 /// candle-transformers' own gemma4 on the case's checkpoint (what it cannot run was a skip
 /// before this loads; [`CandleTransformersGemma4::load`] checks again and says what is missing).
 pub const CANDLE_TRANSFORMERS: Implementation = Implementation {
-    name: Some(ImplementationName::CandleTransformers),
+    name: "candle-transformers",
     label: "candle-transformers",
     artifact: checkpoint,
     missing: "the case has no `checkpoint:` for candle-transformers",
@@ -135,7 +136,7 @@ fn candle_transformers_unsupported(case: &Case, dir: &Path) -> Option<String> {
 /// The package in onnxruntime-genai (src/ort_genai/): the export as users deploy it, through
 /// its `genai_config.json`.
 pub const ORT_GENAI: Implementation = Implementation {
-    name: Some(ImplementationName::OrtGenai),
+    name: "ort-genai",
     label: "ORT GenAI",
     artifact: export,
     missing: "the case has no `onnx:` export for ORT GenAI",
@@ -164,29 +165,44 @@ fn open_candle_transformers(dir: &Path, _: &OpenOptions) -> Result<Box<dyn Backe
 pub fn by_name(name: &str) -> Option<Implementation> {
     match name {
         "reference" => Some(REFERENCE),
-        _ => REGISTRY.iter().find(|i| i.name.is_some_and(|n| n.as_str() == name)).copied(),
+        _ => REGISTRY.iter().find(|i| i.name == name).copied(),
     }
 }
 
 /// Every name [`by_name`] takes, for the CLI's help and errors.
 pub fn names() -> Vec<&'static str> {
-    std::iter::once("reference").chain(REGISTRY.iter().filter_map(|i| i.name.map(|n| n.as_str()))).collect()
+    std::iter::once("reference").chain(REGISTRY.iter().map(|i| i.name)).collect()
 }
 
-/// The implementation judged against [`REFERENCE`] under `name`.
-pub fn candidate(name: ImplementationName) -> Implementation {
-    REGISTRY.iter().find(|i| i.name == Some(name)).copied().unwrap_or(ONNX_RUNTIME)
+/// The implementation judged against [`REFERENCE`] under `name`; `None` for a name the
+/// registry does not hold.
+pub fn candidate(name: &ImplementationName) -> Option<Implementation> {
+    REGISTRY.iter().find(|i| i.name == name.as_str()).copied()
+}
+
+/// The first name `case` lists (in `implementations:`, its own or a variant's) that the
+/// registry does not hold, as the error a planned trial fails with.
+pub fn unknown_implementation(case: &Case) -> Option<String> {
+    let listed = case.implementations.iter().chain(case.variants.values().flat_map(|v| &v.implementations));
+    listed.map(|e| &e.name).find(|n| candidate(n).is_none()).map(|n| {
+        let known: Vec<&str> = REGISTRY.iter().map(|i| i.name).collect();
+        format!("{}: implementations: unknown implementation {:?}, expected one of {}", case.path.display(), n.as_str(), known.join(", "))
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    /// Guards: every name a case may list has exactly one registry entry.
+    /// Guards: each registry name is held once (and is not the reference's); the pipeline is
+    /// the name a case's default list holds.
     #[test]
     fn every_name_is_registered_once() {
-        for name in ImplementationName::ALL {
-            assert_eq!(REGISTRY.iter().filter(|i| i.name == Some(name)).count(), 1, "{name}");
+        for i in REGISTRY {
+            assert_eq!(REGISTRY.iter().filter(|j| j.name == i.name).count(), 1, "{}", i.name);
+            assert_ne!(i.name, REFERENCE.name);
         }
+        assert_eq!(candidate(&ImplementationName::ONNX).map(|i| i.label), Some("ONNX"));
+        assert!(candidate(&ImplementationName::from_static("candle")).is_none());
     }
 }

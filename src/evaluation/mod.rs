@@ -142,7 +142,7 @@ impl Default for CaseEvaluation {
 /// The implementations other than the export that `case` judges.
 fn other_implementations(case: &Case) -> Vec<ImplementationName> {
     let listed = case.implementations.iter().chain(case.variants.values().flat_map(|v| &v.implementations));
-    let names: std::collections::BTreeSet<ImplementationName> = listed.map(|e| e.name).filter(|n| *n != ImplementationName::Onnx).collect();
+    let names: std::collections::BTreeSet<ImplementationName> = listed.map(|e| e.name.clone()).filter(|n| !n.is_onnx()).collect();
     names.into_iter().collect()
 }
 
@@ -159,18 +159,19 @@ impl CaseEvaluation {
     fn with_candidates(variants: &[String], others: &[ImplementationName]) -> Self {
         let mut candidates = Vec::new();
         for variant in std::iter::once(None).chain(variants.iter().cloned().map(Some)) {
-            let name = ImplementationName::Onnx;
-            candidates.push(CandidateSlot { name, implementation: implementations::candidate(name), variant, run: OnceLock::new() });
+            let (name, implementation) = (ImplementationName::ONNX, implementations::ONNX_RUNTIME);
+            candidates.push(CandidateSlot { name, implementation, variant, run: OnceLock::new() });
         }
-        for &name in others {
-            let implementation = implementations::candidate(name);
+        for name in others {
+            // The plan refused a case naming an implementation the registry does not hold.
+            let Some(implementation) = implementations::candidate(name) else { continue };
             // A runtime runs every build; a model implementation the checkpoint, once.
             let builds: Vec<Option<String>> = match implementation.per_export {
                 true => std::iter::once(None).chain(variants.iter().cloned().map(Some)).collect(),
                 false => vec![None],
             };
             for variant in builds {
-                candidates.push(CandidateSlot { name, implementation, variant, run: OnceLock::new() });
+                candidates.push(CandidateSlot { name: name.clone(), implementation, variant, run: OnceLock::new() });
             }
         }
         CaseEvaluation {

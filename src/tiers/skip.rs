@@ -39,8 +39,8 @@ pub fn static_skip(case: &Case, candidate: &Candidate, level: Level, opts: &RunO
             case.model_type
         ));
     }
-    if candidate.implementation != ImplementationName::Onnx {
-        return implementation_skip(&tier_case(case, level), level, opts, candidate.implementation);
+    if !candidate.implementation.is_onnx() {
+        return implementation_skip(&tier_case(case, level), level, opts, &candidate.implementation);
     }
     if candidate.variant.is_some() && level == Level::L2 {
         return Some("L2 judges the model's config and checkpoint, the same for every build: see the case's own L2".into());
@@ -88,8 +88,10 @@ pub fn static_skip(case: &Case, candidate: &Candidate, level: Level, opts: &RunO
 /// export as another runtime runs it); it must implement what the model and the prompt use (a
 /// feature it lacks is a skip naming it, never a silently different model that passes or
 /// fails); L4/L5 need the goldens. An unreadable config is not a skip: the run fails and says why.
-fn implementation_skip(case: &Case, level: Level, opts: &RunOptions, name: ImplementationName) -> Option<String> {
-    let implementation = crate::evaluation::implementations::candidate(name);
+fn implementation_skip(case: &Case, level: Level, opts: &RunOptions, name: &ImplementationName) -> Option<String> {
+    let Some(implementation) = crate::evaluation::implementations::candidate(name) else {
+        return Some(format!("no implementation is named {name:?} (see `onnx-parity logits --help`)"));
+    };
     let artifacts = Artifacts::of(case);
     if implementation.per_export {
         let Some(dir) = artifacts.export.as_deref() else {
