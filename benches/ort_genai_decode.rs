@@ -1,0 +1,64 @@
+//! The harness's decode loop against ORT GenAI's on the same package: `OnnxPipeline::greedy`
+//! (ONNX Runtime 1.31.1, the KV cache moved between steps, or the shared buffers bound in place)
+//! and the `ort-genai` implementation's own greedy search (onnxruntime-genai 0.18.0 on ONNX
+//! Runtime 1.32.0), the same prompt and number of new tokens, for the builder's windowed
+//! share-buffer package and mobius's `--runtime ort-genai` dense package. Prints the median of
+//! each and their ratio. Run: `cargo bench --bench ort_genai_decode`.
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use onnx_parity::backend::ort_genai::OrtGenai;
+use onnx_parity::backend::{Backend, GenerationRequest};
+use onnx_parity::inputs::ModelInputs;
+use onnx_parity::onnx::pipeline::{DecoderGraph, OnnxPipeline};
+use onnx_parity::onnx::session::SessionOptions;
+
+const REPEATS: usize = 7;
+const NEW_TOKENS: usize = 96;
+
+fn repo(rel: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join(rel)
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+fn time(mut f: impl FnMut() -> Vec<i64>) -> (f64, Vec<i64>) {
+    let tokens = f();
+    let runs = (0..REPEATS)
+        .map(|_| {
+            let t = Instant::now();
+            f();
+            t.elapsed().as_secs_f64()
+        })
+        .collect();
+    (median(runs), tokens)
+}
+
+fn main() -> anyhow::Result<()> {
+    onnx_parity::context::install(onnx_parity::context::RunContext::from_env());
+    onnx_parity::ort_genai::prepare_environment();
+    let inputs = ModelInputs::from_ids((0..14).map(|i| 2 + (i * 37) % 500).collect());
+    let request = GenerationRequest { max_new_tokens: NEW_TOKENS, eos: &[], forced: None, all_position_logits: true, layer_outputs: false };
+    for (label, rel) in [
+        ("builder fp32 (windowed shared KV)", "fixtures/unified-vision/builder/fp32"),
+        ("mobius --runtime ort-genai (dense)", "fixtures/gemma4-text-dense/ort-genai"),
+    ] {
+        let dir = repo(rel);
+        let mut pipeline = OnnxPipeline::open_with(&dir, &SessionOptions::default(), DecoderGraph::Original)?;
+        let (ours, our_tokens) = time(|| pipeline.run(&inputs, &request).map(|r| r.generation.tokens).unwrap_or_default());
+        let mut genai = OrtGenai::open(&dir)?;
+        let (theirs, their_tokens) = time(|| genai.run(&inputs, &request).map(|r| r.generation.tokens).unwrap_or_default());
+        anyhow::ensure!(our_tokens.len() == NEW_TOKENS && our_tokens == their_tokens, "{label}: the two decodes differ");
+        println!(
+            "{label}: prefill 14 + {NEW_TOKENS} tokens — pipeline {:.1} ms, ORT GenAI {:.1} ms (ratio pipeline/ORT GenAI {:.2})",
+            ours * 1e3,
+            theirs * 1e3,
+            ours / theirs
+        );
+    }
+    Ok(())
+}
