@@ -74,6 +74,33 @@ fn local_errors_blame_only_the_broken_layer() {
     assert_eq!(m["divergent_module"], "layer 3 mlp");
 }
 
+/// Guards the local layer runs of a graph without layer names (torch.onnx's dynamo export, cut at
+/// each layer's `layer_scalar` product): fed the arbiter's stream, only layer 1 of the mutant
+/// (its scalar ×1.01) exceeds its local floor, the layers after it, which inherit its error when
+/// propagated, agree where they stand; the correct dynamo build agrees at every layer.
+#[test]
+fn dynamo_layers_are_judged_where_they_stand() {
+    let all = l3_metrics("cases/causal-lm/gemma4-text-dense.yaml");
+    let ratios = |id: &str, key: &str| -> Vec<f64> {
+        let m = trial(&all, id);
+        m.get(key)
+            .and_then(|v| v.as_array())
+            .unwrap_or_else(|| panic!("{id}: no {key} in {m:?}"))
+            .iter()
+            .map(|v| v.as_f64().unwrap())
+            .collect()
+    };
+    let k = trial(&all, "causal-lm/gemma4-text-dense@dynamo-mutant")["calibrated_k"].as_f64().unwrap();
+    let local = ratios("causal-lm/gemma4-text-dense@dynamo-mutant", "layer_local_calibrated_ratio");
+    let propagated = ratios("causal-lm/gemma4-text-dense@dynamo-mutant", "layer_calibrated_ratio");
+    let over: Vec<usize> = local.iter().enumerate().filter(|(_, r)| **r > k).map(|(i, _)| i).collect();
+    assert_eq!(over, [1], "local {local:?}");
+    assert!(propagated[2..].iter().all(|r| *r > k), "propagated {propagated:?}");
+    let good = ratios("causal-lm/gemma4-text-dense@dynamo", "layer_local_calibrated_ratio");
+    assert_eq!(good.len(), local.len());
+    assert!(good.iter().all(|r| *r <= k), "dynamo local {good:?}");
+}
+
 /// Reads a bundle's `test_data_set_0/<prefix>_N.pb` in order.
 fn pbs(dir: &Path, prefix: &str) -> Vec<(String, FeedTensor)> {
     let mut out = Vec::new();

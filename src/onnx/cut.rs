@@ -140,15 +140,23 @@ fn dotted_layer(name: &str) -> Option<(usize, Option<&'static str>)> {
 }
 
 /// The residual stream entering each of the `boundaries.len()` layers: layer 0's
-/// `input_layernorm` input, then each earlier layer's output.
+/// `input_layernorm` input, then each earlier layer's output. A graph whose node names carry no
+/// layer (torch.onnx's dynamo exports, cut at each layer's `layer_scalar` product) enters layer 0
+/// with the token embedding's scale product, as [`layers::embeddings_into_layer0`] finds it.
 pub fn layer_inputs(graph: &GraphProto, boundaries: &[LayerBoundary]) -> Result<Vec<String>, BoundaryError> {
-    let first = graph
-        .node
-        .iter()
-        .find(|n| layers::input_norm_layer(&n.name) == Some(0))
-        .ok_or_else(|| BoundaryError::NoEnd { what: "layers.0/input_layernorm".into(), layer: 0 })?;
-    let into0 = first.input.first().filter(|t| !t.is_empty()).ok_or_else(|| BoundaryError::NoInput { node: first.name.clone() })?;
-    Ok(std::iter::once(into0.clone()).chain(boundaries.iter().take(boundaries.len().saturating_sub(1)).map(|b| b.tensor.clone())).collect())
+    let into0 = match graph.node.iter().find(|n| layers::input_norm_layer(&n.name) == Some(0)) {
+        Some(first) => {
+            first.input.first().filter(|t| !t.is_empty()).ok_or_else(|| BoundaryError::NoInput { node: first.name.clone() })?.clone()
+        }
+        None if !graph.node.iter().any(|n| layers::layer_index(&n.name).is_some()) => {
+            layers::embeddings_into_layer0(graph).ok_or_else(|| BoundaryError::NoEnd {
+                what: "the token embedding's scale product (`…embed_tokens.embed_scale`)".into(),
+                layer: 0,
+            })?
+        }
+        None => return Err(BoundaryError::NoEnd { what: "layers.0/input_layernorm".into(), layer: 0 }),
+    };
+    Ok(std::iter::once(into0).chain(boundaries.iter().take(boundaries.len().saturating_sub(1)).map(|b| b.tensor.clone())).collect())
 }
 
 /// Every identifiable module output of every layer (a tensor made inside the module and read by
@@ -396,6 +404,73 @@ mod tests {
             ),
             "{err}"
         );
+    }
+
+    /// A two-layer graph as torch.onnx's dynamo exporter writes it: no layer in any node name,
+    /// the module path only in initializer names (`m.model.layers.<i>.layer_scalar`).
+    fn dynamo_model(embed_scale: bool) -> Vec<u8> {
+        let mul = |name: &str, inputs: &[&str], outputs: &[&str]| NodeProto { op_type: "Mul".into(), ..node(name, inputs, outputs) };
+        let scale = if embed_scale { "m.model.embed_tokens.embed_scale" } else { "c" };
+        let nodes = vec![
+            node("node_Gather_0", &["m.model.embed_tokens.weight", "input_ids"], &["embedding"]),
+            mul("node_Mul_1", &["embedding", scale], &["mul"]),
+            node("node_RMS_2", &["mul", "w0n"], &["n0"]),
+            node("node_MatMul_3", &["n0", "w0"], &["a0"]),
+            node("node_Add_4", &["mul", "a0"], &["add"]),
+            mul("node_Mul_5", &["add", "m.model.layers.0.layer_scalar"], &["mul_1"]),
+            node("node_RMS_6", &["mul_1", "w1n"], &["n1"]),
+            node("node_MatMul_7", &["n1", "w1"], &["a1"]),
+            node("node_Add_8", &["mul_1", "a1"], &["add_1"]),
+            mul("node_Mul_9", &["add_1", "m.model.layers.1.layer_scalar"], &["mul_2"]),
+            node("node_RMS_10", &["mul_2", "wn"], &["hn"]),
+            node("node_MatMul_11", &["hn", "m.model.embed_tokens.weight"], &["logits"]),
+        ];
+        let init = |n: &str| TensorProto { name: n.into(), data_type: 1, dims: vec![1], ..Default::default() };
+        let names = [
+            "m.model.embed_tokens.weight",
+            scale,
+            "w0n",
+            "w0",
+            "m.model.layers.0.layer_scalar",
+            "w1n",
+            "w1",
+            "m.model.layers.1.layer_scalar",
+            "wn",
+        ];
+        let graph = GraphProto {
+            node: nodes,
+            initializer: names.iter().map(|n| init(n)).collect(),
+            input: vec![ValueInfoProto { name: "input_ids".into(), r#type: None }],
+            output: vec![ValueInfoProto { name: "logits".into(), r#type: None }],
+            ..Default::default()
+        };
+        ModelProto { ir_version: 10, graph: Some(graph), ..Default::default() }.encode_to_vec()
+    }
+
+    /// Guards the cut of a graph without layer names (torch.onnx dynamo): layer 0 is fed where
+    /// the token embedding's scale product was read, each later layer where the previous
+    /// layer's `layer_scalar` product was; the embedding and the head are pruned. Without the
+    /// scale product the cut is refused naming it, never made at a guessed tensor.
+    #[test]
+    fn a_graph_without_layer_names_is_cut_at_its_layer_scalars() {
+        let cut = local_model(&dynamo_model(true), None).unwrap();
+        let g = graph(&cut);
+        assert_eq!(g.output.iter().map(|o| o.name.as_str()).collect::<Vec<_>>(), ["mul_1", "mul_2"]);
+        assert_eq!(cut.inputs, ["onnx_parity.local_in.0", "onnx_parity.local_in.1"]);
+        let reads = |n: &str| g.node.iter().find(|x| x.name == n).unwrap().input.clone();
+        assert_eq!(reads("node_RMS_2")[0], "onnx_parity.local_in.0");
+        assert_eq!(reads("node_Add_4")[0], "onnx_parity.local_in.0");
+        assert_eq!(reads("node_Add_8")[0], "onnx_parity.local_in.1");
+        assert!(
+            !cut.nodes.iter().any(|n| ["node_Gather_0", "node_Mul_1", "node_RMS_10", "node_MatMul_11"].contains(&n.as_str())),
+            "{:?}",
+            cut.nodes
+        );
+        let one = local_model(&dynamo_model(true), Some(1)).unwrap();
+        assert_eq!(one.nodes, ["node_RMS_6", "node_MatMul_7", "node_Add_8", "node_Mul_9"]);
+        assert_eq!(one.inputs, ["onnx_parity.local_in.1"]);
+        let err = local_model(&dynamo_model(false), None).unwrap_err().to_string();
+        assert!(err.contains("no node of the token embedding's scale product"), "{err}");
     }
 
     fn graph(cut: &CutModel) -> GraphProto {

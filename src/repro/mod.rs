@@ -84,7 +84,12 @@ pub fn make(case: &Case, candidate: &Candidate, level: Level, out: &Path, comman
                     outputs.push(expected(&m.tensor, t));
                 }
             }
-            let module = outcome.metrics.get(key::DIVERGENT_MODULE).and_then(|v| v.as_str()).map(|m| format!(" ({m})")).unwrap_or_default();
+            // "layer 3 mlp", or "not identifiable" where the graph names no module (dynamo).
+            let module = match outcome.metrics.get(key::DIVERGENT_MODULE).and_then(|v| v.as_str()) {
+                Some("not identifiable") => " (its modules not identifiable)".to_string(),
+                Some(m) => format!(" ({m})"),
+                None => String::new(),
+            };
             (format!("decoder layer {k}{module}"), cut.bytes, parent(pipeline.decoder_path()), feed, outputs)
         }
         _ => {
