@@ -101,6 +101,37 @@ fn dynamo_layers_are_judged_where_they_stand() {
     assert!(good.iter().all(|r| *r <= k), "dynamo local {good:?}");
 }
 
+/// Guards the local layer runs of ORT GenAI builder exports, whose layer boundaries are sums made
+/// inside the next layer's fused input norm (the cut splits it into the sum and a norm of the fed
+/// stream): the builder mutant (layer 2's post-feedforward norm weight ×1.01) is blamed on layer 2
+/// alone and on that norm inside it; the rounded embedding scale of `builder-scale` blames no
+/// layer (each agrees where it stands), only `inputs_embeds`.
+#[test]
+fn builder_layers_are_judged_where_they_stand() {
+    let all = l3_metrics("cases/causal-lm/unified-vision-text.yaml");
+    let m = trial(&all, "causal-lm/unified-vision-text@builder-fp32-mutant");
+    let k = m["calibrated_k"].as_f64().unwrap();
+    let local: Vec<f64> = m["layer_local_calibrated_ratio"].as_array().expect("local runs").iter().map(|v| v.as_f64().unwrap()).collect();
+    let over: Vec<usize> = local.iter().enumerate().filter(|(_, r)| **r > k).map(|(i, _)| i).collect();
+    assert_eq!(over, [2], "local {local:?}");
+    assert_eq!(m["divergent_module"], "layer 2 post_feedforward_layernorm");
+    let good = trial(&all, "causal-lm/unified-vision-text@builder-fp32");
+    let good: Vec<f64> = good["layer_local_calibrated_ratio"].as_array().expect("local runs").iter().map(|v| v.as_f64().unwrap()).collect();
+    assert!(good.len() == local.len() && good.iter().all(|r| *r <= k), "builder-fp32 local {good:?}");
+    // The float16 builds keep the residual stream in float32 (a Cast after the embedding): the
+    // cut's local inputs are fed in the type it declares, not the activations' float16.
+    let f16 = trial(&all, "causal-lm/unified-vision-text@builder-fp16-cuda");
+    let f16: Vec<f64> = f16["layer_local_calibrated_ratio"].as_array().expect("local runs").iter().map(|v| v.as_f64().unwrap()).collect();
+    assert!(f16.len() == local.len() && f16.iter().all(|r| *r <= k), "builder-fp16-cuda local {f16:?}");
+
+    let all = l3_metrics("cases/causal-lm/builder-scale.yaml");
+    let m = trial(&all, "causal-lm/builder-scale");
+    assert_eq!(m["first_divergence"], "inputs_embeds", "{m:?}");
+    assert!(!m.contains_key("first_divergent_layer"), "{m:?}");
+    let local: Vec<f64> = m["layer_local_calibrated_ratio"].as_array().expect("local runs").iter().map(|v| v.as_f64().unwrap()).collect();
+    assert!(local.iter().all(|r| *r <= k), "builder-scale local {local:?}");
+}
+
 /// Reads a bundle's `test_data_set_0/<prefix>_N.pb` in order.
 fn pbs(dir: &Path, prefix: &str) -> Vec<(String, FeedTensor)> {
     let mut out = Vec::new();

@@ -66,10 +66,10 @@ pub enum CutError {
     #[error("node `{node}` holds a subgraph (control flow), whose outer-scope inputs the cut cannot follow")]
     Subgraph { node: String },
     /// The stream entering a layer is made inside that layer's fused input norm (a residual add
-    /// fused into a SkipLayerNormalization, ORT GenAI's builder): the norm reads the previous
-    /// layer's values, not a fed stream, until the node is split.
+    /// fused into a SkipLayerNormalization, ORT GenAI's builder) of a form the cut cannot split
+    /// into the sum and a norm of the fed stream (a bias, a used statistics output, a beta).
     #[error(
-        "the stream entering layer {layer} is the sum inside its fused input norm `{node}`: a cut cannot feed that norm another stream"
+        "the stream entering layer {layer} is the sum inside its fused input norm `{node}`, which the cut cannot split (only SkipSimplifiedLayerNormalization(input, skip, gamma) with its normed and sum outputs)"
     )]
     FusedStream { layer: usize, node: String },
 }
@@ -98,6 +98,9 @@ pub struct CutModel {
     pub bytes: Vec<u8>,
     /// Its graph inputs, in order.
     pub inputs: Vec<String>,
+    /// The element type each local input is declared with (the residual stream's own: float32
+    /// in ORT GenAI's builder's float16 builds, which keep the stream in float32).
+    pub stream_types: BTreeMap<String, i32>,
     /// Layer outputs in layer order (the cut's first outputs).
     pub layers: Vec<LayerBoundary>,
     /// Module outputs the cut also returns, and for every `(layer, module)` it could not
@@ -218,17 +221,25 @@ pub fn local_model(model: &[u8], only: Option<usize>) -> Result<CutModel, CutErr
     if let Some(k) = only.filter(|&k| k >= n) {
         return Err(CutError::NoLayer { layer: k, layers: n });
     }
-    // A stream that is the sum output of a fused norm of the next layer cannot be rewired: the
-    // norm computes its output from the sum's own inputs.
+    let into = layer_inputs(graph, &boundaries)?;
+    let rewire: HashMap<&str, String> = into.iter().enumerate().map(|(k, t)| (t.as_str(), local_input(k))).collect();
+    // A stream that is the sum output of the next layer's fused input norm (ORT GenAI's builder)
+    // cannot be rewired as it is: the norm computes its output from the sum's own inputs. Such a
+    // node is split into the sum and a plain norm of the fed stream.
+    let mut splits: Vec<Option<[NodeProto; 2]>> = vec![None; graph.node.len()];
     for b in boundaries.iter().filter(|b| b.layer + 1 < n) {
-        if let Some(made_by) = graph.node.iter().find(|nd| nd.output.iter().any(|o| o == &b.tensor)) {
-            if layers::is_skip_norm(&made_by.op_type) {
-                return Err(CutError::FusedStream { layer: b.layer + 1, node: made_by.name.clone() });
+        if let Some(i) = graph.node.iter().position(|nd| nd.output.iter().any(|o| o == &b.tensor)) {
+            if layers::is_skip_norm(&graph.node[i].op_type) {
+                let mut parts = split_fused_norm(&graph.node[i], &local_input(b.layer + 1), b.layer + 1)?;
+                for t in parts.iter_mut().flat_map(|p| p.input.iter_mut()) {
+                    if let Some(r) = rewire.get(t.as_str()) {
+                        *t = r.clone();
+                    }
+                }
+                splits[i] = Some(parts);
             }
         }
     }
-    let into = layer_inputs(graph, &boundaries)?;
-    let rewire: HashMap<&str, String> = into.iter().enumerate().map(|(k, t)| (t.as_str(), local_input(k))).collect();
     let (all_modules, mut unidentified) = module_outputs(graph, n);
     let wanted = |layer: usize| only.is_none_or(|k| k == layer);
     let layer_outs: Vec<LayerBoundary> = boundaries.iter().filter(|b| wanted(b.layer)).cloned().collect();
@@ -239,14 +250,22 @@ pub fn local_model(model: &[u8], only: Option<usize>) -> Result<CutModel, CutErr
     let renamed = |t: &str| rewire.get(t).cloned().unwrap_or_else(|| t.to_string());
     let mut needed: BTreeSet<String> =
         layer_outs.iter().map(|b| b.tensor.clone()).chain(modules.iter().map(|m| m.tensor.clone())).collect();
-    let mut keep = vec![false; graph.node.len()];
+    // Which parts of each node are kept: the node itself (`[true, _]`), or a split node's sum and
+    // norm.
+    let mut keep = vec![[false; 2]; graph.node.len()];
     for (i, node) in graph.node.iter().enumerate().rev() {
-        if node.output.iter().any(|o| needed.contains(o)) {
-            if node.attribute.iter().any(|a| a.g.is_some() || !a.graphs.is_empty()) {
-                return Err(CutError::Subgraph { node: node.name.clone() });
+        let parts: Vec<&NodeProto> = match &splits[i] {
+            Some(parts) => parts.iter().collect(),
+            None => vec![node],
+        };
+        for (p, part) in parts.into_iter().enumerate().rev() {
+            if part.output.iter().any(|o| needed.contains(o)) {
+                if node.attribute.iter().any(|a| a.g.is_some() || !a.graphs.is_empty()) {
+                    return Err(CutError::Subgraph { node: node.name.clone() });
+                }
+                keep[i][p] = true;
+                needed.extend(part.input.iter().filter(|t| !t.is_empty()).map(|t| renamed(t)));
             }
-            keep[i] = true;
-            needed.extend(node.input.iter().filter(|t| !t.is_empty()).map(|t| renamed(t)));
         }
     }
 
@@ -267,7 +286,21 @@ pub fn local_model(model: &[u8], only: Option<usize>) -> Result<CutModel, CutErr
             NODE if f.wire_type == wire::LEN => {
                 let i = node_i;
                 node_i += 1;
-                if !keep.get(i).copied().unwrap_or(false) {
+                let kept = keep.get(i).copied().unwrap_or_default();
+                if let Some(Some(parts)) = splits.get(i) {
+                    for (part, _) in parts.iter().zip(kept).filter(|(_, k)| *k) {
+                        nodes.push(part.name.clone());
+                        let mut bytes = part.encode_to_vec();
+                        if part.op_type == SPLIT_NORM {
+                            // The fused node's attributes (its epsilon) as written: the crate's
+                            // schema does not model float attributes.
+                            bytes.extend(attribute_fields(body)?);
+                        }
+                        wire::put_len_field(&mut out, NODE, &bytes);
+                    }
+                    continue;
+                }
+                if !kept[0] {
                     continue;
                 }
                 let node = &graph.node[i];
@@ -298,17 +331,70 @@ pub fn local_model(model: &[u8], only: Option<usize>) -> Result<CutModel, CutErr
             _ => out.extend_from_slice(bytes),
         }
     }
+    let mut stream_types = BTreeMap::new();
     for (k, t) in into.iter().enumerate() {
         let name = local_input(k);
         if needed.contains(&name) {
-            wire::put_len_field(&mut out, INPUT, &layers::value_info(&name, layers::residual_elem_type(graph, t)).encode_to_vec());
+            let elem_type = layers::residual_elem_type(graph, t);
+            wire::put_len_field(&mut out, INPUT, &layers::value_info(&name, elem_type).encode_to_vec());
+            stream_types.insert(name.clone(), elem_type);
             inputs.push(name);
         }
     }
     for t in layer_outs.iter().map(|b| &b.tensor).chain(modules.iter().map(|m| &m.tensor)) {
         wire::put_len_field(&mut out, OUTPUT, &layers::value_info(t, layers::residual_elem_type(graph, t)).encode_to_vec());
     }
-    Ok(CutModel { bytes: wire::with_graph(model, &out)?, inputs, layers: layer_outs, modules, unidentified, nodes, initializers })
+    Ok(CutModel {
+        bytes: wire::with_graph(model, &out)?,
+        inputs,
+        stream_types,
+        layers: layer_outs,
+        modules,
+        unidentified,
+        nodes,
+        initializers,
+    })
+}
+
+/// The plain norm a split fused norm leaves (ONNX Runtime's RMS norm in the default domain, as
+/// the builder writes its unfused norms; `axis` -1 and `stash_type` 1 are its defaults).
+const SPLIT_NORM: &str = "SimplifiedLayerNormalization";
+
+/// A fused residual norm `SkipSimplifiedLayerNormalization(input, skip, gamma)` → (normed, _, _,
+/// sum) whose sum is the stream entering layer `layer`, as two nodes: `Add(input, skip)` → sum
+/// (the previous layer's output) and `SimplifiedLayerNormalization(fed, gamma)` → normed (the
+/// layer's input norm of the fed stream). A bias input, a used mean or inverse-deviation output,
+/// or a LayerNorm with beta have no such split: refused naming the node.
+fn split_fused_norm(node: &NodeProto, fed: &str, layer: usize) -> Result<[NodeProto; 2], CutError> {
+    let refuse = || CutError::FusedStream { layer, node: node.name.clone() };
+    let out = |i: usize| node.output.get(i).map(String::as_str).unwrap_or("");
+    if node.op_type != "SkipSimplifiedLayerNormalization" || node.input.len() != 3 || !out(1).is_empty() || !out(2).is_empty() {
+        return Err(refuse());
+    }
+    if out(0).is_empty() || out(3).is_empty() {
+        return Err(refuse());
+    }
+    let sum = NodeProto {
+        input: node.input[..2].to_vec(),
+        output: vec![out(3).to_string()],
+        name: format!("{}/onnx_parity.residual_add", node.name),
+        op_type: "Add".into(),
+        ..Default::default()
+    };
+    let norm = NodeProto {
+        input: vec![fed.to_string(), node.input[2].clone()],
+        output: vec![out(0).to_string()],
+        name: node.name.clone(),
+        op_type: SPLIT_NORM.into(),
+        ..Default::default()
+    };
+    Ok([sum, norm])
+}
+
+/// The `attribute` fields of a node's bytes, as written.
+fn attribute_fields(node: &[u8]) -> Result<Vec<u8>, WireError> {
+    const NODE_ATTRIBUTE: u64 = 5;
+    Ok(wire::fields(node)?.into_iter().filter(|f| f.number == NODE_ATTRIBUTE).flat_map(|f| node[f.all].to_vec()).collect())
 }
 
 /// A node's bytes with its `input` fields renamed as `rewire` says (every other field kept).
@@ -380,28 +466,58 @@ mod tests {
     }
 
     /// Guards the fused residual add (ORT GenAI's builder): a stream made inside the next layer's
-    /// SkipLayerNormalization is refused with the node named, not cut into a layer whose norm
-    /// would still read the export's own values.
+    /// SkipSimplifiedLayerNormalization is cut by splitting that node into the sum (the previous
+    /// layer's output, from its own inputs) and a plain norm of the fed stream that keeps the
+    /// node's attributes; a fused norm with a bias input cannot be split and is refused naming it.
     #[test]
-    fn a_stream_made_inside_a_fused_norm_is_not_cut() {
+    fn a_stream_made_inside_a_fused_norm_is_split() {
+        use crate::onnx::proto::AttributeProto;
         let skip = |name: &str, inputs: &[&str], outputs: &[&str]| NodeProto {
             op_type: "SkipSimplifiedLayerNormalization".into(),
+            domain: "com.microsoft".into(),
+            attribute: vec![AttributeProto { name: "epsilon_stand_in".into(), i: 7, ..Default::default() }],
             ..node(name, inputs, outputs)
         };
-        let nodes = vec![
-            node("/model/layers.0/input_layernorm/LayerNorm", &["e", "w0"], &["n0"]),
-            node("/model/layers.0/mlp/down_proj/MatMul", &["n0", "m0"], &["d0"]),
-            skip("/model/layers.1/input_layernorm/SkipLayerNorm", &["d0", "e", "w1"], &["n1", "", "", "sum0"]),
-            node("/model/layers.1/mlp/down_proj/MatMul", &["n1", "m1"], &["d1"]),
-            skip("/model/layers.2/final_norm_layernorm/SkipLayerNorm", &["d1", "sum0", "wn"], &["hn", "", "", "sum1"]),
-        ];
-        let m = ModelProto { ir_version: 10, graph: Some(GraphProto { node: nodes, ..Default::default() }), ..Default::default() }
-            .encode_to_vec();
-        let err = local_model(&m, None).unwrap_err().to_string();
+        let model = |bias: bool| {
+            let mut fused = vec!["d0", "e", "w1"];
+            if bias {
+                fused.push("b1");
+            }
+            let nodes = vec![
+                node("/model/layers.0/input_layernorm/LayerNorm", &["e", "w0"], &["n0"]),
+                node("/model/layers.0/mlp/down_proj/MatMul", &["n0", "m0"], &["d0"]),
+                skip("/model/layers.1/input_layernorm/SkipLayerNorm", &fused, &["n1", "", "", "sum0"]),
+                node("/model/layers.1/mlp/down_proj/MatMul", &["n1", "m1"], &["d1"]),
+                skip("/model/layers.2/final_norm_layernorm/SkipLayerNorm", &["d1", "sum0", "wn"], &["hn", "", "", "sum1"]),
+            ];
+            let g = GraphProto { node: nodes, input: vec![ValueInfoProto { name: "e".into(), r#type: None }], ..Default::default() };
+            ModelProto { ir_version: 10, graph: Some(g), ..Default::default() }.encode_to_vec()
+        };
+        let cut = local_model(&model(false), None).unwrap();
+        let g = graph(&cut);
+        // The layer outputs, then the input norms' outputs (module outputs).
+        assert_eq!(g.output.iter().map(|o| o.name.as_str()).collect::<Vec<_>>(), ["sum0", "sum1", "n0", "n1"]);
+        let find = |n: &str| g.node.iter().find(|x| x.name == n).unwrap_or_else(|| panic!("no {n} in {:?}", cut.nodes)).clone();
+        let add = find("/model/layers.1/input_layernorm/SkipLayerNorm/onnx_parity.residual_add");
+        assert_eq!(
+            (add.op_type.as_str(), add.input.clone(), add.output.clone()),
+            ("Add", vec!["d0".into(), "onnx_parity.local_in.0".into()], vec!["sum0".into()])
+        );
+        let norm = find("/model/layers.1/input_layernorm/SkipLayerNorm");
+        assert_eq!(norm.op_type, "SimplifiedLayerNormalization");
+        assert_eq!(norm.domain, "");
+        assert_eq!(norm.input, ["onnx_parity.local_in.1", "w1"]);
+        assert_eq!(norm.output, ["n1"]);
+        assert_eq!(norm.attribute.iter().map(|a| (a.name.as_str(), a.i)).collect::<Vec<_>>(), [("epsilon_stand_in", 7)]);
+        let last = find("/model/layers.2/final_norm_layernorm/SkipLayerNorm");
+        assert_eq!(last.input, ["d1", "onnx_parity.local_in.1", "wn"]);
+        assert_eq!(cut.inputs, ["onnx_parity.local_in.0", "onnx_parity.local_in.1"]);
+        // Layer 1 alone: the norm of its fed stream, not the sum of layer 0's output.
+        let one = local_model(&model(false), Some(1)).unwrap();
+        assert!(!one.nodes.iter().any(|n| n.ends_with("onnx_parity.residual_add") || n.contains("layers.0/")), "{:?}", one.nodes);
+        let err = local_model(&model(true), None).unwrap_err().to_string();
         assert!(
-            err.contains(
-                "the stream entering layer 1 is the sum inside its fused input norm `/model/layers.1/input_layernorm/SkipLayerNorm`"
-            ),
+            err.contains("the stream entering layer 1 is the sum inside its fused input norm `/model/layers.1/input_layernorm/SkipLayerNorm`, which the cut cannot split"),
             "{err}"
         );
     }

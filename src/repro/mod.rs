@@ -76,7 +76,7 @@ pub fn make(case: &Case, candidate: &Candidate, level: Level, out: &Path, comman
     let (part, model, src_dir, feed, outputs) = match (layer, local) {
         (Some(k), true) => {
             let cut = pipeline.cut(Some(k)).map_err(ReproError::Cut)?;
-            let feed = pipeline.local_feed(&cut.inputs, &inputs.input_ids, &reference.run)?;
+            let feed = pipeline.local_feed(&cut.inputs, &cut.stream_types, &inputs.input_ids, &reference.run)?;
             let LayerOutputs::Tensors(ref_layers) = &reference.run.prefill.layers else { return Err(ReproError::NoCandidate) };
             let mut outputs = vec![expected(&cut.layers[0].tensor, &ref_layers[k])];
             for m in &cut.modules {
@@ -128,7 +128,7 @@ pub fn make(case: &Case, candidate: &Candidate, level: Level, out: &Path, comman
                     let path = pipeline.decoder_path().to_path_buf();
                     let bytes = read(&path)?;
                     let names = session_inputs(&bytes)?;
-                    let feed = pipeline.local_feed(&names, &inputs.input_ids, &reference.run)?;
+                    let feed = pipeline.local_feed(&names, &Default::default(), &inputs.input_ids, &reference.run)?;
                     ("decoder".to_string(), bytes, parent(&path), feed, vec![expected("logits", &reference.run.prefill.logits)])
                 }
             }

@@ -113,7 +113,7 @@ impl OnnxPipeline {
                 return Ok(());
             }
         };
-        let feed = self.local_feed(&cut.inputs, ids, reference)?;
+        let feed = self.local_feed(&cut.inputs, &cut.stream_types, ids, reference)?;
         self.decoder = None;
         let t = std::time::Instant::now();
         let dir = self.decoder_path.parent().map(std::path::Path::to_path_buf).unwrap_or_default();
@@ -167,12 +167,27 @@ impl OnnxPipeline {
 
     /// What a cut's inputs `names` receive for a prefill of `ids`: the reference's residual
     /// stream for each local input (its `inputs_embeds` for layer 0, layer k−1's output for
-    /// layer k), the reference's embedding outputs, an empty cache, ids, mask and positions.
-    pub fn local_feed(&self, names: &[String], ids: &[i64], reference: &Run) -> Result<Vec<(String, FeedTensor)>, PipelineError> {
+    /// layer k) in the type the cut declares it (`stream_types`: float16 or float32, else the
+    /// export's activations'), the reference's embedding outputs, an empty cache, ids, mask and
+    /// positions.
+    pub fn local_feed(
+        &self,
+        names: &[String],
+        stream_types: &BTreeMap<String, i32>,
+        ids: &[i64],
+        reference: &Run,
+    ) -> Result<Vec<(String, FeedTensor)>, PipelineError> {
+        const FLOAT: i32 = 1;
+        const FLOAT16: i32 = 10;
         let role = self.decoder_role;
         let contract = |message: String| PipelineError::Contract { role, message };
         let f16 = self.is_f16();
         let float = |t: &Dense<f32>| FeedTensor::float(t.shape.clone(), &t.data, f16);
+        let stream = |name: &str, t: &Dense<f32>| match stream_types.get(name) {
+            Some(&FLOAT16) => FeedTensor::float(t.shape.clone(), &t.data, true),
+            Some(&FLOAT) => FeedTensor::float(t.shape.clone(), &t.data, false),
+            _ => float(t),
+        };
         let mut out = Vec::with_capacity(names.len());
         for name in names {
             let value = if let Some(k) = cut::local_input_layer(name) {
@@ -184,7 +199,7 @@ impl OnnxPipeline {
                         _ => None,
                     }
                 };
-                float(t.ok_or_else(|| contract(format!("`{name}`: the reference has no residual stream entering layer {k}")))?)
+                stream(name, t.ok_or_else(|| contract(format!("`{name}`: the reference has no residual stream entering layer {k}")))?)
             } else if let Some(slot) = self.kv.iter().find(|slot| name == &slot.past_key || name == &slot.past_value) {
                 let dims = if name == &slot.past_key { slot.key_dims } else { slot.value_dims };
                 let (a, b) = (dims[0] as usize, dims[1] as usize);
