@@ -77,7 +77,8 @@ fn local_errors_blame_only_the_broken_layer() {
 /// Guards the local layer runs of a graph without layer names (torch.onnx's dynamo export, cut at
 /// each layer's `layer_scalar` product): fed the arbiter's stream, only layer 1 of the mutant
 /// (its scalar ×1.01) exceeds its local floor, the layers after it, which inherit its error when
-/// propagated, agree where they stand; the correct dynamo build agrees at every layer.
+/// propagated, agree where they stand, and inside layer 1 every module agrees; the correct dynamo
+/// build agrees at every layer.
 #[test]
 fn dynamo_layers_are_judged_where_they_stand() {
     let all = l3_metrics("cases/causal-lm/gemma4-text-dense.yaml");
@@ -96,6 +97,10 @@ fn dynamo_layers_are_judged_where_they_stand() {
     let over: Vec<usize> = local.iter().enumerate().filter(|(_, r)| **r > k).map(|(i, _)| i).collect();
     assert_eq!(over, [1], "local {local:?}");
     assert!(propagated[2..].iter().all(|r| *r > k), "propagated {propagated:?}");
+    // The modules inside come from the module path dynamo records beside each node: every one of
+    // them agrees, so the blame is what follows them (the mutated layer_scalar).
+    let m = trial(&all, "causal-lm/gemma4-text-dense@dynamo-mutant");
+    assert_eq!(m["divergent_module"], "layer 1 after its modules (residual adds, per-layer input, layer_scalar)", "{m:?}");
     let good = ratios("causal-lm/gemma4-text-dense@dynamo", "layer_local_calibrated_ratio");
     assert_eq!(good.len(), local.len());
     assert!(good.iter().all(|r| *r <= k), "dynamo local {good:?}");

@@ -114,16 +114,26 @@ pub struct CutModel {
 
 /// Which module of which layer a node belongs to: from its name (`model/layers.3/mlp/…`), else
 /// from its first output's name (`v_model.layers.3.pre_feedforward_layernorm.…`: fused nodes such
-/// as SkipSimplifiedLayerNormalization carry no layer in their own name).
+/// as SkipSimplifiedLayerNormalization carry no layer in their own name), else from the module
+/// path torch.onnx's dynamo exporter records beside the node (`pkg.torch.onnx.name_scopes`:
+/// `['', 'model', …, 'model.model.layers.3', 'model.model.layers.3.mlp', …, 'mul_12']`).
 fn place(node: &NodeProto) -> (Option<usize>, Option<&'static str>) {
     if let Some((layer, rest)) = layers::segment_layer(&node.name) {
         let module = rest.split('/').next().and_then(|m| MODULES.iter().find(|&&x| x == m).copied());
         return (Some(layer), module);
     }
-    match node.output.first().and_then(|o| dotted_layer(o)) {
+    match node.output.first().and_then(|o| dotted_layer(o)).or_else(|| scoped_layer(node)) {
         Some((layer, module)) => (Some(layer), module),
         None => (None, None),
     }
+}
+
+/// `(layer, module)` of the deepest `…layers.<i>[.<module>…]` scope in a node's
+/// `pkg.torch.onnx.name_scopes` (a Python list literal of strings).
+fn scoped_layer(node: &NodeProto) -> Option<(usize, Option<&'static str>)> {
+    let scopes = &node.metadata_props.iter().find(|p| p.key == "pkg.torch.onnx.name_scopes")?.value;
+    let scopes = scopes.trim().trim_start_matches('[').trim_end_matches(']');
+    scopes.split(',').map(|s| s.trim().trim_matches(|c| c == '\'' || c == '"')).filter_map(|s| dotted_layer(&format!("{s}."))).last()
 }
 
 /// `(layer, module)` of a dotted tensor name `…layers.<i>.<module>.…`.
@@ -520,6 +530,23 @@ mod tests {
             err.contains("the stream entering layer 1 is the sum inside its fused input norm `/model/layers.1/input_layernorm/SkipLayerNorm`, which the cut cannot split"),
             "{err}"
         );
+    }
+
+    /// Guards the module path of dynamo's `pkg.torch.onnx.name_scopes`: the deepest layer scope
+    /// names the layer and its module (a sub-module such as `mlp.down_proj` is the module `mlp`),
+    /// a node of the layer itself has no module, and a node outside every layer has no place.
+    #[test]
+    fn dynamo_name_scopes_place_a_node() {
+        use crate::onnx::proto::StringStringEntryProto;
+        let scoped = |scopes: &str| NodeProto {
+            metadata_props: vec![StringStringEntryProto { key: "pkg.torch.onnx.name_scopes".into(), value: scopes.into() }],
+            ..node("node_linear_9", &["x"], &["linear_9"])
+        };
+        let mlp = "['', 'model', 'model.model', 'model.model.layers.3', 'model.model.layers.3.mlp', 'model.model.layers.3.mlp.down_proj', 'linear_9']";
+        assert_eq!(place(&scoped(mlp)), (Some(3), Some("mlp")));
+        assert_eq!(place(&scoped("['', 'model', 'model.model', 'model.model.layers.12', 'mul_40']")), (Some(12), None));
+        assert_eq!(place(&scoped("['', 'model', 'model.model', 'model.model.rotary_emb', 'cos']")), (None, None));
+        assert_eq!(place(&node("node_linear_9", &["x"], &["linear_9"])), (None, None));
     }
 
     /// A two-layer graph as torch.onnx's dynamo exporter writes it: no layer in any node name,

@@ -68,6 +68,10 @@ pub struct NodeProto {
     pub attribute: Vec<AttributeProto>,
     #[prost(string, tag = "7")]
     pub domain: String,
+    /// torch.onnx's dynamo exporter writes each node's module path here
+    /// (`pkg.torch.onnx.name_scopes`), where other exporters put it in the node's name.
+    #[prost(message, repeated, tag = "9")]
+    pub metadata_props: Vec<StringStringEntryProto>,
 }
 
 #[derive(Clone, PartialEq, prost::Message)]
