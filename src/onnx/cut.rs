@@ -133,7 +133,7 @@ fn place(node: &NodeProto) -> (Option<usize>, Option<&'static str>) {
 fn scoped_layer(node: &NodeProto) -> Option<(usize, Option<&'static str>)> {
     let scopes = &node.metadata_props.iter().find(|p| p.key == "pkg.torch.onnx.name_scopes")?.value;
     let scopes = scopes.trim().trim_start_matches('[').trim_end_matches(']');
-    scopes.split(',').map(|s| s.trim().trim_matches(|c| c == '\'' || c == '"')).filter_map(|s| dotted_layer(&format!("{s}."))).last()
+    scopes.split(',').map(|s| s.trim().trim_matches(|c| c == '\'' || c == '"')).rev().find_map(|s| dotted_layer(&format!("{s}.")))
 }
 
 /// `(layer, module)` of a dotted tensor name `…layers.<i>.<module>.…`.
