@@ -378,10 +378,13 @@ const SPLIT_NORM: &str = "SimplifiedLayerNormalization";
 fn split_fused_norm(node: &NodeProto, fed: &str, layer: usize) -> Result<[NodeProto; 2], CutError> {
     let refuse = || CutError::FusedStream { layer, node: node.name.clone() };
     let out = |i: usize| node.output.get(i).map(String::as_str).unwrap_or("");
-    if node.op_type != "SkipSimplifiedLayerNormalization" || node.input.len() != 3 || !out(1).is_empty() || !out(2).is_empty() {
-        return Err(refuse());
-    }
-    if out(0).is_empty() || out(3).is_empty() {
+    let statistics_used = !out(1).is_empty() || !out(2).is_empty();
+    if node.op_type != "SkipSimplifiedLayerNormalization"
+        || node.input.len() != 3
+        || statistics_used
+        || out(0).is_empty()
+        || out(3).is_empty()
+    {
         return Err(refuse());
     }
     let sum = NodeProto {
