@@ -38,6 +38,8 @@ pub const FIRST_DIVERGENT_LAYER: &str = "first_divergent_layer";
 pub const LAYER_LOCAL_MAX_ABS_DIFF: &str = "layer_local_max_abs_diff";
 /// The part of the blamed layer where it starts ("layer 3 mlp"), or why it is not identifiable.
 pub const DIVERGENT_MODULE: &str = "divergent_module";
+/// [`DIVERGENT_MODULE`]'s value when the blamed layer's modules cannot be told apart.
+pub const MODULE_NOT_IDENTIFIABLE: &str = "not identifiable";
 /// Each sub-model on the reference's own inputs for it.
 pub const VISION_ENCODER_ISOLATED_MAX_ABS_DIFF: &str = "vision_encoder_isolated_max_abs_diff";
 pub const EMBEDDING_ISOLATED_MAX_ABS_DIFF: &str = "embedding_isolated_max_abs_diff";

@@ -36,6 +36,13 @@ fn trial<'a>(all: &'a [(String, serde_json::Map<String, serde_json::Value>)], id
     &all.iter().find(|(i, _)| i == id).unwrap_or_else(|| panic!("no L3 of {id} in {:?}", all.iter().map(|(i, _)| i).collect::<Vec<_>>())).1
 }
 
+/// The per-layer array `key` of a trial's metrics (the test fails naming it when absent or not
+/// numbers).
+fn per_layer(m: &serde_json::Map<String, serde_json::Value>, key: &str) -> Vec<f64> {
+    let a = m.get(key).and_then(|v| v.as_array()).unwrap_or_else(|| panic!("no {key} in {m:?}"));
+    a.iter().map(|v| v.as_f64().unwrap_or_else(|| panic!("{key}: {v} is not a number"))).collect()
+}
+
 /// Guards the two corrections on unified-vision: the eps-only default export's decoder
 /// is cleared in isolation (its image_features differ, the decoder fed the reference's
 /// inputs_embeds agrees), and the GQA build, whose vision encoder also differs, blames decoder
@@ -66,8 +73,8 @@ fn local_errors_blame_only_the_broken_layer() {
     let all = l3_metrics("cases/causal-lm/broken-mlp-layer.yaml");
     let m = trial(&all, "causal-lm/broken-mlp-layer");
     let tol = m["atol"].as_f64().unwrap();
-    let local: Vec<f64> = m["layer_local_max_abs_diff"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect();
-    let propagated: Vec<f64> = m["layer_max_abs_diff"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect();
+    let local = per_layer(m, "layer_local_max_abs_diff");
+    let propagated = per_layer(m, "layer_max_abs_diff");
     let over: Vec<usize> = local.iter().enumerate().filter(|(_, d)| **d > tol).map(|(i, _)| i).collect();
     assert_eq!(over, [3], "local {local:?}");
     assert!(propagated[4] > tol && propagated[5] > tol, "propagated {propagated:?}");
@@ -82,15 +89,7 @@ fn local_errors_blame_only_the_broken_layer() {
 #[test]
 fn dynamo_layers_are_judged_where_they_stand() {
     let all = l3_metrics("cases/causal-lm/gemma4-text-dense.yaml");
-    let ratios = |id: &str, key: &str| -> Vec<f64> {
-        let m = trial(&all, id);
-        m.get(key)
-            .and_then(|v| v.as_array())
-            .unwrap_or_else(|| panic!("{id}: no {key} in {m:?}"))
-            .iter()
-            .map(|v| v.as_f64().unwrap())
-            .collect()
-    };
+    let ratios = |id: &str, key: &str| per_layer(trial(&all, id), key);
     let k = trial(&all, "causal-lm/gemma4-text-dense@dynamo-mutant")["calibrated_k"].as_f64().unwrap();
     let local = ratios("causal-lm/gemma4-text-dense@dynamo-mutant", "layer_local_calibrated_ratio");
     let propagated = ratios("causal-lm/gemma4-text-dense@dynamo-mutant", "layer_calibrated_ratio");
@@ -116,24 +115,22 @@ fn builder_layers_are_judged_where_they_stand() {
     let all = l3_metrics("cases/causal-lm/unified-vision-text.yaml");
     let m = trial(&all, "causal-lm/unified-vision-text@builder-fp32-mutant");
     let k = m["calibrated_k"].as_f64().unwrap();
-    let local: Vec<f64> = m["layer_local_calibrated_ratio"].as_array().expect("local runs").iter().map(|v| v.as_f64().unwrap()).collect();
+    let local = per_layer(m, "layer_local_calibrated_ratio");
     let over: Vec<usize> = local.iter().enumerate().filter(|(_, r)| **r > k).map(|(i, _)| i).collect();
     assert_eq!(over, [2], "local {local:?}");
     assert_eq!(m["divergent_module"], "layer 2 post_feedforward_layernorm");
-    let good = trial(&all, "causal-lm/unified-vision-text@builder-fp32");
-    let good: Vec<f64> = good["layer_local_calibrated_ratio"].as_array().expect("local runs").iter().map(|v| v.as_f64().unwrap()).collect();
+    let good = per_layer(trial(&all, "causal-lm/unified-vision-text@builder-fp32"), "layer_local_calibrated_ratio");
     assert!(good.len() == local.len() && good.iter().all(|r| *r <= k), "builder-fp32 local {good:?}");
     // The float16 builds keep the residual stream in float32 (a Cast after the embedding): the
     // cut's local inputs are fed in the type it declares, not the activations' float16.
-    let f16 = trial(&all, "causal-lm/unified-vision-text@builder-fp16-cuda");
-    let f16: Vec<f64> = f16["layer_local_calibrated_ratio"].as_array().expect("local runs").iter().map(|v| v.as_f64().unwrap()).collect();
+    let f16 = per_layer(trial(&all, "causal-lm/unified-vision-text@builder-fp16-cuda"), "layer_local_calibrated_ratio");
     assert!(f16.len() == local.len() && f16.iter().all(|r| *r <= k), "builder-fp16-cuda local {f16:?}");
 
     let all = l3_metrics("cases/causal-lm/builder-scale.yaml");
     let m = trial(&all, "causal-lm/builder-scale");
     assert_eq!(m["first_divergence"], "inputs_embeds", "{m:?}");
     assert!(!m.contains_key("first_divergent_layer"), "{m:?}");
-    let local: Vec<f64> = m["layer_local_calibrated_ratio"].as_array().expect("local runs").iter().map(|v| v.as_f64().unwrap()).collect();
+    let local = per_layer(m, "layer_local_calibrated_ratio");
     assert!(local.iter().all(|r| *r <= k), "builder-scale local {local:?}");
 }
 

@@ -264,11 +264,11 @@ pub fn local_model(model: &[u8], only: Option<usize>) -> Result<CutModel, CutErr
     // norm.
     let mut keep = vec![[false; 2]; graph.node.len()];
     for (i, node) in graph.node.iter().enumerate().rev() {
-        let parts: Vec<&NodeProto> = match &splits[i] {
-            Some(parts) => parts.iter().collect(),
-            None => vec![node],
+        let parts = match &splits[i] {
+            Some(parts) => parts.as_slice(),
+            None => std::slice::from_ref(node),
         };
-        for (p, part) in parts.into_iter().enumerate().rev() {
+        for (p, part) in parts.iter().enumerate().rev() {
             if part.output.iter().any(|o| needed.contains(o)) {
                 if node.attribute.iter().any(|a| a.g.is_some() || !a.graphs.is_empty()) {
                     return Err(CutError::Subgraph { node: node.name.clone() });
@@ -429,6 +429,20 @@ mod tests {
     use super::*;
     use crate::onnx::proto::ValueInfoProto;
 
+    /// A model of `nodes` with one-element float `initializers` and untyped `inputs`/`outputs`.
+    fn encode(nodes: Vec<NodeProto>, initializers: &[&str], inputs: &[&str], outputs: &[&str]) -> Vec<u8> {
+        let init = |n: &&str| TensorProto { name: n.to_string(), data_type: 1, dims: vec![1], ..Default::default() };
+        let vi = |n: &&str| ValueInfoProto { name: n.to_string(), r#type: None };
+        let graph = GraphProto {
+            node: nodes,
+            initializer: initializers.iter().map(init).collect(),
+            input: inputs.iter().map(vi).collect(),
+            output: outputs.iter().map(vi).collect(),
+            ..Default::default()
+        };
+        ModelProto { ir_version: 10, graph: Some(graph), ..Default::default() }.encode_to_vec()
+    }
+
     fn node(name: &str, inputs: &[&str], outputs: &[&str]) -> NodeProto {
         NodeProto {
             name: name.into(),
@@ -462,20 +476,7 @@ mod tests {
             node("model/norm/RMS", &["h2", "wn"], &["hn"]),
             node("lm_head/MatMul", &["hn", "table"], &["logits"]),
         ];
-        let init = |n: &str| TensorProto { name: n.into(), data_type: 1, dims: vec![1], ..Default::default() };
-        let vi = |n: &str| ValueInfoProto { name: n.into(), r#type: None };
-        ModelProto {
-            ir_version: 10,
-            graph: Some(GraphProto {
-                node: nodes,
-                initializer: ["table", "cos", "w0n", "w0k", "w1n", "w1d", "w2n", "wn"].iter().map(|n| init(n)).collect(),
-                input: vec![vi("input_ids"), vi("position_ids")],
-                output: vec![vi("logits")],
-                ..Default::default()
-            }),
-            ..Default::default()
-        }
-        .encode_to_vec()
+        encode(nodes, &["table", "cos", "w0n", "w0k", "w1n", "w1d", "w2n", "wn"], &["input_ids", "position_ids"], &["logits"])
     }
 
     /// Guards the fused residual add (ORT GenAI's builder): a stream made inside the next layer's
@@ -503,8 +504,7 @@ mod tests {
                 node("/model/layers.1/mlp/down_proj/MatMul", &["n1", "m1"], &["d1"]),
                 skip("/model/layers.2/final_norm_layernorm/SkipLayerNorm", &["d1", "sum0", "wn"], &["hn", "", "", "sum1"]),
             ];
-            let g = GraphProto { node: nodes, input: vec![ValueInfoProto { name: "e".into(), r#type: None }], ..Default::default() };
-            ModelProto { ir_version: 10, graph: Some(g), ..Default::default() }.encode_to_vec()
+            encode(nodes, &[], &["e"], &[])
         };
         let cut = local_model(&model(false), None).unwrap();
         let g = graph(&cut);
@@ -571,7 +571,6 @@ mod tests {
             node("node_RMS_10", &["mul_2", "wn"], &["hn"]),
             node("node_MatMul_11", &["hn", "m.model.embed_tokens.weight"], &["logits"]),
         ];
-        let init = |n: &str| TensorProto { name: n.into(), data_type: 1, dims: vec![1], ..Default::default() };
         let names = [
             "m.model.embed_tokens.weight",
             scale,
@@ -583,14 +582,7 @@ mod tests {
             "m.model.layers.1.layer_scalar",
             "wn",
         ];
-        let graph = GraphProto {
-            node: nodes,
-            initializer: names.iter().map(|n| init(n)).collect(),
-            input: vec![ValueInfoProto { name: "input_ids".into(), r#type: None }],
-            output: vec![ValueInfoProto { name: "logits".into(), r#type: None }],
-            ..Default::default()
-        };
-        ModelProto { ir_version: 10, graph: Some(graph), ..Default::default() }.encode_to_vec()
+        encode(nodes, &names, &["input_ids"], &["logits"])
     }
 
     /// Guards the cut of a graph without layer names (torch.onnx dynamo): layer 0 is fed where

@@ -84,9 +84,9 @@ pub fn make(case: &Case, candidate: &Candidate, level: Level, out: &Path, comman
                     outputs.push(expected(&m.tensor, t));
                 }
             }
-            // "layer 3 mlp", or "not identifiable" where the graph names no module (dynamo).
+            // "layer 3 mlp", or why the layer's modules cannot be told apart.
             let module = match outcome.metrics.get(key::DIVERGENT_MODULE).and_then(|v| v.as_str()) {
-                Some("not identifiable") => " (its modules not identifiable)".to_string(),
+                Some(key::MODULE_NOT_IDENTIFIABLE) => " (its modules not identifiable)".to_string(),
                 Some(m) => format!(" ({m})"),
                 None => String::new(),
             };

@@ -16,6 +16,7 @@ use super::{float_value, to_dense_f32, CacheLayout, Embedded, OnnxPipeline, Pipe
 use crate::inputs::ModelInputs;
 use crate::onnx::cut::{self, CutModel, CutUnavailable};
 use crate::onnx::feed::{FeedData, FeedTensor};
+use crate::onnx::proto::elem_type_name;
 use crate::onnx::session::{self, ModelSource, SessionError};
 use crate::outputs::{Component, Dense, Isolated, LayerOutputs, ModuleOutputs, Run};
 
@@ -177,15 +178,13 @@ impl OnnxPipeline {
         ids: &[i64],
         reference: &Run,
     ) -> Result<Vec<(String, FeedTensor)>, PipelineError> {
-        const FLOAT: i32 = 1;
-        const FLOAT16: i32 = 10;
         let role = self.decoder_role;
         let contract = |message: String| PipelineError::Contract { role, message };
         let f16 = self.is_f16();
         let float = |t: &Dense<f32>| FeedTensor::float(t.shape.clone(), &t.data, f16);
-        let stream = |name: &str, t: &Dense<f32>| match stream_types.get(name) {
-            Some(&FLOAT16) => FeedTensor::float(t.shape.clone(), &t.data, true),
-            Some(&FLOAT) => FeedTensor::float(t.shape.clone(), &t.data, false),
+        let stream = |name: &str, t: &Dense<f32>| match stream_types.get(name).map(|&code| elem_type_name(code)) {
+            Some("float16") => FeedTensor::float(t.shape.clone(), &t.data, true),
+            Some("float32") => FeedTensor::float(t.shape.clone(), &t.data, false),
             _ => float(t),
         };
         let mut out = Vec::with_capacity(names.len());

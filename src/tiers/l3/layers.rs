@@ -229,7 +229,7 @@ pub(super) fn module_blame(
         let why =
             if expected.get(layer).is_none() { "the reference kept no module outputs" } else { "the export's node names name no module" };
         lines.push(format!("inside layer {layer}: not identifiable ({why})"));
-        metrics.insert(key::DIVERGENT_MODULE.into(), "not identifiable".into());
+        metrics.insert(key::DIVERGENT_MODULE.into(), key::MODULE_NOT_IDENTIFIABLE.into());
         return;
     };
     let floor_of = |module: &str| -> Option<Floor<'_>> {
@@ -270,7 +270,7 @@ pub(super) fn module_blame(
             "inside layer {layer}: not identifiable ({})",
             if why.is_empty() { "no module output in common".to_string() } else { why.join("; ") }
         ));
-        metrics.insert(key::DIVERGENT_MODULE.into(), "not identifiable".into());
+        metrics.insert(key::DIVERGENT_MODULE.into(), key::MODULE_NOT_IDENTIFIABLE.into());
     } else {
         let part = format!("layer {layer} after its modules (residual adds, per-layer input, layer_scalar)");
         lines.push(format!("inside layer {layer}: every identified module agrees{}; the difference starts in {part}", agreed(&compared)));
