@@ -5,6 +5,8 @@
 //! build: `key_cache` buffers written at `write_indices` beside dynamic sliding layers). Run:
 //! `cargo bench --bench decode_overhead`. Target: the pipeline adds ≤ 5 % over bare `session.run`.
 
+mod support;
+
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -104,11 +106,6 @@ fn bare_decode(session: &mut Session, prompt: &[i64], steps: usize, kv: &[Slot])
     out_tokens
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    v[v.len() / 2]
-}
-
 /// Times both loops on `export` (prompt from `inputs`, `steps` decode steps) and prints them.
 fn measure(label: &str, export: &Path, inputs: &Path, steps: usize) {
     let inputs = onnx_parity::inputs::load_safetensors(inputs).expect("inputs");
@@ -134,7 +131,7 @@ fn measure(label: &str, export: &Path, inputs: &Path, steps: usize) {
         ours.push(t.elapsed().as_secs_f64());
         assert_eq!(g.tokens, forced);
     }
-    let (b, o) = (median(bare), median(ours));
+    let (b, o) = (support::median(bare), support::median(ours));
     let statics = kv.iter().filter(|s| s.is_static).count() / 2;
     println!(
         "{label}: decode {steps} steps (prompt {} tokens, {} KV pairs, {statics} static), median of {REPEATS}:",

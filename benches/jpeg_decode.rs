@@ -4,26 +4,9 @@
 //! from the anchors folder when present, else the largest fixture JPEG). Prints the median of
 //! each and the ratio; the decode is a one-off per image next to a model's prefill.
 
+mod support;
+
 use std::path::PathBuf;
-use std::time::Instant;
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
-}
-
-fn time(repeats: usize, mut f: impl FnMut()) -> f64 {
-    f();
-    median(
-        (0..repeats)
-            .map(|_| {
-                let t = Instant::now();
-                f();
-                t.elapsed().as_secs_f64()
-            })
-            .collect(),
-    )
-}
 
 fn main() {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
@@ -38,10 +21,10 @@ fn main() {
     let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     let ours = onnx_parity::inputs::jpeg::decode_like_pil(&bytes).expect("decode");
     let repeats = if ours.width * ours.height > 100_000 { 21 } else { 501 };
-    let t_ours = time(repeats, || {
+    let (t_ours, _) = support::time(repeats, || {
         std::hint::black_box(onnx_parity::inputs::jpeg::decode_like_pil(&bytes).expect("decode"));
     });
-    let t_zune = time(repeats, || {
+    let (t_zune, _) = support::time(repeats, || {
         let opts = zune_jpeg::zune_core::options::DecoderOptions::default()
             .jpeg_set_out_colorspace(zune_jpeg::zune_core::colorspace::ColorSpace::RGB);
         let mut d = zune_jpeg::JpegDecoder::new_with_options(zune_jpeg::zune_core::bytestream::ZCursor::new(&bytes), opts);

@@ -5,8 +5,9 @@
 //! share-buffer package and mobius's `--runtime ort-genai` dense package. Prints the median of
 //! each and their ratio. Run: `cargo bench --bench ort_genai_decode`.
 
+mod support;
+
 use std::path::{Path, PathBuf};
-use std::time::Instant;
 
 use onnx_parity::backend::ort_genai::OrtGenai;
 use onnx_parity::backend::{Backend, GenerationRequest};
@@ -21,23 +22,6 @@ fn repo(rel: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(rel)
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
-}
-
-fn time(mut f: impl FnMut() -> Vec<i64>) -> (f64, Vec<i64>) {
-    let tokens = f();
-    let runs = (0..REPEATS)
-        .map(|_| {
-            let t = Instant::now();
-            f();
-            t.elapsed().as_secs_f64()
-        })
-        .collect();
-    (median(runs), tokens)
-}
-
 fn main() -> anyhow::Result<()> {
     onnx_parity::context::install(onnx_parity::context::RunContext::from_env());
     onnx_parity::ort_genai::prepare_environment();
@@ -49,9 +33,11 @@ fn main() -> anyhow::Result<()> {
     ] {
         let dir = repo(rel);
         let mut pipeline = OnnxPipeline::open_with(&dir, &SessionOptions::default(), DecoderGraph::Original)?;
-        let (ours, our_tokens) = time(|| pipeline.run(&inputs, &request).map(|r| r.generation.tokens).unwrap_or_default());
+        let (ours, our_tokens) =
+            support::time(REPEATS, || pipeline.run(&inputs, &request).map(|r| r.generation.tokens).unwrap_or_default());
         let mut genai = OrtGenai::open(&dir)?;
-        let (theirs, their_tokens) = time(|| genai.run(&inputs, &request).map(|r| r.generation.tokens).unwrap_or_default());
+        let (theirs, their_tokens) =
+            support::time(REPEATS, || genai.run(&inputs, &request).map(|r| r.generation.tokens).unwrap_or_default());
         anyhow::ensure!(our_tokens.len() == NEW_TOKENS && our_tokens == their_tokens, "{label}: the two decodes differ");
         println!(
             "{label}: prefill 14 + {NEW_TOKENS} tokens — pipeline {:.1} ms, ORT GenAI {:.1} ms (ratio pipeline/ORT GenAI {:.2})",
