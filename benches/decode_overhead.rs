@@ -10,9 +10,9 @@ mod support;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use onnx_parity::onnx::pipeline::OnnxPipeline;
-use onnx_parity::onnx::runtime;
-use onnx_parity::onnx::session::SessionOptions;
+use onnx_parity::runtime::pipeline::OnnxPipeline;
+use onnx_parity::runtime::provision as runtime;
+use onnx_parity::runtime::session::SessionOptions;
 use ort::session::{Session, SessionInputValue};
 use ort::value::{DynValue, Tensor};
 
@@ -109,7 +109,7 @@ fn bare_decode(session: &mut Session, prompt: &[i64], steps: usize, kv: &[Slot])
 /// Times both loops on `export` (prompt from `inputs`, `steps` decode steps) and prints them.
 fn measure(label: &str, export: &Path, inputs: &Path, steps: usize) {
     let inputs = onnx_parity::inputs::load_safetensors(inputs).expect("inputs");
-    let opts = SessionOptions { intra_threads: 1 };
+    let opts = SessionOptions { intra_threads: 1, ..SessionOptions::default() };
     let mut pipeline = OnnxPipeline::open(export, &opts).expect("pipeline");
     let env = runtime::environment().expect("ORT");
     let mut session = Session::builder(env)

@@ -12,8 +12,8 @@ use std::path::{Path, PathBuf};
 use onnx_parity::backend::ort_genai::OrtGenai;
 use onnx_parity::backend::{Backend, GenerationRequest};
 use onnx_parity::inputs::ModelInputs;
-use onnx_parity::onnx::pipeline::{DecoderGraph, OnnxPipeline};
-use onnx_parity::onnx::session::SessionOptions;
+use onnx_parity::runtime::pipeline::{DecoderGraph, OnnxPipeline};
+use onnx_parity::runtime::session::SessionOptions;
 
 const REPEATS: usize = 7;
 const NEW_TOKENS: usize = 96;
@@ -23,8 +23,13 @@ fn repo(rel: &str) -> PathBuf {
 }
 
 fn main() -> anyhow::Result<()> {
-    onnx_parity::context::install(onnx_parity::context::RunContext::from_env());
-    onnx_parity::ort_genai::prepare_environment();
+    // A driver: the context, and the variables ORT GenAI reads, set while this has one thread.
+    let context = onnx_parity::context::RunContext::from_env();
+    let vars = onnx_parity::driver::variables_to_set(&context, false);
+    for (k, v) in &vars {
+        std::env::set_var(k, v);
+    }
+    onnx_parity::context::install(context.with_set(&vars));
     let inputs = ModelInputs::from_ids((0..14).map(|i| 2 + (i * 37) % 500).collect());
     let request = GenerationRequest { max_new_tokens: NEW_TOKENS, eos: &[], forced: None, all_position_logits: true, layer_outputs: false };
     for (label, rel) in [

@@ -1,9 +1,12 @@
 //! The `parity` test target: one libtest-mimic trial per case × tier, named
 //! `<category>/<case>::L<n>`. `cargo test --test parity -- gemma-4-12b` selects a case by name.
 //!
-//! Cases come from `cases/` (or the folders/files in `ONNX_PARITY_CASES`, `:`-separated); the
-//! trial list is planned by [`onnx_parity::plan`]. Skip reasons go to stderr (never stdout, which
-//! nextest parses when listing).
+//! Cases come from the folders/files in `ONNX_PARITY_CASES` (`:`-separated), else `cases/` of the
+//! package this test runs in (`CARGO_MANIFEST_DIR` as cargo and nextest set it when the test runs,
+//! remapped with the archive), else `cases/` in the working directory: nothing is compiled in, so
+//! an archived binary runs against the checkout it is given. The trial list is planned by
+//! [`onnx_parity::plan`], one trial per selected EP (`ONNX_PARITY_EP`, a list) a build targets.
+//! Skip reasons go to stderr (never stdout, which nextest parses when listing).
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -13,19 +16,25 @@ use onnx_parity::plan::{plan, TrialKind};
 use onnx_parity::tiers::{outcome::Status, RunOptions};
 
 fn case_roots() -> Vec<PathBuf> {
-    match std::env::var_os("ONNX_PARITY_CASES") {
-        Some(v) => std::env::split_paths(&v).collect(),
-        None => vec![PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("cases")],
+    if let Some(roots) = &onnx_parity::context::current().case_roots {
+        return roots.clone();
+    }
+    match std::env::var_os("CARGO_MANIFEST_DIR") {
+        Some(dir) => vec![PathBuf::from(dir).join("cases")],
+        None => vec![PathBuf::from("cases")],
     }
 }
 
 fn main() {
-    // The run context (src/context.rs): resolved once, here, from the environment.
-    onnx_parity::context::install(onnx_parity::context::RunContext::from_env());
-    // While the process has one thread: where ORT GenAI finds its ONNX Runtime.
-    onnx_parity::ort_genai::prepare_environment();
-    // Before anything can create a CUDA context: NVIDIA_TF32_OVERRIDE=0 unless the user set it.
-    onnx_parity::tf32::tf32_env();
+    // The run context (src/context.rs): resolved once, here, from the environment; while the
+    // process has one thread, the variables the libraries it loads read (TF32 off for CUDA before
+    // any CUDA context, ORT GenAI's ONNX Runtime) are set here and nowhere else.
+    let context = onnx_parity::context::RunContext::from_env();
+    let vars = onnx_parity::driver::variables_to_set(&context, cfg!(feature = "cuda"));
+    for (k, v) in &vars {
+        std::env::set_var(k, v);
+    }
+    onnx_parity::context::install(context.with_set(&vars));
     let _ = tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("ONNX_PARITY_LOG").unwrap_or_else(|_| "warn".into()))
         .with_writer(std::io::stderr)
@@ -41,7 +50,17 @@ fn main() {
     } else {
         onnx_parity::gpu::probe_gpu_run().map(Arc::from).map_err(|e| Arc::from(e.to_string()))
     };
-    let trials = plan(&case_roots(), &opts)
+    let planned = match &onnx_parity::context::current().eps {
+        Ok(_) => plan(&case_roots(), &opts),
+        Err(e) => vec![onnx_parity::plan::PlannedTrial {
+            name: "run::execution-providers".into(),
+            case: None,
+            level: None,
+            ep: onnx_parity::eps::RunEp::Cpu,
+            kind: TrialKind::Failing { message: e.to_string() },
+        }],
+    };
+    let trials = planned
         .into_iter()
         .map(|t| match t.kind {
             TrialKind::Failing { message } => Trial::test(t.name, move || Err(Failed::from(message))),
@@ -54,7 +73,7 @@ fn main() {
             TrialKind::Run { trial, eval } => {
                 let opts = Arc::clone(&opts);
                 let probe = probe.clone();
-                let (name, id, level) = (trial.name(), trial.candidate.id(&trial.case), trial.level);
+                let (name, id, level, ep) = (trial.name(), trial.candidate.id(&trial.case), trial.level, t.ep);
                 let kind = TrialKind::Run { trial, eval };
                 Trial::test(t.name, move || {
                     let probe = probe.map_err(|e| Failed::from(e.to_string()))?;
@@ -66,7 +85,7 @@ fn main() {
                             case: id.clone(),
                             level: level.to_string(),
                             outcome: outcome.clone(),
-                            execution_provider: onnx_parity::onnx::runtime::execution_provider().to_string(),
+                            execution_provider: ep.label(),
                             gpu: onnx_parity::gpu::GpuMetadata::current(),
                         };
                         record.write(std::path::Path::new(&dir)).map_err(|e| Failed::from(e.to_string()))?;

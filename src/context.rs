@@ -1,28 +1,39 @@
 //! The run context: every setting a run takes from its environment (where exports and goldens
-//! live, the execution provider and the reference's device, ONNX Runtime's library and threads,
+//! live, the execution providers and the reference's device, ONNX Runtime's library and threads,
 //! the caches, CI, the hub's variables), resolved in one place. A driver (`onnx-parity`, the
-//! `parity` test target) resolves it once, with its flags over the environment, and installs it
-//! before anything runs; library modules read [`current`] and never the environment. A test
-//! binary without a driver gets the environment's context on first use.
+//! `parity` test target) resolves it once, with its flags over the environment, installs it
+//! before anything runs, and sets the variables the libraries it loads read
+//! (`crate::driver::variables_to_set`: TF32 off for CUDA, ORT GenAI's ONNX Runtime); library
+//! modules read [`current`] and never read or set the environment. A test binary without a
+//! driver gets the environment's context on first use.
 
 use std::ffi::OsString;
 use std::path::PathBuf;
 use std::sync::OnceLock;
 
+use crate::eps::{parse_selection, RunEp, UnknownEp};
 use crate::hub::HubSettings;
 
 /// `ONNX_PARITY_EXPORTS`: a folder of exports `<model_id>/<dtype>/` for cases without `onnx:`.
 pub const EXPORTS_ENV: &str = "ONNX_PARITY_EXPORTS";
 /// `ONNX_PARITY_DEVICE`: the reference's device (`cpu`, `cuda[:N]`).
 pub const DEVICE_VAR: &str = "ONNX_PARITY_DEVICE";
-/// `ONNX_PARITY_EP`: ONNX Runtime's execution provider (`cpu`, `cuda[:N]`, `webgpu`, ...).
-pub const EP_VAR: &str = "ONNX_PARITY_EP";
+/// `ONNX_PARITY_EP`: the execution providers trials run on, a list (`cpu`, `cuda[:N]`,
+/// `cpu,cuda`, `webgpu`, ...).
+pub use crate::eps::EP_VAR;
 /// `ONNX_PARITY_ORT_THREADS`: ORT intra-op threads (0 or unset: ORT's default).
 pub const THREADS_ENV: &str = "ONNX_PARITY_ORT_THREADS";
 /// `ONNX_PARITY_TESTDATA`: where a case's images are looked for when not beside its YAML.
 pub const TESTDATA_ENV: &str = "ONNX_PARITY_TESTDATA";
-/// `ONNX_PARITY_GOLDENS`: the goldens folder (mobius's `testdata/golden` has the same layout).
+/// `ONNX_PARITY_GOLDENS`: the goldens folder (mobius's `testdata/golden` has the same layout);
+/// unset, each case's goldens are found beside its `cases/` folder ([`crate::golden::root_for`]).
 pub const GOLDENS_ENV: &str = "ONNX_PARITY_GOLDENS";
+/// `ONNX_PARITY_CASES`: the case folders or files the test target plans (`:`-separated).
+pub const CASES_ENV: &str = "ONNX_PARITY_CASES";
+/// `NVIDIA_TF32_OVERRIDE`: cuBLAS/cuDNN's process-wide TF32 switch (`0`: off).
+pub use crate::tf32::TF32_OVERRIDE_VAR;
+/// `ORT_LIB_PATH`: the ONNX Runtime library onnxruntime-genai loads (its own variable).
+pub const ORT_LIB_PATH_VAR: &str = "ORT_LIB_PATH";
 /// `ONNX_PARITY_ORT_WHEEL`: an ONNX Runtime wheel on disk to extract instead of downloading one.
 pub const ORT_WHEEL_ENV: &str = "ONNX_PARITY_ORT_WHEEL";
 /// `ORT_DYLIB_PATH`: an ONNX Runtime library to load instead of the pinned wheel's (the `ort`
@@ -38,26 +49,54 @@ pub struct RunContext {
     pub exports_root: Option<PathBuf>,
     /// The reference's device as written (`None`: the CPU); parsed where it is used.
     pub device: Option<String>,
-    /// ONNX Runtime's execution provider as written (empty: the CPU).
-    pub ep: String,
+    /// The execution providers trials run on (`ONNX_PARITY_EP`, default the CPU alone), or why
+    /// the value names none (the drivers refuse to run then).
+    pub eps: Result<Vec<RunEp>, UnknownEp>,
     pub ort_dylib: Option<PathBuf>,
     pub ort_wheel: Option<PathBuf>,
     pub ort_threads: usize,
     pub cache_root: PathBuf,
     pub testdata: Option<PathBuf>,
-    pub goldens_root: PathBuf,
+    /// `ONNX_PARITY_GOLDENS` (else each case's own, found from its folder).
+    pub goldens_root: Option<PathBuf>,
+    /// `ONNX_PARITY_CASES`, split.
+    pub case_roots: Option<Vec<PathBuf>>,
+    /// `NVIDIA_TF32_OVERRIDE` as the process found it (the TF32 policy, `crate::tf32`).
+    pub tf32_override: Option<String>,
+    /// `ORT_LIB_PATH` (what ORT GenAI will bind; the driver sets it).
+    pub ort_lib_path: Option<OsString>,
     /// Running under CI (`CI` set, not `0`/`false`/`no`/`off`): `ci_skip_reason` applies.
     pub ci: bool,
     pub hub: HubSettings,
 }
 
 impl RunContext {
-    /// Whether ONNX Runtime runs on CUDA (`ONNX_PARITY_EP=cuda[:N]`): the TF32 policy applies
-    /// before any CUDA context exists, so it is known here, before the EP is parsed
-    /// (`crate::onnx::provider`).
+    /// The selected EPs, or the CPU alone when the selection is invalid (for reports and skip
+    /// reasons; the drivers refuse an invalid selection before planning).
+    pub fn eps_or_cpu(&self) -> Vec<RunEp> {
+        self.eps.clone().unwrap_or_else(|_| vec![RunEp::Cpu])
+    }
+
+    /// Whether a trial of this run may use CUDA (a CUDA EP selected): the TF32 policy applies
+    /// before any CUDA context exists.
     pub fn cuda_ep(&self) -> bool {
-        let ep = self.ep.trim().to_ascii_lowercase();
-        ep == "cuda" || ep.starts_with("cuda:")
+        self.eps_or_cpu().iter().any(|e| e.is_cuda())
+    }
+
+    /// The TF32 environment of this run as the drivers left it ([`crate::tf32::decide`] on the
+    /// value the process started with; a build with CUDA may create a context whatever the EPs).
+    pub fn tf32(&self) -> crate::tf32::Tf32Env {
+        crate::tf32::decide(self.tf32_override.as_deref(), cfg!(feature = "cuda") || self.cuda_ep()).1
+    }
+
+    /// This context once a driver set `vars` (`crate::driver::variables_to_set`): what it reads
+    /// of them afterwards (`ORT_LIB_PATH`); the TF32 override keeps the value the process started
+    /// with, so the report says who set it.
+    pub fn with_set(mut self, vars: &[(&'static str, OsString)]) -> RunContext {
+        if let Some((_, v)) = vars.iter().find(|(k, _)| *k == ORT_LIB_PATH_VAR) {
+            self.ort_lib_path = Some(v.clone());
+        }
+        self
     }
 
     /// The context of this process's environment.
@@ -76,13 +115,16 @@ impl RunContext {
         RunContext {
             exports_root: path(EXPORTS_ENV),
             device: text(DEVICE_VAR),
-            ep: text(EP_VAR).unwrap_or_default(),
+            eps: parse_selection(&text(EP_VAR).unwrap_or_default()),
             ort_dylib: path(ORT_DYLIB_ENV),
             ort_wheel: path(ORT_WHEEL_ENV),
             ort_threads: text(THREADS_ENV).and_then(|v| v.trim().parse().ok()).unwrap_or(0),
             cache_root,
             testdata: path(TESTDATA_ENV),
-            goldens_root: path(GOLDENS_ENV).unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("goldens")),
+            goldens_root: path(GOLDENS_ENV),
+            case_roots: var(CASES_ENV).filter(|v| !v.is_empty()).map(|v| std::env::split_paths(&v).collect()),
+            tf32_override: text(TF32_OVERRIDE_VAR),
+            ort_lib_path: var(ORT_LIB_PATH_VAR),
             ci: ci_enabled(var("CI").as_deref()),
             hub: HubSettings::from_lookup(|k| text(k)),
         }
@@ -133,14 +175,19 @@ mod tests {
             ("CI", "true"),
         ]);
         assert_eq!(c.exports_root.as_deref(), Some(std::path::Path::new("/x")));
-        assert_eq!((c.ep.as_str(), c.ort_threads), ("cuda:1", 3));
+        assert_eq!((c.eps.clone(), c.ort_threads), (Ok(vec![RunEp::Cuda(1)]), 3));
+        assert!(c.cuda_ep());
         assert_eq!(c.cache_root, PathBuf::from("/c"));
-        assert_eq!(c.goldens_root, PathBuf::from("/g"));
+        assert_eq!(c.goldens_root, Some(PathBuf::from("/g")));
         assert!(c.ort_wheel.is_none() && c.ci);
         let home = lookup(&[("HOME", "/h"), ("CI", "False")]);
         assert_eq!(home.cache_root, PathBuf::from("/h/.cache/onnx-parity"));
         assert!(!home.ci);
-        assert!(home.goldens_root.ends_with("goldens"));
+        // Nothing compiled in: without the variable each case finds its own goldens.
+        assert_eq!(home.goldens_root, None);
+        assert_eq!(home.eps, Ok(vec![RunEp::Cpu]));
+        assert!(!home.cuda_ep());
+        assert!(lookup(&[(EP_VAR, "cpu,tpu")]).eps.is_err());
         for off in ["", "0", "false", "No", "OFF"] {
             assert!(!ci_enabled(Some(std::ffi::OsStr::new(off))), "{off:?}");
         }

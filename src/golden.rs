@@ -81,6 +81,26 @@ pub struct GenerationGolden {
     pub generated_text: Option<String>,
 }
 
+/// The goldens folder of the case file at `case`, found from where the case lies, never from
+/// where the program was built: the nearest folder above it holding `goldens/` (this project's
+/// layout, `<repo>/cases/<category>/<case>.yaml` beside `<repo>/goldens/`) or `golden/`
+/// (mobius's `testdata/cases` beside `testdata/golden`); with neither, `goldens/` beside the
+/// nearest `cases/` folder above it (named in "golden … is missing"), else beside the case's
+/// category folder.
+pub fn root_for(case: &Path) -> PathBuf {
+    let above = || case.ancestors().skip(1);
+    for dir in above() {
+        for name in ["goldens", "golden"] {
+            if dir.join(name).is_dir() {
+                return dir.join(name);
+            }
+        }
+    }
+    let cases = above().find(|d| d.file_name().is_some_and(|n| n == "cases"));
+    let base = cases.and_then(Path::parent).or_else(|| case.parent().and_then(Path::parent)).unwrap_or(Path::new("."));
+    base.join("goldens")
+}
+
 /// `(<root>/<category>/<case>.json, <root>/<category>/<case>_generation.json)`.
 pub fn golden_paths(goldens_root: &Path, category: &str, case_name: &str) -> (PathBuf, PathBuf) {
     let dir = goldens_root.join(category);
@@ -442,6 +462,26 @@ fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), GoldenError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Guards: a case's goldens are found from where the case file lies (this project's
+    /// `goldens/` and mobius's `golden/` beside `cases/`), the nearest winning; with none,
+    /// `goldens/` beside the `cases/` folder is what a missing golden names.
+    #[test]
+    fn goldens_are_found_beside_the_cases() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let repo = dir.path().join("repo");
+        std::fs::create_dir_all(repo.join("cases/causal-lm")).expect("mkdir");
+        let case = repo.join("cases/causal-lm/x.yaml");
+        assert_eq!(root_for(&case), repo.join("goldens"), "none yet: beside cases/");
+        std::fs::create_dir_all(repo.join("goldens")).expect("mkdir");
+        assert_eq!(root_for(&case), repo.join("goldens"));
+        let mobius = dir.path().join("mobius/testdata");
+        std::fs::create_dir_all(mobius.join("cases/vl")).expect("mkdir");
+        std::fs::create_dir_all(mobius.join("golden")).expect("mkdir");
+        assert_eq!(root_for(&mobius.join("cases/vl/y.yaml")), mobius.join("golden"));
+        let lone = dir.path().join("elsewhere/cat/z.yaml");
+        assert_eq!(root_for(&lone), dir.path().join("elsewhere/goldens"), "beside the category folder");
+    }
 
     /// Guards: the writer matches `json.dumps(obj, indent=2)` for the shapes mobius writes,
     /// including empty containers and ensure_ascii escapes (expected text from CPython 3).

@@ -4,7 +4,7 @@
 //! The policy:
 //! - `NVIDIA_TF32_OVERRIDE=0` for the process unless the user set it ([`crate::tf32`]);
 //! - ONNX Runtime's CUDA EP: `use_tf32=0` and `error_on_failure` (no silent CPU fallback),
-//!   configured once in [`crate::onnx::session::open`] for every session, the probe's too.
+//!   configured once in [`crate::runtime::session::open`] for every session, the probe's too.
 //! - candle's cuBLAS reduced-precision switches (f32 TF32, f16, bf16) off before the first kernel
 //!   ([`onnx_parity_reference::device::DeviceSpec::open`]).
 //! - The probe ([`probe_candle`], [`probe_ort`]) multiplies matrices whose exact product TF32
@@ -20,7 +20,8 @@ use serde::{Deserialize, Serialize};
 
 /// Selects the reference's device: `cpu` (default), `cuda`, `cuda:N`.
 pub use crate::context::DEVICE_VAR;
-use crate::tf32::{tf32_env, Tf32Env, TF32_OVERRIDE_VAR};
+use crate::eps::RunEp;
+use crate::tf32::{Tf32Env, TF32_OVERRIDE_VAR};
 /// Above this relative error (max over elements) a back end computes TF32-like.
 pub const PROBE_MAX_REL_ERR: f64 = 1e-5;
 /// Probe shapes: `[M, K] × [K, N]`. K = 64 keeps f32's worst-case accumulation error
@@ -43,7 +44,7 @@ pub enum GpuError {
         source: candle_core::Error,
     },
     #[error("TF32 probe (onnxruntime): {0}")]
-    Session(#[from] crate::onnx::session::SessionError),
+    Session(#[from] crate::runtime::session::SessionError),
     #[error("TF32 probe (onnxruntime): {source}")]
     Ort {
         #[source]
@@ -84,7 +85,6 @@ pub fn reference_device() -> Result<Device, GpuError> {
     if spec == DeviceSpec::Cpu {
         return Ok(Device::Cpu);
     }
-    tf32_env();
     DEVICE.get_or_init(|| spec.open().map_err(Arc::new)).clone().map_err(GpuError::Device)
 }
 
@@ -108,8 +108,8 @@ impl GpuMetadata {
         GpuMetadata {
             reference_device: device_spec().map_or_else(|e| format!("invalid ({e})"), |s| s.to_string()),
             reference_reduced_precision: onnx_parity_reference::device::reduced_precision(),
-            ort_cuda_use_tf32: matches!(crate::onnx::provider::run_ep_or_cpu(), crate::onnx::provider::RunEp::Cuda(_)).then_some(false),
-            tf32_env: tf32_env().clone(),
+            ort_cuda_use_tf32: crate::context::current().cuda_ep().then_some(false),
+            tf32_env: crate::context::current().tf32(),
             tf32_probe: Vec::new(),
         }
     }
@@ -170,7 +170,7 @@ pub fn judge(backend: &str, a: &[f32], b: &[f32], got: &[f32]) -> ProbeResult {
 /// A probe result as the run's verdict: an error when TF32-like.
 pub fn require_f32(r: &ProbeResult) -> Result<(), GpuError> {
     if r.tf32_like {
-        let override_value = tf32_env().nvidia_tf32_override.clone().unwrap_or_else(|| "(unset)".into());
+        let override_value = crate::context::current().tf32().nvidia_tf32_override.unwrap_or_else(|| "(unset)".into());
         return Err(GpuError::Tf32Like { backend: r.backend.clone(), max_rel_err: r.max_rel_err, override_value });
     }
     Ok(())
@@ -226,38 +226,36 @@ pub fn matmul_model() -> Vec<u8> {
     prost::Message::encode_to_vec(&model)
 }
 
-/// The probe through ONNX Runtime with this build's execution provider (CUDA with `use_tf32=0`
-/// and `error_on_failure` in a cuda build, as every parity session: the same builder; the CPU EP
-/// otherwise).
-pub fn probe_ort() -> Result<ProbeResult, GpuError> {
+/// The probe through ONNX Runtime on `ep` (CUDA with `use_tf32=0` and `error_on_failure`, as
+/// every parity session on it: the same builder).
+pub fn probe_ort(ep: RunEp) -> Result<ProbeResult, GpuError> {
     use ort::value::Tensor as OrtTensor;
     let e = |source: ort::Error| GpuError::Ort { source };
-    use crate::onnx::session::{self, ModelSource, SessionOptions};
+    use crate::runtime::session::{self, ModelSource, SessionOptions};
     let model = matmul_model();
     let source =
         ModelSource::Memory { path: std::path::Path::new("<TF32 probe>"), bytes: &model, external_data_dir: std::path::Path::new(".") };
-    let mut session = session::open(source, &SessionOptions::default())?;
+    let mut session = session::open(source, &SessionOptions::on(ep))?;
     let (a, b) = probe_inputs();
     let ta = OrtTensor::from_array((vec![PROBE_M, PROBE_K], a.clone())).map_err(e)?;
     let tb = OrtTensor::from_array((vec![PROBE_K, PROBE_N], b.clone())).map_err(e)?;
     let out = session.run(ort::inputs! { "A" => ta, "B" => tb }).map_err(e)?;
     let y = out.get("Y").ok_or(GpuError::NoOutput)?;
     let (_, got) = y.try_extract_tensor::<f32>().map_err(e)?;
-    Ok(judge(&format!("onnxruntime {}", crate::onnx::runtime::execution_provider()), &a, &b, got))
+    Ok(judge(&format!("onnxruntime {}", ep.label()), &a, &b, got))
 }
 
 /// The probe a GPU run starts with: candle on the reference's device when it is not the CPU,
-/// ORT when this is a CUDA build; an error when either is TF32-like. Returns what it measured
+/// ORT on each selected CUDA EP; an error when either is TF32-like. Returns what it measured
 /// (empty on a CPU-only run, which has nothing to probe).
 pub fn probe_gpu_run() -> Result<Vec<ProbeResult>, GpuError> {
-    tf32_env();
     let mut results = Vec::new();
     let device = reference_device()?;
     if !device.is_cpu() {
         results.push(probe_candle(&device)?);
     }
-    if matches!(crate::onnx::provider::run_ep_or_cpu(), crate::onnx::provider::RunEp::Cuda(_)) {
-        results.push(probe_ort()?);
+    for ep in crate::context::current().eps_or_cpu().into_iter().filter(|e| e.is_cuda()) {
+        results.push(probe_ort(ep)?);
     }
     for r in &results {
         tracing::info!(backend = %r.backend, max_rel_err = r.max_rel_err, tf32_like = r.tf32_like, "TF32 probe");

@@ -11,7 +11,7 @@ use onnx_parity::case::{discover, Level};
 use onnx_parity::evaluation::implementations;
 use onnx_parity::gpu;
 use onnx_parity::logits;
-use onnx_parity::plan::plan;
+use onnx_parity::plan::{plan, TrialKind};
 use onnx_parity::regenerate::{regenerate, GoldenChange};
 use onnx_parity::report::{CaseReport, LevelReport, RunMetadata, RunReport};
 use onnx_parity::tiers::RunOptions;
@@ -27,7 +27,8 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// List the cases found under PATHs (case files or folders; default `cases/`), their levels
-    /// and parse errors. Exits 1 if any file is malformed.
+    /// and parse errors, then each trial with the execution provider it runs on for the EPs
+    /// `ONNX_PARITY_EP` selects (ignored ones with why). Exits 1 if any file is malformed.
     List { paths: Vec<PathBuf> },
     /// Run tiers on the cases under PATHs and print a verdict per case × tier.
     Run {
@@ -53,12 +54,21 @@ enum Command {
     /// Download into the HF cache what the cases under PATHs name by `model_id`/`revision`:
     /// config.json and the tokenizer/processor files (L2, prompts), and with --weights the
     /// safetensors (the reference for L4/L5). Uses HF_TOKEN (or the token file), HF_ENDPOINT,
-    /// HF_HOME/HF_HUB_CACHE; never logs the token.
+    /// HF_HOME/HF_HUB_CACHE; never logs the token. With --runtimes, first every runtime library
+    /// the selected EPs (`ONNX_PARITY_EP`) and the cases' implementations need, into the cache a
+    /// later run without network reads (ONNX_PARITY_CACHE).
     Fetch {
         paths: Vec<PathBuf>,
         /// Also the weights (model.safetensors or the index and its shards).
         #[arg(long)]
         weights: bool,
+        /// Also the runtimes: ONNX Runtime for the selected EPs (onnxruntime, onnxruntime-gpu,
+        /// plugin EP wheels), and onnxruntime-genai with its ONNX Runtime when a case lists ort-genai.
+        #[arg(long)]
+        runtimes: bool,
+        /// Only the runtimes (no case files are read from the hub).
+        #[arg(long, requires = "runtimes")]
+        no_hub: bool,
     },
     /// Write the tensors both back ends receive for a case (`input_ids`, and with images
     /// `pixel_values`, `image_position_ids`, `mm_token_type_ids`) and print a one-line summary;
@@ -194,6 +204,10 @@ struct LogitsArgs {
     /// them; for an export, the decoder runs with its layer outputs exposed.
     #[arg(long)]
     layers: bool,
+    /// The execution provider an export runs on (`cpu`, `cuda[:N]`, …; default: the first
+    /// `ONNX_PARITY_EP` selects). The reference's device is `ONNX_PARITY_DEVICE`.
+    #[arg(long)]
+    ep: Option<onnx_parity::eps::RunEp>,
 }
 
 fn default_paths(paths: Vec<PathBuf>) -> Vec<PathBuf> {
@@ -210,7 +224,8 @@ fn parse_level(s: &str) -> Result<Level, onnx_parity::names::UnknownName> {
 }
 
 fn list(paths: Vec<PathBuf>) -> anyhow::Result<ExitCode> {
-    let found = discover(&default_paths(paths));
+    let paths = default_paths(paths);
+    let found = discover(&paths);
     let mut bad = 0;
     for (path, parsed) in &found {
         let unknown = parsed.as_ref().ok().and_then(implementations::unknown_implementation);
@@ -231,6 +246,24 @@ fn list(paths: Vec<PathBuf>) -> anyhow::Result<ExitCode> {
         }
     }
     println!("{} cases, {} malformed", found.len() - bad, bad);
+    // The trials, each with its EP, as the test target and `run` plan them.
+    let opts = RunOptions::from_env();
+    let trials = plan(&paths, &opts);
+    let mut runs = 0;
+    println!();
+    for t in &trials {
+        let what = match &t.kind {
+            TrialKind::Run { .. } => {
+                runs += 1;
+                "run".to_string()
+            }
+            TrialKind::Ignored { reason } => format!("ignored: {reason}"),
+            TrialKind::Failing { message } => format!("fails: {message}"),
+        };
+        println!("{}  [{}]  {what}", t.name, t.ep.label());
+    }
+    let eps: Vec<String> = opts.eps.iter().map(|e| e.to_string()).collect();
+    println!("{} trials on {} ({runs} to run)", trials.len(), eps.join(", "));
     Ok(if bad > 0 || found.is_empty() { ExitCode::FAILURE } else { ExitCode::SUCCESS })
 }
 
@@ -238,10 +271,10 @@ fn run(paths: Vec<PathBuf>, levels: Vec<Level>, files: ReportFiles, goldens: Opt
     let levels = if levels.is_empty() { Level::ALL.to_vec() } else { levels };
     let mut opts = RunOptions::from_env();
     if let Some(g) = goldens {
-        opts.goldens_root = g;
+        opts.goldens_root = Some(g);
     }
     let start = Instant::now();
-    let mut meta = RunMetadata::new(onnx_parity::onnx::runtime::execution_provider());
+    let mut meta = RunMetadata::new(onnx_parity::runtime::provision::execution_providers());
     // A GPU run starts with the TF32 probe and stops on a TF32-like back end.
     meta.gpu.tf32_probe = gpu::probe_gpu_run().context("GPU run refused")?;
     // The test target's trial list: the same skips, the same failing trials for malformed files.
@@ -260,7 +293,7 @@ fn run(paths: Vec<PathBuf>, levels: Vec<Level>, files: ReportFiles, goldens: Opt
         let entry = LevelReport { level: level.map_or_else(|| "parse".to_string(), |l| l.to_string()), outcome };
         match cases.last_mut().filter(|c| c.name == name) {
             Some(c) => c.levels.push(entry),
-            None => cases.push(CaseReport { name, levels: vec![entry] }),
+            None => cases.push(CaseReport { name, execution_provider: trial.ep.label(), levels: vec![entry] }),
         }
     }
     meta.wall_s = start.elapsed().as_secs_f64();
@@ -275,7 +308,7 @@ fn run(paths: Vec<PathBuf>, levels: Vec<Level>, files: ReportFiles, goldens: Opt
 }
 
 fn golden(paths: Vec<PathBuf>, force: bool, goldens: Option<PathBuf>) -> anyhow::Result<ExitCode> {
-    let root = goldens.unwrap_or_else(|| RunOptions::from_env().goldens_root);
+    let root = goldens.or_else(|| RunOptions::from_env().goldens_root);
     let found = discover(&default_paths(paths));
     if found.is_empty() {
         anyhow::bail!("no case YAML found");
@@ -294,7 +327,8 @@ fn golden(paths: Vec<PathBuf>, force: bool, goldens: Option<PathBuf>) -> anyhow:
             println!("skipped   {}: no checkpoint for the reference (`checkpoint:`, or {} in the HF cache)", path.display(), case.model_id);
             continue;
         }
-        match regenerate(&case, &root, force) {
+        let case_root = root.clone().unwrap_or_else(|| onnx_parity::golden::root_for(&case.path));
+        match regenerate(&case, &case_root, force) {
             Ok(changes) => {
                 for c in changes {
                     ok &= !matches!(c, GoldenChange::Refused { .. });
@@ -324,10 +358,56 @@ const CHECKPOINT_FILES: [&str; 7] = [
     "chat_template.json",
 ];
 
-fn fetch(paths: Vec<PathBuf>, weights: bool) -> anyhow::Result<ExitCode> {
-    let hub = onnx_parity::hub::Hub::from_env();
-    let mut seen = std::collections::BTreeSet::new();
+/// `fetch --runtimes`: every runtime library the selected EPs need, and ORT GenAI's when a case
+/// under `paths` lists it, into the cache; prints each and where it lies.
+fn fetch_runtimes(paths: &[PathBuf]) -> anyhow::Result<bool> {
+    let eps = onnx_parity::context::current().eps.clone()?;
     let mut ok = true;
+    match onnx_parity::runtime::provision::fetch_runtimes(&eps) {
+        Ok(fetched) => {
+            for f in fetched {
+                println!("runtime   {} -> {}", f.spec, f.library.display());
+            }
+        }
+        Err(e) => {
+            ok = false;
+            println!("ERROR     {e}");
+        }
+    }
+    let genai = discover(paths).into_iter().filter_map(|(_, c)| c.ok()).any(|c| {
+        c.implementations.iter().chain(c.variants.values().flat_map(|v| &v.implementations)).any(|e| e.name.as_str() == "ort-genai")
+    });
+    if genai {
+        let root = onnx_parity::runtime::wheel::cache_root();
+        match onnx_parity::ort_genai::install(&root, &onnx_parity::runtime::wheel::WheelSource::Pip) {
+            Ok((lib, ort)) => {
+                println!("runtime   onnxruntime-genai=={} -> {}", onnx_parity::ort_genai::GENAI_VERSION, lib.display());
+                println!("runtime   onnxruntime=={} (ORT GenAI's) -> {}", onnx_parity::ort_genai::GENAI_ORT_VERSION, ort.display());
+            }
+            Err(e) => {
+                ok = false;
+                println!("ERROR     {e}");
+            }
+        }
+        for ep in eps.iter().filter(|e| !e.is_cpu()) {
+            if let Some(why) = onnx_parity::ort_genai::not_on(*ep) {
+                println!("skipped   ORT GenAI on {ep}: {why}");
+            }
+        }
+    }
+    Ok(ok)
+}
+
+fn fetch(paths: Vec<PathBuf>, weights: bool, runtimes: bool, no_hub: bool) -> anyhow::Result<ExitCode> {
+    let mut ok = true;
+    if runtimes {
+        ok &= fetch_runtimes(&default_paths(paths.clone()))?;
+        if no_hub {
+            return Ok(if ok { ExitCode::SUCCESS } else { ExitCode::FAILURE });
+        }
+    }
+    let hub = onnx_parity::hub::Hub::new(onnx_parity::context::current().hub.clone());
+    let mut seen = std::collections::BTreeSet::new();
     for (path, parsed) in discover(&default_paths(paths)) {
         let case = match parsed {
             Ok(c) => c,
@@ -389,7 +469,7 @@ fn inputs(path: PathBuf, out: PathBuf, synthetic: bool, replay: bool, goldens: O
         format!("inputs of {}{hint}", file.display())
     })?;
     // The L4 golden's ids, which L4/L5 feed instead of the case's own (inputs::replay).
-    let golden_root = goldens.unwrap_or_else(|| RunOptions::from_env().goldens_root);
+    let golden_root = goldens.or_else(|| RunOptions::from_env().goldens_root).unwrap_or_else(|| onnx_parity::golden::root_for(&case.path));
     let (golden_path, _) = onnx_parity::golden::golden_paths(&golden_root, &case.category, &case.name);
     let golden = if synthetic { None } else { onnx_parity::golden::Golden::load(&golden_path)? };
     let drift = golden.as_ref().and_then(|g| onnx_parity::inputs::replay::first_difference(&model_inputs.input_ids, &g.input_ids));
@@ -426,7 +506,7 @@ fn inputs(path: PathBuf, out: PathBuf, synthetic: bool, replay: bool, goldens: O
 }
 
 fn logits(args: LogitsArgs) -> anyhow::Result<ExitCode> {
-    let LogitsArgs { implementation, checkpoint, onnx, inputs, out, greedy, bidirectional: scope, eos, layers } = args;
+    let LogitsArgs { implementation, checkpoint, onnx, inputs, out, greedy, bidirectional: scope, eos, layers, ep } = args;
     let name = implementation.unwrap_or(if onnx.is_some() { "onnx" } else { "reference" });
     let Some(chosen) = implementations::by_name(name) else {
         anyhow::bail!("unknown implementation {name}: expected one of {}", implementations::names().join(", "));
@@ -441,7 +521,11 @@ fn logits(args: LogitsArgs) -> anyhow::Result<ExitCode> {
     let Some(dir) = dir else {
         anyhow::bail!("--implementation {name} loads {}: give {flag}", if chosen.per_export { "an export" } else { "a checkpoint" });
     };
-    let options = implementations::OpenOptions { layer_outputs: layers, bidirectional: scope };
+    let ep = match ep {
+        Some(ep) => ep,
+        None => onnx_parity::context::current().eps_or_cpu()[0],
+    };
+    let options = implementations::OpenOptions { layer_outputs: layers, bidirectional: scope, ep };
     let mut backend = (chosen.open)(dir, &options).with_context(|| format!("{} {}", chosen.label, dir.display()))?;
     let dump = logits::run(backend.as_mut(), &model_inputs, greedy, &eos, layers)?;
     dump.save(&out)?;
@@ -504,11 +588,13 @@ fn merge_reports(dirs: Vec<PathBuf>, files: ReportFiles) -> anyhow::Result<ExitC
 fn tf32_probe() -> anyhow::Result<ExitCode> {
     let device = gpu::reference_device()?;
     let mut results = vec![gpu::probe_candle(&device)?];
-    match gpu::probe_ort() {
-        Ok(r) => results.push(r),
-        Err(e) => println!("onnxruntime: not probed ({e})"),
+    for ep in onnx_parity::context::current().eps_or_cpu() {
+        match gpu::probe_ort(ep) {
+            Ok(r) => results.push(r),
+            Err(e) => println!("onnxruntime {}: not probed ({e})", ep.label()),
+        }
     }
-    let env = onnx_parity::tf32::tf32_env();
+    let env = onnx_parity::context::current().tf32();
     println!("NVIDIA_TF32_OVERRIDE={} (set by {})", env.nvidia_tf32_override.as_deref().unwrap_or("unset"), env.set_by);
     println!("candle reduced precision: {:?}", onnx_parity_reference::device::reduced_precision());
     let mut ok = true;
@@ -520,22 +606,29 @@ fn tf32_probe() -> anyhow::Result<ExitCode> {
 }
 
 fn main() -> ExitCode {
-    // The run context (src/context.rs): resolved once, here, from the environment.
-    onnx_parity::context::install(onnx_parity::context::RunContext::from_env());
-    // While the process has one thread: where ORT GenAI finds its ONNX Runtime.
-    onnx_parity::ort_genai::prepare_environment();
-    // First, before anything can create a CUDA context: the TF32 environment policy.
-    onnx_parity::tf32::tf32_env();
+    // The run context (src/context.rs): resolved once, here, from the environment; while the
+    // process has one thread, the variables the libraries it loads read (TF32 off for CUDA before
+    // any CUDA context, ORT GenAI's ONNX Runtime) are set here and nowhere else.
+    let context = onnx_parity::context::RunContext::from_env();
+    let vars = onnx_parity::driver::variables_to_set(&context, cfg!(feature = "cuda"));
+    for (k, v) in &vars {
+        std::env::set_var(k, v);
+    }
+    onnx_parity::context::install(context.with_set(&vars));
     let _ = tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("ONNX_PARITY_LOG").unwrap_or_else(|_| "info".into()))
         .with_writer(std::io::stderr)
         .try_init();
     let cli = Cli::parse();
+    if let Err(e) = &onnx_parity::context::current().eps {
+        eprintln!("error: {e}");
+        return ExitCode::from(2);
+    }
     let result = match cli.command {
         Command::List { paths } => list(paths),
         Command::Run { paths, levels, files, goldens } => run(paths, levels, files, goldens),
         Command::Golden { paths, force, goldens } => golden(paths, force, goldens),
-        Command::Fetch { paths, weights } => fetch(paths, weights),
+        Command::Fetch { paths, weights, runtimes, no_hub } => fetch(paths, weights, runtimes, no_hub),
         Command::Inputs { case, out, synthetic, replay, goldens } => inputs(case, out, synthetic, replay, goldens),
         Command::Logits(args) => logits(args),
         Command::Compare { a, b, max_abs } => compare(a, b, max_abs),

@@ -1,14 +1,19 @@
-//! The trial list of the `parity` test target: one trial per discovered case × tier, named
-//! `<category>/<case>::L<n>` (`… [<implementation>]` for one other than the export), decided
-//! from the YAML alone (models load inside the trial).
+//! The trial list of the `parity` test target: one trial per discovered case × build ×
+//! implementation × execution provider × tier, named `<category>/<case>[@<variant>]::L<n>`
+//! (`… [<implementation>]` for one other than the export, `… on <ep>` on an EP other than the
+//! CPU), decided from the YAML and the selected EPs alone (models load inside the trial).
 //!
-//! A malformed YAML becomes a failing trial naming the file and field; finding no case at all is
-//! a failing trial; skips known before running become ignored trials with their reason.
+//! Each build runs on every selected EP it targets ([`crate::eps::BuildTarget`]: the CPU runs
+//! every build; another EP the portable ones and its own); on the others its trials are ignored
+//! naming why. A malformed YAML becomes a failing trial naming the file and field; finding no
+//! case at all is a failing trial; skips known before running become ignored trials with their
+//! reason.
 
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use crate::case::{discover, Candidate, Case, Level};
+use crate::eps::RunEp;
 use crate::evaluation::{implementations, CaseEvaluations};
 use crate::tiers::outcome::{Status, TierOutcome};
 use crate::tiers::{static_skip, RunOptions};
@@ -47,6 +52,8 @@ pub struct PlannedTrial {
     /// reports; `None` for the no-cases trial.
     pub case: Option<String>,
     pub level: Option<Level>,
+    /// The execution provider it runs on (the CPU for a trial that runs nothing).
+    pub ep: RunEp,
     pub kind: TrialKind,
 }
 
@@ -60,6 +67,7 @@ pub fn plan(roots: &[PathBuf], opts: &RunOptions) -> Vec<PlannedTrial> {
             name: "discovery::no-cases".into(),
             case: None,
             level: None,
+            ep: RunEp::Cpu,
             kind: TrialKind::Failing { message: format!("no case YAML found under {where_}") },
         });
     }
@@ -69,12 +77,14 @@ pub fn plan(roots: &[PathBuf], opts: &RunOptions) -> Vec<PlannedTrial> {
                 name: format!("malformed::{}", path.display()),
                 case: Some(path.display().to_string()),
                 level: None,
+                ep: RunEp::Cpu,
                 kind: TrialKind::Failing { message: e.to_string() },
             }),
             Ok(case) if implementations::unknown_implementation(&case).is_some() => trials.push(PlannedTrial {
                 name: format!("malformed::{}", path.display()),
                 case: Some(path.display().to_string()),
                 level: None,
+                ep: RunEp::Cpu,
                 kind: TrialKind::Failing { message: implementations::unknown_implementation(&case).unwrap_or_default() },
             }),
             Ok(case) => {
@@ -102,23 +112,36 @@ pub fn plan(roots: &[PathBuf], opts: &RunOptions) -> Vec<PlannedTrial> {
                 }
                 // A quantized build is judged against the reference on its own dequantized
                 // weights: its own evaluation (and a float variant of a quantized case, the float
-                // reference's).
-                for (candidate, levels) in candidates {
-                    let Some(view) = case.view(&candidate) else { continue };
-                    let eval = match candidate.variant.is_some() && (view.dtype.is_quantized() || base_quantized) {
-                        true => Arc::new(CaseEvaluations::for_build(&view, candidate.variant.as_deref())),
+                // reference's), shared by its trials on every EP.
+                let mut own: std::collections::BTreeMap<Option<String>, Arc<CaseEvaluations>> = Default::default();
+                for (build, levels) in candidates {
+                    let Some(view) = case.view(&build) else { continue };
+                    let eval = match build.variant.is_some() && (view.dtype.is_quantized() || base_quantized) {
+                        true => Arc::clone(
+                            own.entry(build.variant.clone())
+                                .or_insert_with(|| Arc::new(CaseEvaluations::for_build(&view, build.variant.as_deref()))),
+                        ),
                         false => Arc::clone(&eval),
                     };
                     let view = Arc::new(view);
-                    let id = candidate.id(&view);
-                    for &level in levels {
-                        let trial = Trial { case: Arc::clone(&view), candidate: candidate.clone(), level };
-                        let name = trial.name();
-                        let kind = match static_skip(&trial.case, &trial.candidate, level, opts) {
-                            Some(reason) => TrialKind::Ignored { reason },
-                            None => TrialKind::Run { trial, eval: Arc::clone(&eval) },
-                        };
-                        trials.push(PlannedTrial { name, case: Some(id.clone()), level: Some(level), kind });
+                    // A model implementation runs the checkpoint on the reference's device: one
+                    // trial, no EP; a runtime on each selected EP.
+                    let eps: &[RunEp] = match implementations::candidate(&build.implementation).is_some_and(|i| i.per_export) {
+                        true => &opts.eps,
+                        false => &[RunEp::Cpu],
+                    };
+                    for &ep in eps {
+                        let candidate = build.clone().on(ep);
+                        let id = candidate.id(&view);
+                        for &level in levels {
+                            let trial = Trial { case: Arc::clone(&view), candidate: candidate.clone(), level };
+                            let name = trial.name();
+                            let kind = match static_skip(&trial.case, &trial.candidate, level, opts) {
+                                Some(reason) => TrialKind::Ignored { reason },
+                                None => TrialKind::Run { trial, eval: Arc::clone(&eval) },
+                            };
+                            trials.push(PlannedTrial { name, case: Some(id.clone()), level: Some(level), ep, kind });
+                        }
                     }
                 }
             }
@@ -154,7 +177,7 @@ mod tests {
     use super::*;
 
     fn opts(ci: bool) -> RunOptions {
-        RunOptions { goldens_root: PathBuf::from("/nonexistent-goldens"), ci }
+        RunOptions { ci, ..RunOptions::with_goldens("/nonexistent-goldens") }
     }
 
     fn kinds(trials: &[PlannedTrial]) -> Vec<(String, &'static str, String)> {

@@ -26,10 +26,13 @@ pub struct LevelReport {
     pub outcome: TierOutcome,
 }
 
-/// All tiers run for one case.
+/// All tiers run for one case (one candidate: a build in an implementation on an EP).
 #[derive(Debug, Clone, Serialize)]
 pub struct CaseReport {
     pub name: String,
+    /// The execution provider its trials ran on (`CPUExecutionProvider`,
+    /// `CUDAExecutionProvider:0 (TF32 off)`).
+    pub execution_provider: String,
     pub levels: Vec<LevelReport>,
 }
 
@@ -53,7 +56,7 @@ impl RunMetadata {
     pub fn new(execution_provider: impl Into<String>) -> Self {
         RunMetadata {
             onnx_parity_version: env!("CARGO_PKG_VERSION"),
-            onnxruntime_version: crate::onnx::runtime::ORT_VERSION,
+            onnxruntime_version: crate::runtime::provision::ORT_VERSION,
             ort_genai: format!(
                 "onnxruntime-genai {} on ONNX Runtime {} (CPUExecutionProvider)",
                 crate::ort_genai::GENAI_VERSION,
@@ -81,6 +84,7 @@ pub struct TrialRecord {
     pub case: String,
     pub level: String,
     pub outcome: TierOutcome,
+    /// The trial's execution provider.
     pub execution_provider: String,
     pub gpu: crate::gpu::GpuMetadata,
 }
@@ -90,8 +94,9 @@ impl TrialRecord {
     /// for an implementation other than the export).
     pub fn write(&self, dir: &Path) -> Result<PathBuf, ReportError> {
         std::fs::create_dir_all(dir).map_err(|source| ReportError::Io { path: dir.into(), source })?;
-        // `causal-lm/x [candle-transformers]` → `causal-lm--x+candle-transformers--L3.json`.
-        let case = self.case.replace('/', "--").replace(" [", "+").replace(']', "");
+        // `causal-lm/x [candle-transformers]` → `causal-lm--x+candle-transformers--L3.json`;
+        // `… on cuda:0` → `…+on-cuda_0`.
+        let case = self.case.replace('/', "--").replace(" [", "+").replace(']', "").replace(" on ", "+on-").replace(':', "_");
         let file = format!("{case}--{}.json", self.level);
         let path = dir.join(file);
         let mut text = serde_json::to_string_pretty(self)?;
@@ -144,7 +149,10 @@ impl RunReport {
     /// The report of trial records (grouped by case, levels in record order; metadata from the
     /// first record: the machine that ran the trials, not the one merging).
     pub fn from_records(records: Vec<TrialRecord>) -> Self {
-        let mut metadata = RunMetadata::new(records.first().map_or("unknown", |r| r.execution_provider.as_str()));
+        let mut eps: Vec<&str> = records.iter().map(|r| r.execution_provider.as_str()).collect();
+        eps.sort();
+        eps.dedup();
+        let mut metadata = RunMetadata::new(if eps.is_empty() { "unknown".to_string() } else { eps.join(", ") });
         if let Some(r) = records.first() {
             metadata.gpu = r.gpu.clone();
             metadata.reference = format!("candle 0.11.1 {} f32 (HF transformers 5.14.1 semantics)", r.gpu.reference_device);
@@ -154,7 +162,7 @@ impl RunReport {
             let level = LevelReport { level: r.level, outcome: r.outcome };
             match cases.iter_mut().find(|c| c.name == r.case) {
                 Some(c) => c.levels.push(level),
-                None => cases.push(CaseReport { name: r.case, levels: vec![level] }),
+                None => cases.push(CaseReport { name: r.case, execution_provider: r.execution_provider, levels: vec![level] }),
             }
         }
         for c in &mut cases {
@@ -194,7 +202,7 @@ impl RunReport {
 
     /// A table: case, tier, status, key metrics, first diverging component, message.
     pub fn markdown(&self) -> String {
-        let mut s = String::from("| case | tier | status | metrics | first divergence | message |\n|---|---|---|---|---|---|\n");
+        let mut s = String::from("| case | tier | EP | status | metrics | first divergence | message |\n|---|---|---|---|---|---|---|\n");
         for c in &self.cases {
             for l in &c.levels {
                 let mut div = l.outcome.metrics.get(key::FIRST_DIVERGENCE).map(metric_text).unwrap_or_default();
@@ -204,9 +212,10 @@ impl RunReport {
                 }
                 let warnings: String = l.outcome.warnings.iter().map(|w| format!(" **warning:** {w}")).collect();
                 s.push_str(&format!(
-                    "| {} | {} | {} | {} | {} | {} |\n",
+                    "| {} | {} | {} | {} | {} | {} | {} |\n",
                     c.name,
                     l.level,
+                    c.execution_provider,
                     l.outcome.status,
                     key_metrics(&l.outcome),
                     div,
@@ -280,10 +289,12 @@ fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), ReportError> {
 }
 
 /// The trial name of a case id's tier, as the test target names it: the level before an
-/// implementation's ` [<name>]` (`causal-lm/x::L3 [candle-transformers]`).
+/// implementation's ` [<name>]` and an EP's ` on <ep>` (`causal-lm/x::L3 [candle-transformers]`,
+/// `causal-lm/x@v::L3 on cuda:0`).
 pub fn trial_name(case_id: &str, level: &str) -> String {
-    match case_id.split_once(" [") {
-        Some((case, implementation)) => format!("{case}::{level} [{implementation}"),
+    let at = [case_id.find(" ["), case_id.find(" on ")].into_iter().flatten().min();
+    match at {
+        Some(i) => format!("{}::{level}{}", &case_id[..i], &case_id[i..]),
         None => format!("{case_id}::{level}"),
     }
 }
@@ -295,6 +306,8 @@ mod tests {
     fn trial_names_put_the_level_before_the_implementation() {
         assert_eq!(super::trial_name("causal-lm/x [candle-transformers]", "L3"), "causal-lm/x::L3 [candle-transformers]");
         assert_eq!(super::trial_name("causal-lm/x@gqa", "L1"), "causal-lm/x@gqa::L1");
+        assert_eq!(super::trial_name("causal-lm/x@gqa on cuda:0", "L1"), "causal-lm/x@gqa::L1 on cuda:0");
+        assert_eq!(super::trial_name("causal-lm/x [ort-genai] on cuda:0", "L5"), "causal-lm/x::L5 [ort-genai] on cuda:0");
     }
 
     use super::*;
@@ -312,8 +325,11 @@ mod tests {
         };
         let a = record("c/x").write(dir.path()).unwrap();
         let b = record("c/x@gqa").write(dir.path()).unwrap();
+        let c = record("c/x@gqa on cuda:0").write(dir.path()).unwrap();
         assert_ne!(a, b);
-        assert_eq!(TrialRecord::read_all(&[dir.path().to_path_buf()]).unwrap().len(), 2);
+        assert_ne!(b, c);
+        assert!(c.file_name().is_some_and(|n| n.to_string_lossy() == "c--x@gqa+on-cuda_0--L3.json"), "{}", c.display());
+        assert_eq!(TrialRecord::read_all(&[dir.path().to_path_buf()]).unwrap().len(), 3);
     }
 
     /// Guards the partitioned-run report: per-trial records written by separate processes merge

@@ -66,6 +66,7 @@ mod tests {
     fn case(name: &str, statuses: &[(&str, Status)]) -> CaseReport {
         CaseReport {
             name: name.into(),
+            execution_provider: "CPUExecutionProvider".into(),
             levels: statuses
                 .iter()
                 .map(|(l, s)| LevelReport {

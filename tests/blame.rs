@@ -7,7 +7,7 @@ use std::process::Command;
 
 use onnx_parity::onnx::feed::FeedTensor;
 use onnx_parity::onnx::proto::ModelProto;
-use onnx_parity::onnx::session::{self, ModelSource, SessionOptions};
+use onnx_parity::runtime::session::{self, ModelSource, SessionOptions};
 use prost::Message;
 
 mod support;

@@ -340,7 +340,7 @@ fn trials_of_other_implementations() {
     std::fs::write(cat.join("dense.yaml"), case("gemma4-text-dense", "[onnx, candle-transformers]")).expect("write");
     std::fs::write(cat.join("ple.yaml"), case("gemma4-text-ple", "[candle-transformers]")).expect("write");
     std::fs::write(cat.join("none.yaml"), case("gemma4-text-dense", "[]")).expect("write");
-    let opts = onnx_parity::tiers::RunOptions { goldens_root: dir.path().join("goldens"), ci: false };
+    let opts = onnx_parity::tiers::RunOptions::with_goldens(dir.path().join("goldens"));
     let trials = plan(&[dir.path().to_path_buf()], &opts);
     let find = |name: &str| trials.iter().find(|t| t.name == name).unwrap_or_else(|| panic!("no trial {name}"));
     assert!(matches!(find("causal-lm/dense::L3 [candle-transformers]").kind, TrialKind::Run { .. }));

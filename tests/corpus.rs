@@ -20,8 +20,8 @@ use onnx_parity::golden::{GenerationGolden, Golden};
 use onnx_parity::inputs::{load_safetensors, ModelInputs};
 use onnx_parity::onnx::contract::ExportContract;
 use onnx_parity::onnx::graph::GraphSummary;
-use onnx_parity::onnx::pipeline::OnnxPipeline;
-use onnx_parity::onnx::session::SessionOptions;
+use onnx_parity::runtime::pipeline::OnnxPipeline;
+use onnx_parity::runtime::session::SessionOptions;
 use onnx_parity_reference::ModelConfig;
 
 /// file (relative to `tests/corpus/`) → parser → substrings.
@@ -91,7 +91,8 @@ fn run(parser: &str, path: &Path) -> Result<(), String> {
         }
         "pipeline" => {
             let dir = path.parent().expect("package folder");
-            let mut pipeline = OnnxPipeline::open(dir, &SessionOptions { intra_threads: 1 }).map_err(|e| e.to_string())?;
+            let mut pipeline =
+                OnnxPipeline::open(dir, &SessionOptions { intra_threads: 1, ..SessionOptions::default() }).map_err(|e| e.to_string())?;
             pipeline.prefill(&ModelInputs::from_ids(vec![2, 10, 11])).map(drop).map_err(|e| e.to_string())
         }
         other => panic!("unknown parser `{other}` in tests/corpus/expected.yaml"),

@@ -7,9 +7,9 @@ use std::path::{Path, PathBuf};
 
 use onnx_parity::case::{Candidate, Case, Level};
 use onnx_parity::inputs::ModelInputs;
-use onnx_parity::onnx::pipeline::{DecoderGraph, OnnxPipeline};
 use onnx_parity::onnx::quantized::QuantizedBuild;
-use onnx_parity::onnx::session::SessionOptions;
+use onnx_parity::runtime::pipeline::{DecoderGraph, OnnxPipeline};
+use onnx_parity::runtime::session::SessionOptions;
 use onnx_parity::tiers::{static_skip, RunOptions};
 
 fn repo(rel: &str) -> PathBuf {
@@ -78,7 +78,7 @@ fn max_length_bounds_a_run() {
 /// trials are skipped naming why, and its text case runs.
 #[test]
 fn image_trials_of_a_text_component_are_skipped() {
-    let opts = RunOptions { goldens_root: repo("goldens"), ci: false };
+    let opts = RunOptions::with_goldens(repo("goldens"));
     let mut case = Case::load(&repo("cases/vision-language/unified-vision.yaml")).expect("case");
     case.onnx = Some(repo("fixtures/unified-vision/builder/fp32"));
     for level in [Level::L3, Level::L4, Level::L5] {
@@ -154,7 +154,7 @@ fn an_exclude_embeds_build_is_named_not_run() {
     let out = l1::check_interface(L1Inputs { config: &config, export: &export, float_dtype: "float32", pin: None });
     assert_eq!(out.status, Status::Fail, "{}", out.message);
     assert!(out.message.contains("input `inputs_embeds` has no embedding model to come from"), "{}", out.message);
-    let opts = RunOptions { goldens_root: repo("goldens"), ci: false };
+    let opts = RunOptions::with_goldens(repo("goldens"));
     let case = Case::load(&repo("cases/causal-lm/unified-vision-text.yaml"))
         .expect("case")
         .for_variant("builder-fp32-no-embeds")

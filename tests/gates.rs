@@ -617,7 +617,7 @@ fn skip_case(dir: &std::path::Path, fields: &str) -> onnx_parity::case::Case {
 }
 
 fn no_goldens() -> onnx_parity::tiers::RunOptions {
-    onnx_parity::tiers::RunOptions { goldens_root: std::path::PathBuf::from("/nonexistent-goldens"), ci: false }
+    onnx_parity::tiers::RunOptions::with_goldens(std::path::PathBuf::from("/nonexistent-goldens"))
 }
 
 /// Kills: every mutant of `artifact_skip` (its body as `None` / `""` / `"xyzzy"`, the `None`
@@ -690,7 +690,7 @@ fn l4_l5_skip_names_their_own_golden() {
     let case = skip_case(tmp.path(), "onnx: /some/export\n");
     let goldens = tmp.path().join("goldens");
     std::fs::create_dir_all(goldens.join("cat")).unwrap();
-    let opts = RunOptions { goldens_root: goldens.clone(), ci: false };
+    let opts = RunOptions::with_goldens(goldens.clone());
     let (json, generation) = (goldens.join("cat/x.json"), goldens.join("cat/x_generation.json"));
     let missing = |p: &std::path::Path| format!("golden {} is missing: run", p.display());
     std::fs::write(&json, "{}").unwrap();
@@ -728,7 +728,7 @@ fn run_level_l1_checks_the_export() {
     use onnx_parity::tiers::{outcome::Status, run_level, static_skip};
     for case in ["cases/vision-language/unified-vision.yaml", "cases/causal-lm/gemma-4-e2b.yaml"] {
         let case = Case::load(&repo(case)).unwrap();
-        let opts = onnx_parity::tiers::RunOptions { goldens_root: repo("goldens"), ci: false };
+        let opts = onnx_parity::tiers::RunOptions::with_goldens(repo("goldens"));
         assert_eq!(static_skip(&case, &Candidate::default(), Level::L1, &opts), None);
         let out = run_level(&case, &Candidate::default(), Level::L1, &opts, &CaseEvaluations::default());
         assert_eq!(out.status, Status::Pass, "{}", out.message);
@@ -746,7 +746,7 @@ fn l4_l5_use_the_live_reference_when_the_case_has_a_checkpoint() {
     use onnx_parity::evaluation::CaseEvaluations;
     use onnx_parity::tiers::{outcome::Status, run_level, static_skip, RunOptions};
     let case = Case::load(&repo("cases/causal-lm/unified-text-kvshare.yaml")).unwrap();
-    let opts = RunOptions { goldens_root: repo("goldens"), ci: false };
+    let opts = RunOptions::with_goldens(repo("goldens"));
     let evals = CaseEvaluations::default();
     for level in [Level::L4, Level::L5] {
         assert_eq!(static_skip(&case, &Candidate::default(), level, &opts), None);
@@ -786,7 +786,7 @@ fn l4_l5_replay_the_golden_input_ids_and_warn() {
     std::fs::write(dir.join("unified-text-kvshare.json"), serde_json::to_string_pretty(&golden).unwrap()).unwrap();
     std::fs::copy(repo("goldens/causal-lm/unified-text-kvshare_generation.json"), dir.join("unified-text-kvshare_generation.json"))
         .unwrap();
-    let opts = RunOptions { goldens_root: tmp.path().into(), ci: false };
+    let opts = RunOptions::with_goldens(tmp.path());
     let evals = CaseEvaluations::default();
     let drift = "the case's input_ids differ from the golden's at position 5 (case 304, golden 305; 24 vs 24 ids)";
     for level in [Level::L4, Level::L5] {

@@ -33,7 +33,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, ensure, Context, Result};
 use libtest_mimic::{Arguments, Failed, Trial};
 use onnx_parity::golden::{golden_paths, Golden};
-use onnx_parity::onnx::runtime::{self, ORT_VERSION};
+use onnx_parity::runtime::provision::{self as runtime, ORT_VERSION};
 
 const CHILD_ENV: &str = "ONNX_PARITY_KILL_CHILD";
 /// The file the golden child writes.

@@ -118,9 +118,9 @@ fn unidentifiable_layers_are_said() {
 /// the original graph fails (a known ORT error), the instrumented one fails too.
 #[test]
 fn instrumented_decoder_is_bit_identical() {
-    use onnx_parity::onnx::pipeline::{DecoderGraph, OnnxPipeline};
-    use onnx_parity::onnx::session::SessionOptions;
     use onnx_parity::outputs::LayerOutputs;
+    use onnx_parity::runtime::pipeline::{DecoderGraph, OnnxPipeline};
+    use onnx_parity::runtime::session::SessionOptions;
 
     let mut pairs = std::collections::BTreeSet::new();
     for (path, case) in onnx_parity::case::discover(&[root().join("cases")]) {
@@ -131,7 +131,7 @@ fn instrumented_decoder_is_bit_identical() {
         }
     }
     assert!(pairs.len() >= 15, "expected the committed exports, found {}", pairs.len());
-    let opts = SessionOptions { intra_threads: 1 };
+    let opts = SessionOptions { intra_threads: 1, ..SessionOptions::default() };
     let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
     let mut compared = 0;
     for (onnx, tensors) in &pairs {

@@ -5,11 +5,13 @@
 
 use std::path::{Path, PathBuf};
 
+mod support;
+
 use onnx_parity::backend::ort_genai::OrtGenai;
 use onnx_parity::backend::{Backend, GenerationRequest};
 use onnx_parity::inputs::ModelInputs;
-use onnx_parity::onnx::pipeline::{DecoderGraph, OnnxPipeline};
-use onnx_parity::onnx::session::SessionOptions;
+use onnx_parity::runtime::pipeline::{DecoderGraph, OnnxPipeline};
+use onnx_parity::runtime::session::SessionOptions;
 
 fn repo(rel: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(rel)
@@ -43,6 +45,7 @@ fn edited(src: &Path, edit: impl Fn(&mut serde_json::Value)) -> tempfile::TempDi
 /// pipeline computes on the same package (two ORT releases, 1.32.0 and 1.31.1: equal to 1e-5).
 #[test]
 fn ort_genai_equals_the_pipeline_on_the_builder_package() {
+    support::driver();
     let dir = repo("fixtures/unified-vision/builder/fp32");
     let mut pipeline = OnnxPipeline::open_with(&dir, &SessionOptions::default(), DecoderGraph::Original).expect("pipeline");
     let ours = pipeline.run(&prompt(), &request(None)).expect("pipeline runs");
@@ -68,6 +71,7 @@ fn ort_genai_equals_the_pipeline_on_the_builder_package() {
 /// call that failed, never a pass; one the harness cannot read names the file and field.
 #[test]
 fn broken_runtime_configs_are_errors_naming_the_cause() {
+    support::driver();
     let src = repo("fixtures/unified-vision/builder/fp32");
     let short = edited(&src, |c| c["model"]["context_length"] = 8.into());
     let mut genai = OrtGenai::open(short.path()).expect("opens");

@@ -8,6 +8,21 @@ use std::process::Command;
 
 use serde_json::Value;
 
+/// Makes this test binary a driver (as `onnx-parity` and the parity target are): the run
+/// context installed and the variables the libraries read set (ORT GenAI's `ORT_LIB_PATH`), once,
+/// before the first test that needs them loads anything.
+pub fn driver() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let context = onnx_parity::context::RunContext::from_env();
+        let vars = onnx_parity::driver::variables_to_set(&context, false);
+        for (k, v) in &vars {
+            std::env::set_var(k, v);
+        }
+        onnx_parity::context::install(context.with_set(&vars));
+    });
+}
+
 pub fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }

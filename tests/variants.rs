@@ -280,7 +280,7 @@ fn a_configuration_the_cpu_kernel_refuses_is_skipped_naming_it() {
         l1.message
     );
     let case = Case::load(&repo("cases/causal-lm/gemma4-text-moe.yaml")).expect("case");
-    let opts = RunOptions { goldens_root: repo("goldens"), ci: false };
+    let opts = RunOptions::with_goldens(repo("goldens"));
     let variant = case.for_variant("geglu").expect("geglu variant");
     for level in [Level::L3, Level::L4, Level::L5] {
         let reason = static_skip(&variant, &Candidate::variant("geglu"), level, &opts)
@@ -301,8 +301,8 @@ fn a_configuration_the_cpu_kernel_refuses_is_skipped_naming_it() {
 #[test]
 fn static_cache_capacity_is_checked_before_running() {
     use onnx_parity::inputs::ModelInputs;
-    use onnx_parity::onnx::pipeline::{DecoderGraph, OnnxPipeline};
-    use onnx_parity::onnx::session::SessionOptions;
+    use onnx_parity::runtime::pipeline::{DecoderGraph, OnnxPipeline};
+    use onnx_parity::runtime::session::SessionOptions;
     let mut p =
         OnnxPipeline::open_with(&repo("fixtures/gemma4-text-moe/variants/static"), &SessionOptions::default(), DecoderGraph::Original)
             .expect("opens");
@@ -532,7 +532,7 @@ fn rejected_graph_fails_and_a_kernel_less_graph_is_skipped() {
     use onnx_parity::evaluation::CaseEvaluations;
     use onnx_parity::tiers::{run_level, static_skip, RunOptions};
     let case = Case::load(&repo("cases/causal-lm/unified-text-kvshare.yaml")).expect("case");
-    let opts = RunOptions { goldens_root: repo("goldens"), ci: false };
+    let opts = RunOptions::with_goldens(repo("goldens"));
     let computed = [Level::L3, Level::L4, Level::L5];
     let l3 = |c: &Case, v: &str| run_level(c, &Candidate::variant(v), Level::L3, &opts, &CaseEvaluations::for_build(c, Some(v)));
 

@@ -39,7 +39,7 @@ pub enum BackendError {
     #[error(transparent)]
     Reference(#[from] onnx_parity_reference::Error),
     #[error(transparent)]
-    Onnx(#[from] crate::onnx::pipeline::PipelineError),
+    Onnx(#[from] crate::runtime::pipeline::PipelineError),
     /// Boxed: candle's error is large, and every back end's `Result` carries this type.
     #[error(transparent)]
     CandleTransformers(Box<crate::candle_gemma4::CandleTransformersError>),
@@ -71,14 +71,20 @@ pub trait Backend {
     /// Prefill with logits and components, then greedy generation as `request` says.
     fn run(&mut self, inputs: &ModelInputs, request: &GenerationRequest<'_>) -> Result<Run, BackendError>;
 
-    /// Which layers see an image block bidirectionally, when the implementation chooses it (the
-    /// reference does, per case); `None` for an export, whose mask is built into its graph.
+    /// Where its numbers come from when the EP asked for did not compute all of them
+    /// (`partitioned: 6 compute nodes on the CPU …`); `None` when it did.
+    fn partitioned(&self) -> Option<String> {
+        None
+    }
+
     /// Whether its free run is its own search (a runtime's generator), which a teacher-forced
     /// run whose argmax agrees at every step must not stand in for.
     fn searches_itself(&self) -> bool {
         false
     }
 
+    /// Which layers see an image block bidirectionally, when the implementation chooses it (the
+    /// reference does, per case); `None` for an export, whose mask is built into its graph.
     fn bidirectional_scope(&self) -> Option<BidirectionalScope> {
         None
     }

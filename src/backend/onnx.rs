@@ -2,15 +2,15 @@
 
 use super::{Backend, BackendError, GenerationRequest};
 use crate::inputs::ModelInputs;
-use crate::onnx::pipeline::OnnxPipeline;
 use crate::outputs::{Isolation, Run};
+use crate::runtime::pipeline::OnnxPipeline;
 
 impl Backend for OnnxPipeline {
     fn describe(&self) -> String {
         format!(
             "ONNX Runtime {} {} ({}, {} KV pairs, {})",
-            crate::onnx::runtime::ORT_VERSION,
-            crate::onnx::runtime::execution_provider(),
+            crate::runtime::provision::ORT_VERSION,
+            self.ep().label(),
             self.root().display(),
             self.kv_pairs(),
             if self.is_f16() { "float16" } else { "float32" }
@@ -19,7 +19,11 @@ impl Backend for OnnxPipeline {
 
     /// The export always returns logits for every prompt position (`all_position_logits` is
     /// moot here). Layer outputs come from the same prefill when the pipeline's decoder exposes
-    /// them ([`crate::onnx::pipeline::DecoderGraph::WithLayerOutputs`]).
+    /// them ([`crate::runtime::pipeline::DecoderGraph::WithLayerOutputs`]).
+    fn partitioned(&self) -> Option<String> {
+        OnnxPipeline::partitioned(self)
+    }
+
     fn run(&mut self, inputs: &ModelInputs, request: &GenerationRequest<'_>) -> Result<Run, BackendError> {
         let (prefill, generation) = self.greedy(inputs, request.max_new_tokens, request.eos, request.forced, request.layer_outputs)?;
         Ok(Run { prefill, generation, step_inputs: Default::default() })

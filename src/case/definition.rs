@@ -336,15 +336,18 @@ fn merge_xfail(case: Option<&Xfail>, variant: Option<&Xfail>) -> Option<Xfail> {
 
 /// The names of a candidate's trials (beside [`Case`], whose category and name they start with).
 impl Candidate {
-    /// `<category>/<name>`, with `@<variant>` for a variant and ` [<implementation>]` for an
-    /// implementation other than the pipeline: the case part of its trial names.
+    /// `<category>/<name>`, with `@<variant>` for a variant, ` [<implementation>]` for an
+    /// implementation other than the pipeline and ` on <ep>` for an EP other than the CPU: the
+    /// case part of its trial names.
     pub fn id(&self, case: &Case) -> String {
         self.name_with(case, None)
     }
 
     /// The trial name of tier `level`: `<category>/<case>[@<variant>]::L<n>`, with
     /// ` [<implementation>]` after it for an implementation other than the pipeline
-    /// (`causal-lm/gemma4-text-dense::L3 [candle-transformers]`).
+    /// (`causal-lm/gemma4-text-dense::L3 [candle-transformers]`) and ` on <ep>` for an EP other
+    /// than the CPU (`vision-language/unified-vision@cuda-f16::L3 on cuda:0`): a CPU trial keeps
+    /// the name it has in a CPU-only run.
     pub fn trial_name(&self, case: &Case, level: Level) -> String {
         self.name_with(case, Some(level))
     }
@@ -360,6 +363,7 @@ impl Candidate {
         if !self.implementation.is_onnx() {
             name.push_str(&format!(" [{}]", self.implementation));
         }
+        name.push_str(&self.ep.trial_suffix());
         name
     }
 }

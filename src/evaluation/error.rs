@@ -18,6 +18,10 @@ pub enum EvalError {
     /// The implementation's artifact (checkpoint, export) is not there.
     #[error("{0}")]
     NoArtifact(&'static str),
+    /// No candidate of the evaluation runs this build in this implementation on this EP (a plan
+    /// that asked for an EP the evaluation was not made for).
+    #[error("{0}: no run of this candidate was planned on its execution provider")]
+    NoCandidate(String),
     /// A quantized build (`dtype: int4` / `int8`) whose weights cannot be read, or that has none.
     #[error("the quantized build's weights: {0}")]
     Quantized(String),

@@ -13,8 +13,9 @@ use crate::backend::candle_transformers::CandleTransformersGemma4;
 use crate::backend::reference::ReferenceBackend;
 use crate::backend::{Backend, BackendError};
 use crate::case::{Case, ImplementationName, Level};
-use crate::onnx::pipeline::{DecoderGraph, OnnxPipeline};
-use crate::onnx::session::SessionOptions;
+use crate::eps::RunEp;
+use crate::runtime::pipeline::{DecoderGraph, OnnxPipeline};
+use crate::runtime::session::SessionOptions;
 use onnx_parity_reference::BidirectionalScope;
 
 /// Loads an implementation from its artifact folder.
@@ -27,12 +28,14 @@ pub struct OpenOptions {
     pub layer_outputs: bool,
     /// The reference's mask scope (`None`: what HF's own forward does for the model type).
     pub bidirectional: Option<BidirectionalScope>,
+    /// The execution provider a runtime's sessions run on (the trial's).
+    pub ep: RunEp,
 }
 
 impl OpenOptions {
-    /// A case's: layer outputs when it has an L3 tier, its `bidirectional:` scope.
-    pub fn for_case(case: &Case) -> OpenOptions {
-        OpenOptions { layer_outputs: case.levels.contains(&Level::L3), bidirectional: case.bidirectional }
+    /// A case's on `ep`: layer outputs when it has an L3 tier, its `bidirectional:` scope.
+    pub fn for_case(case: &Case, ep: RunEp) -> OpenOptions {
+        OpenOptions { layer_outputs: case.levels.contains(&Level::L3), bidirectional: case.bidirectional, ep }
     }
 }
 
@@ -56,6 +59,13 @@ pub struct Implementation {
     /// Whether it runs an export, so it judges the case's own and each variant's (else it runs
     /// the checkpoint, once per case).
     pub per_export: bool,
+    /// Why it cannot run a build on an execution provider (a runtime's trial on that EP is
+    /// ignored naming it); `None` where it can. Only runtimes (`per_export`) run on an EP.
+    pub not_on: fn(RunEp) -> Option<String>,
+}
+
+fn any_ep(_: RunEp) -> Option<String> {
+    None
 }
 
 fn supported(_: &Case, _: &Path) -> Option<String> {
@@ -78,6 +88,7 @@ pub const REFERENCE: Implementation = Implementation {
     open: open_reference,
     unsupported: supported,
     per_export: false,
+    not_on: any_ep,
 };
 
 fn checkpoint(a: &Artifacts) -> Option<&Path> {
@@ -98,6 +109,7 @@ pub const ONNX_RUNTIME: Implementation = Implementation {
     open: open_onnx,
     unsupported: supported,
     per_export: true,
+    not_on: any_ep,
 };
 
 fn export(a: &Artifacts) -> Option<&Path> {
@@ -106,7 +118,7 @@ fn export(a: &Artifacts) -> Option<&Path> {
 
 fn open_onnx(dir: &Path, options: &OpenOptions) -> Result<Box<dyn Backend>, BackendError> {
     let graph = if options.layer_outputs { DecoderGraph::WithLayerOutputs } else { DecoderGraph::Original };
-    Ok(Box::new(OnnxPipeline::open_with(dir, &SessionOptions::from_env(), graph)?))
+    Ok(Box::new(OnnxPipeline::open_with(dir, &SessionOptions::on(options.ep), graph)?))
 }
 
 /// candle-transformers' own gemma4 on the case's checkpoint (what it cannot run was a skip
@@ -119,6 +131,7 @@ pub const CANDLE_TRANSFORMERS: Implementation = Implementation {
     open: open_candle_transformers,
     unsupported: candle_transformers_unsupported,
     per_export: false,
+    not_on: any_ep,
 };
 
 /// What candle-transformers' gemma4 lacks for the checkpoint's config (and, on an image prompt,
@@ -143,6 +156,7 @@ pub const ORT_GENAI: Implementation = Implementation {
     open: open_ort_genai,
     unsupported: ort_genai_unsupported,
     per_export: true,
+    not_on: crate::ort_genai::not_on,
 };
 
 fn open_ort_genai(dir: &Path, _: &OpenOptions) -> Result<Box<dyn Backend>, BackendError> {

@@ -14,6 +14,8 @@ use onnx_parity_reference::BidirectionalScope;
 pub(super) struct Opened {
     pub description: String,
     pub scope: Option<BidirectionalScope>,
+    /// Compute nodes the EP asked for did not run (a partitioned session), when so.
+    pub partitioned: Option<String>,
 }
 
 /// Opens a back end with `open` on `dir`, runs `f` on it and returns the result with the back
@@ -32,7 +34,7 @@ pub(super) fn run_loaded<B: Backend + ?Sized, T>(
     crate::memory::reset_peak();
     let mut backend = open(dir).map_err(fail)?;
     let out = f(backend.as_mut()).map_err(fail)?;
-    let opened = Opened { description: backend.describe(), scope: backend.bidirectional_scope() };
+    let opened = Opened { description: backend.describe(), scope: backend.bidirectional_scope(), partitioned: backend.partitioned() };
     tracing::info!(
         "{}: {}{purpose} ran in {:.2} s{}",
         case.name,

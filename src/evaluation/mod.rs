@@ -29,6 +29,7 @@ use crate::artifacts::Artifacts;
 use crate::backend::reference::ReferenceBackend;
 use crate::backend::{Backend, BackendError, GenerationRequest};
 use crate::case::{Candidate, Case, ImplementationName, Level};
+use crate::eps::RunEp;
 use crate::inputs::replay::IdsDrift;
 use crate::inputs::ModelInputs;
 use crate::metrics::greedy_token;
@@ -62,6 +63,8 @@ pub struct CandidateRun {
     pub free: GeneratedTokens,
     /// Its sub-models on the reference's inputs (L3, when the reference ran).
     pub isolation: Isolation,
+    /// `partitioned: …` when the EP asked for left compute nodes to the CPU EP.
+    pub partitioned: Option<String>,
 }
 
 /// One candidate and its run, computed on first use.
@@ -72,6 +75,8 @@ struct CandidateSlot {
     implementation: Implementation,
     /// The case variant whose export it runs (`None`: the case's own, or not an export).
     variant: Option<String>,
+    /// The execution provider it runs on (a runtime's; the CPU for a model implementation).
+    ep: RunEp,
     run: OnceLock<Result<CandidateRun, SharedError>>,
 }
 
@@ -155,12 +160,18 @@ impl CaseEvaluation {
         CaseEvaluation::with_candidates(&variants, &other_implementations(case))
     }
 
-    /// Candidates for the case's own export, each variant's, and each other implementation.
+    /// Candidates for the case's own export, each variant's, and each other implementation, on
+    /// each EP a trial of this run may ask for (the CPU and the selected ones; a trial's EP picks
+    /// its slot, so a build judged on two EPs is two candidates of one reference run).
     fn with_candidates(variants: &[String], others: &[ImplementationName]) -> Self {
+        let mut eps = vec![RunEp::Cpu];
+        eps.extend(crate::context::current().eps_or_cpu().into_iter().filter(|e| !e.is_cpu()));
         let mut candidates = Vec::new();
-        for variant in std::iter::once(None).chain(variants.iter().cloned().map(Some)) {
-            let (name, implementation) = (ImplementationName::ONNX, implementations::ONNX_RUNTIME);
-            candidates.push(CandidateSlot { name, implementation, variant, run: OnceLock::new() });
+        for &ep in &eps {
+            for variant in std::iter::once(None).chain(variants.iter().cloned().map(Some)) {
+                let (name, implementation) = (ImplementationName::ONNX, implementations::ONNX_RUNTIME);
+                candidates.push(CandidateSlot { name, implementation, variant, ep, run: OnceLock::new() });
+            }
         }
         for name in others {
             // The plan refused a case naming an implementation the registry does not hold.
@@ -170,8 +181,17 @@ impl CaseEvaluation {
                 true => std::iter::once(None).chain(variants.iter().cloned().map(Some)).collect(),
                 false => vec![None],
             };
-            for variant in builds {
-                candidates.push(CandidateSlot { name: name.clone(), implementation, variant, run: OnceLock::new() });
+            let on: &[RunEp] = if implementation.per_export { &eps } else { &[RunEp::Cpu] };
+            for &ep in on {
+                for variant in &builds {
+                    candidates.push(CandidateSlot {
+                        name: name.clone(),
+                        implementation,
+                        variant: variant.clone(),
+                        ep,
+                        run: OnceLock::new(),
+                    });
+                }
             }
         }
         CaseEvaluation {
@@ -265,7 +285,9 @@ impl CaseEvaluation {
                 let eos = eos_ids(case);
                 let build = self.build(case)?;
                 let (run, opened) = match build {
-                    None => run_once(&implementations::REFERENCE, case, |backend| backend.run(inputs, &request(case, &eos, None)))?,
+                    None => {
+                        run_once(&implementations::REFERENCE, case, RunEp::Cpu, |backend| backend.run(inputs, &request(case, &eos, None)))?
+                    }
                     Some(build) => {
                         let artifacts = Artifacts::of(case);
                         let dir = artifacts.checkpoint.as_deref().ok_or(EvalError::NoArtifact(implementations::REFERENCE.missing))?;
@@ -305,10 +327,19 @@ impl CaseEvaluation {
     /// the reference.
     pub fn candidates(&self, case: &Case, candidate: &Candidate) -> Vec<Result<&CandidateRun, SharedError>> {
         let variant = candidate.variant.as_deref();
-        (0..self.candidates.len())
-            .filter(|&i| self.candidates[i].variant.as_deref() == variant && self.candidates[i].name == candidate.implementation)
+        let found: Vec<_> = (0..self.candidates.len())
+            .filter(|&i| {
+                let c = &self.candidates[i];
+                c.variant.as_deref() == variant
+                    && c.name == candidate.implementation
+                    && (c.ep == candidate.ep || !c.implementation.per_export)
+            })
             .map(|i| self.candidate(i, case))
-            .collect()
+            .collect();
+        if found.is_empty() {
+            return vec![Err(Arc::new(EvalError::NoCandidate(candidate.id(case))))];
+        }
+        found
     }
 
     fn candidate(&self, i: usize, case: &Case) -> Result<&CandidateRun, SharedError> {
@@ -323,12 +354,13 @@ impl CaseEvaluation {
                     (Some(_), Some(_)) => Some(self.arbiter(case)?),
                     _ => reference,
                 };
-                let (run, _) = run_once(&c.implementation, case, |backend| candidate_runs(case, backend, inputs, reference, oracle))?;
+                let (run, opened) =
+                    run_once(&c.implementation, case, c.ep, |backend| candidate_runs(case, backend, inputs, reference, oracle))?;
                 let label = match &c.variant {
                     None => c.implementation.label.to_string(),
                     Some(v) => format!("{}@{v}", c.implementation.label),
                 };
-                Ok(CandidateRun { label, forced: run.0, free: run.1, isolation: run.2 })
+                Ok(CandidateRun { label, forced: run.0, free: run.1, isolation: run.2, partitioned: opened.partitioned })
             })
             .as_ref()
             .map_err(Arc::clone)
@@ -353,6 +385,7 @@ fn local_ple(case: &Case) -> LocalPle {
 fn run_once<T>(
     implementation: &Implementation,
     case: &Case,
+    ep: RunEp,
     f: impl FnOnce(&mut dyn Backend) -> Result<T, BackendError>,
 ) -> Result<(T, Opened), SharedError> {
     let artifacts = Artifacts::of(case);
@@ -363,7 +396,7 @@ fn run_once<T>(
         implementation.label,
         dir,
         "",
-        |dir| (implementation.open)(dir, &implementations::OpenOptions::for_case(case)),
+        |dir| (implementation.open)(dir, &implementations::OpenOptions::for_case(case, ep)),
         |b: &mut (dyn Backend + 'static)| f(b),
     )
 }

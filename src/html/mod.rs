@@ -144,13 +144,18 @@ fn matrix(h: &mut String, r: &RunReport) {
     let mut levels: Vec<&str> = r.cases.iter().flat_map(|c| c.levels.iter().map(|l| l.level.as_str())).collect();
     levels.sort();
     levels.dedup();
-    h.push_str("<h2>Case × tier</h2><table class=\"matrix\"><tr><th>case</th>");
+    h.push_str("<h2>Case × tier</h2><table class=\"matrix\"><tr><th>case</th><th>EP</th>");
     for l in &levels {
         let _ = write!(h, "<th>{l}</th>");
     }
     h.push_str("</tr>\n");
     for c in &r.cases {
-        let _ = write!(h, "<tr data-case=\"{0}\"><td class=\"case\">{0}</td>", esc(&c.name));
+        let _ = write!(
+            h,
+            "<tr data-case=\"{0}\"><td class=\"case\">{0}</td><td class=\"ep\">{1}</td>",
+            esc(&c.name),
+            esc(&c.execution_provider)
+        );
         for lv in &levels {
             match c.levels.iter().find(|l| l.level == *lv) {
                 Some(l) => {

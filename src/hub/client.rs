@@ -23,11 +23,6 @@ impl Hub {
         Hub { http: Http::new(settings.clone()), settings }
     }
 
-    /// A hub configured from the run context's settings ([`crate::context`], the environment's).
-    pub fn from_env() -> Hub {
-        Hub::new(crate::context::current().hub.clone())
-    }
-
     /// `{cache}/models--{org}--{name}` (`repo_folder_name`).
     fn repo_dir(&self, repo: &str) -> PathBuf {
         repo_dir(&self.settings.cache, repo)

@@ -129,6 +129,19 @@ struct RawSearch {
 }
 
 impl GenAiConfig {
+    /// The EP the package is built to run on, as its provider options say: their first provider
+    /// (`cuda`, `dml`, `webgpu`, …), or the CPU when they name none (ORT GenAI then runs it on
+    /// the CPU EP: the builder's `-e cpu` writes an empty list); `None` for a provider mobius's
+    /// table does not name.
+    pub fn target_ep(&self) -> Option<crate::eps::Ep> {
+        use crate::eps::Ep;
+        let Some(name) = self.provider_options.keys().next() else { return Some(Ep::Cpu) };
+        match name.to_ascii_lowercase().as_str() {
+            "nvtensorrtrtx" | "tensorrt-rtx" => Some(Ep::TrtRtx),
+            other => other.parse().ok(),
+        }
+    }
+
     /// Reads `dir/genai_config.json`; `None` when the package has none.
     pub fn read(dir: &Path) -> Result<Option<Self>, GenAiConfigError> {
         let path = dir.join(GENAI_CONFIG);

@@ -93,6 +93,10 @@ pub struct NodeInfo {
     pub outputs: Vec<String>,
     /// Integer attributes by name (`is_causal`, `local_window_size`); others read as 0.
     pub int_attributes: BTreeMap<String, i64>,
+    /// The element type of a tensor attribute `value` (`Constant`, `ConstantOfShape`).
+    pub value_dtype: Option<&'static str>,
+    /// String attributes by name (`activation_type`), where not empty.
+    pub string_attributes: BTreeMap<String, String>,
 }
 
 impl GraphSummary {
@@ -129,6 +133,18 @@ impl GraphSummary {
                 inputs: n.input.clone(),
                 outputs: n.output.clone(),
                 int_attributes: n.attribute.iter().map(|a| (a.name.clone(), a.i)).collect(),
+                value_dtype: n
+                    .attribute
+                    .iter()
+                    .find(|a| a.name == "value")
+                    .and_then(|a| a.t.as_ref())
+                    .map(|t| proto::elem_type_name(t.data_type)),
+                string_attributes: n
+                    .attribute
+                    .iter()
+                    .filter(|a| !a.s.is_empty())
+                    .map(|a| (a.name.clone(), String::from_utf8_lossy(&a.s).into_owned()))
+                    .collect(),
             })
             .collect();
         let mut value_types: BTreeMap<String, &'static str> = BTreeMap::new();

@@ -1,5 +1,6 @@
-//! The ONNX side: runtime provisioning, export package layout, graph inspection and the
-//! inference pipeline.
+//! The ONNX format as exports use it: package layout, graph inspection, the protocol a graph
+//! declares, the contract a config implies, quantized weights, `genai_config.json`, and the
+//! graph edits (instrumented layers, cuts). Running graphs is `crate::runtime`'s.
 
 pub mod contract;
 pub mod cut;
@@ -8,14 +9,8 @@ pub mod genai_config;
 pub mod graph;
 pub mod layers;
 pub mod package;
-pub mod pipeline;
-pub mod placement;
 pub mod proto;
 pub mod protocol;
-pub mod provider;
 pub mod quantized;
-pub mod runtime;
-pub mod session;
 pub mod shapes;
-pub mod wheel;
 pub mod wire;

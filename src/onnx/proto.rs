@@ -81,6 +81,13 @@ pub struct AttributeProto {
     /// An `INT` attribute's value (`is_causal`, `local_window_size`).
     #[prost(int64, tag = "3")]
     pub i: i64,
+    /// A `STRING` attribute's value (`activation_type`).
+    #[prost(bytes = "vec", tag = "4")]
+    pub s: Vec<u8>,
+    /// A `TENSOR` attribute (`Constant`'s and `ConstantOfShape`'s `value`): its type is read, its
+    /// data skipped (this TensorProto declares no data fields).
+    #[prost(message, optional, tag = "5")]
+    pub t: Option<TensorProto>,
     #[prost(message, optional, tag = "6")]
     pub g: Option<GraphProto>,
     #[prost(message, repeated, tag = "11")]

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use super::version::GENAI_VERSION;
-use crate::onnx::wheel::FetchError;
+use crate::runtime::wheel::FetchError;
 
 /// Why ORT GenAI could not run.
 #[derive(Debug, thiserror::Error)]
@@ -36,6 +36,13 @@ pub enum GenaiError {
     Unsupported(String),
     #[error("{} is not a valid genai_config.json: {message}", path.display())]
     Config { path: PathBuf, message: String },
+    /// The driver did not point `ORT_LIB_PATH` at ORT GenAI's own ONNX Runtime before loading it.
+    #[error(
+        "ORT_LIB_PATH does not name {}, the ONNX Runtime onnxruntime-genai {GENAI_VERSION} runs on: the program driving the \
+         harness must set it before ORT GenAI loads (onnx_parity::context::RunContext::variables_to_set)",
+        expected.display()
+    )]
+    OrtLibPath { expected: PathBuf },
     /// The process's one attempt to load the library failed (returned to every caller).
     #[error(transparent)]
     Once(Arc<GenaiError>),

@@ -5,7 +5,7 @@
 //!
 //! The library comes from its PyPI wheel (pinned [`GENAI_VERSION`]) and runs the ONNX Runtime
 //! its wheel requires ([`GENAI_ORT_VERSION`], also from its wheel), both fetched once into the
-//! per-user cache beside the harness's own ORT ([`crate::onnx::wheel`]). The two ORT releases
+//! per-user cache beside the harness's own ORT ([`crate::runtime::wheel`]). The two ORT releases
 //! live in one process as two separate libraries: ORT GenAI is told which one is its own through
 //! `ORT_LIB_PATH`, the only way it offers (it has no C call for it, and without the variable it
 //! would bind whichever `libonnxruntime.so.1` the process loaded first: the harness's).
@@ -20,7 +20,7 @@ pub use version::{GENAI_ORT_VERSION, GENAI_VERSION};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 
-use crate::onnx::wheel::{self, Wheel, WheelSource};
+use crate::runtime::wheel::{self, Wheel, WheelSource};
 
 /// onnxruntime-genai's wheel: its one native library (the Python extension beside it is not
 /// taken).
@@ -44,22 +44,12 @@ pub fn install(root: &Path, source: &WheelSource) -> Result<(PathBuf, PathBuf), 
     Ok((get(genai_wheel())?, get(ort_wheel())?))
 }
 
-/// Where ORT GenAI's ONNX Runtime lies in the cache under `root` (fetched or not).
-fn ort_library(root: &Path) -> PathBuf {
+/// Where ORT GenAI's ONNX Runtime lies in the cache under `root` (fetched or not): the drivers
+/// point `ORT_LIB_PATH` at it (`crate::context::RunContext::variables_to_set`).
+pub fn ort_library(root: &Path) -> PathBuf {
     let w = ort_wheel();
     w.cache_dir(root).join(&w.library)
 }
-
-/// Points ORT GenAI at its own ONNX Runtime (`ORT_LIB_PATH`, which it reads when its library
-/// loads). The drivers call this first thing, while the process has one thread: changing the
-/// environment later races every thread reading it. Nothing is fetched here.
-pub fn prepare_environment() {
-    std::env::set_var("ORT_LIB_PATH", ort_library(&wheel::cache_root()));
-    PREPARED.store(true, std::sync::atomic::Ordering::SeqCst);
-}
-
-/// Whether a driver set `ORT_LIB_PATH` at start.
-static PREPARED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 static API: OnceLock<Result<ffi::Api, Arc<GenaiError>>> = OnceLock::new();
 
@@ -73,11 +63,12 @@ pub fn api() -> Result<&'static ffi::Api, GenaiError> {
                 genai.display(),
                 ort.display()
             );
-            // ORT GenAI reads ORT_LIB_PATH once, in the static initialiser that `Api::load` runs;
-            // a driver set it at start ([`prepare_environment`]); a process without one (a test
-            // binary) sets it now.
-            if !PREPARED.load(std::sync::atomic::Ordering::SeqCst) {
-                std::env::set_var("ORT_LIB_PATH", &ort);
+            // ORT GenAI reads ORT_LIB_PATH once, in the static initialiser that `Api::load` runs:
+            // the driver set it at start (crate::context::RunContext::variables_to_set). Without
+            // it ORT GenAI would bind the harness's ONNX Runtime, or abort.
+            let set = crate::context::current().ort_lib_path.as_deref() == Some(ort.as_os_str());
+            if !set {
+                return Err(GenaiError::OrtLibPath { expected: ort });
             }
             // SAFETY: ORT_LIB_PATH names a file that exists (just installed), so the library's
             // initialiser finds its ONNX Runtime instead of aborting.
@@ -125,6 +116,22 @@ impl GenaiConfig {
         self.model_type.ends_with("_text")
             || !matches!(self.model_type.as_str(), "gemma4" | "gemma4_unified" | "gemma3" | "phi3v" | "qwen2_5_vl")
     }
+}
+
+/// Why ORT GenAI cannot run a package on `ep`: the harness loads its CPU build
+/// (`onnxruntime-genai`, on the CPU `onnxruntime` its wheel requires). Its CUDA build exists for
+/// the pinned version (`onnxruntime-genai-cuda` 0.18.0, on `onnxruntime-gpu` 1.32.0) but one
+/// process holds one ORT GenAI library, so a CUDA trial needs the CUDA build for the CPU trials
+/// too (with the package's providers replaced per trial): not driven yet.
+pub fn not_on(ep: crate::eps::RunEp) -> Option<String> {
+    (!ep.is_cpu()).then(|| {
+        format!(
+            "ORT GenAI on {}: the harness drives onnxruntime-genai {GENAI_VERSION}'s CPU build only; its CUDA build \
+             (onnxruntime-genai-cuda=={GENAI_VERSION} on onnxruntime-gpu=={GENAI_ORT_VERSION}) is not driven yet. The package's \
+             CPU trial judges it in ORT GenAI; the pipeline judges it on {ep}",
+            ep.ort_name()
+        )
+    })
 }
 
 /// Why ORT GenAI cannot judge the package in `dir` on a prompt (`with_images`), or `None`.

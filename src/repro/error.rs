@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use crate::case::Level;
 use crate::evaluation::SharedError;
 use crate::onnx::cut::CutUnavailable;
-use crate::onnx::pipeline::PipelineError;
+use crate::runtime::pipeline::PipelineError;
 
 /// Why no bundle could be made.
 #[derive(Debug, thiserror::Error)]

@@ -19,9 +19,9 @@ use crate::inputs::Dense;
 use crate::metric_keys as key;
 use crate::onnx::feed::FeedTensor;
 use crate::onnx::package::{OnnxPackage, EMBEDDING, VISION_ENCODER};
-use crate::onnx::pipeline::OnnxPipeline;
-use crate::onnx::session::{self, ModelSource, SessionOptions};
 use crate::outputs::{Component, Isolation, LayerOutputs};
+use crate::runtime::pipeline::OnnxPipeline;
+use crate::runtime::session::{self, ModelSource, SessionOptions};
 use crate::tiers::l3;
 use crate::tiers::l3::allclose::allclose;
 use crate::tiers::outcome::{Status, TierOutcome};
@@ -50,6 +50,7 @@ pub fn make(case: &Case, candidate: &Candidate, level: Level, out: &Path, comman
     if level != Level::L3 {
         return Err(ReproError::Level(level));
     }
+    let ep = candidate.ep;
     let mut case = case.for_synthetic_tiers().into_owned();
     case.levels = [Level::L3].into();
     let tol = case.thresholds(&Tolerances::defaults()).and_then(|t| t.require_l3()).map_err(|e| ReproError::Tolerance(e.to_string()))?;
@@ -64,7 +65,7 @@ pub fn make(case: &Case, candidate: &Candidate, level: Level, out: &Path, comman
     }
     let inputs = eval.inputs(&case)?;
     let dir = Artifacts::of(&case).export.ok_or(ReproError::NoCandidate)?;
-    let pipeline = OnnxPipeline::open(&dir, &SessionOptions::from_env())?;
+    let pipeline = OnnxPipeline::open(&dir, &SessionOptions::on(ep))?;
     let f16 = pipeline.is_f16();
     let float = |t: &Dense<f32>| FeedTensor::float(t.shape.clone(), &t.data, f16);
     let expected = |name: &str, t: &Dense<f32>| (name.to_string(), FeedTensor::f32(t.shape.clone(), t.data.clone()));
@@ -135,9 +136,9 @@ pub fn make(case: &Case, candidate: &Candidate, level: Level, out: &Path, comman
         }
     };
     drop(pipeline);
-    let (measured, reproduces) = check(&model, &src_dir, &feed, &outputs, &tol)?;
+    let (measured, reproduces) = check(&model, &src_dir, &feed, &outputs, &tol, ep)?;
     let (bundled, data) = bundle::relocate_external_data(&model, &src_dir)?;
-    let readme = readme(&case, &id, &outcome, &part, &tol, &measured, reproduces, command, &model, &dir);
+    let readme = readme(&case, &id, &outcome, &part, &tol, &measured, reproduces, command, &model, &dir, ep);
     let b = Bundle { model: bundled, data, inputs: feed, outputs, reproduce_py: bundle::reproduce_py(tol.atol, tol.rtol), readme };
     bundle::write(out, &b)?;
     Ok(ReproOutcome::Written { dir: out.into(), part, measured, reproduces })
@@ -165,10 +166,11 @@ fn check(
     feed: &[(String, FeedTensor)],
     outputs: &[(String, FeedTensor)],
     tol: &L3Tolerance,
+    ep: crate::eps::RunEp,
 ) -> Result<(Vec<(String, f64, usize, usize)>, bool), ReproError> {
     let fail = |e: &dyn std::fmt::Display| ReproError::Check(e.to_string());
     let mut session =
-        session::open(ModelSource::Memory { path: src_dir, bytes: model, external_data_dir: src_dir }, &SessionOptions::from_env())
+        session::open(ModelSource::Memory { path: src_dir, bytes: model, external_data_dir: src_dir }, &SessionOptions::on(ep))
             .map_err(|e| fail(&e))?;
     let values = feed.iter().map(|(n, t)| t.to_value().map(|v| (n.clone(), v))).collect::<Result<Vec<_>, _>>().map_err(|e| fail(&e))?;
     let got = session.run(values).map_err(|e| fail(&e))?;
@@ -203,6 +205,7 @@ fn readme(
     command: &str,
     model: &[u8],
     export: &Path,
+    ep: crate::eps::RunEp,
 ) -> String {
     use prost::Message;
     let producer = crate::onnx::proto::ModelProto::decode(model)
@@ -231,8 +234,8 @@ Measured here through ONNX Runtime {ort} ({ep}): {verdict}.\n\n| output | max ab
 | | |\n|---|---|\n| case | `{id}` |\n| export | `{export}` (producer: {producer}) |\n| transformers | {transformers} |\n| onnx-parity | {tool} |\n| ONNX Runtime | {ort} |\n| command | `{command}` |\n\n\
 {xfail}\n\nThe verdict: {message}\n",
         id = id,
-        ort = crate::onnx::runtime::ORT_VERSION,
-        ep = crate::onnx::runtime::execution_provider(),
+        ort = crate::runtime::provision::ORT_VERSION,
+        ep = ep.label(),
         atol = tol.atol,
         rtol = tol.rtol,
         verdict = if reproduces { "the mismatch reproduces" } else { "the mismatch does not reproduce in the cut part alone" },

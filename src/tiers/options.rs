@@ -2,22 +2,40 @@
 
 use std::path::PathBuf;
 
+use crate::case::Case;
+use crate::eps::RunEp;
+
 /// `ONNX_PARITY_GOLDENS`: the goldens folder (mobius's `testdata/golden` has the same layout).
 pub use crate::context::GOLDENS_ENV;
 
 /// Options shared by all trials of a run.
 #[derive(Debug, Clone)]
 pub struct RunOptions {
-    /// Folder holding `<category>/<case>.json` goldens.
-    pub goldens_root: PathBuf,
+    /// Folder holding `<category>/<case>.json` goldens (`--goldens`, `ONNX_PARITY_GOLDENS`);
+    /// `None`: each case's own, beside its `cases/` folder ([`crate::golden::root_for`]).
+    pub goldens_root: Option<PathBuf>,
     /// `true` when running under CI (`CI` set): `ci_skip_reason` applies.
     pub ci: bool,
+    /// The execution providers the trials run on (`ONNX_PARITY_EP`), in order.
+    pub eps: Vec<RunEp>,
 }
 
 impl RunOptions {
-    /// The run context's goldens folder and CI flag ([`crate::context`]).
+    /// The run context's goldens folder, CI flag and EPs ([`crate::context`]; an invalid EP
+    /// selection reads as the CPU here, and the drivers refuse it before planning).
     pub fn from_env() -> Self {
         let context = crate::context::current();
-        RunOptions { goldens_root: context.goldens_root.clone(), ci: context.ci }
+        RunOptions { goldens_root: context.goldens_root.clone(), ci: context.ci, eps: context.eps_or_cpu() }
+    }
+
+    /// A CPU run outside CI with the goldens under `root` (tests).
+    pub fn with_goldens(root: impl Into<PathBuf>) -> Self {
+        RunOptions { goldens_root: Some(root.into()), ci: false, eps: vec![RunEp::Cpu] }
+    }
+
+    /// The goldens folder of `case`: the run's, else the one beside the case's own `cases/`
+    /// folder.
+    pub fn goldens_for(&self, case: &Case) -> PathBuf {
+        self.goldens_root.clone().unwrap_or_else(|| crate::golden::root_for(&case.path))
     }
 }

@@ -23,12 +23,15 @@ pub fn run_level(case: &Case, candidate: &Candidate, level: Level, opts: &RunOpt
     let artifacts = Artifacts::of(case);
     let outcome = match level {
         Level::L1 => match (&artifacts.checkpoint, &artifacts.export) {
-            (Some(ckpt), Some(onnx)) => l1::check_with(l1::L1Inputs {
-                config: &ckpt.join("config.json"),
-                export: onnx,
-                float_dtype: case.dtype.onnx_elem_type(),
-                pin: case.export.as_ref(),
-            }),
+            (Some(ckpt), Some(onnx)) => l1::check_on(
+                l1::L1Inputs {
+                    config: &ckpt.join("config.json"),
+                    export: onnx,
+                    float_dtype: case.dtype.onnx_elem_type(),
+                    pin: case.export.as_ref(),
+                },
+                candidate.ep,
+            ),
             _ => TierOutcome::skipped("L1 needs the checkpoint's config.json and the export"),
         },
         Level::L2 => run_l2(case, &artifacts),
@@ -180,7 +183,7 @@ fn run_l4(case: &Case, candidate: &Candidate, opts: &RunOptions, evals: &CaseEva
         Ok(t) => t.l4,
         Err(o) => return o,
     };
-    let (path, _) = golden_paths(&opts.goldens_root, &case.category, &case.name);
+    let (path, _) = golden_paths(&opts.goldens_for(case), &case.category, &case.name);
     let golden = match Golden::load(&path) {
         Ok(Some(g)) => g,
         Ok(None) => return TierOutcome::skipped(format!("golden {} is missing", path.display())),
@@ -227,7 +230,7 @@ fn run_l5(case: &Case, candidate: &Candidate, opts: &RunOptions, evals: &CaseEva
         Ok(t) => t.l5,
         Err(o) => return o,
     };
-    let (ids_path, path) = golden_paths(&opts.goldens_root, &case.category, &case.name);
+    let (ids_path, path) = golden_paths(&opts.goldens_for(case), &case.category, &case.name);
     let golden = match GenerationGolden::load(&path) {
         Ok(Some(g)) => g,
         Ok(None) => return TierOutcome::skipped(format!("golden {} is missing", path.display())),

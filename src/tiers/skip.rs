@@ -11,8 +11,8 @@ use std::sync::{Mutex, OnceLock};
 
 use super::options::RunOptions;
 use crate::artifacts::{export_hint, has_weights, Artifacts};
-use crate::case::{Candidate, Case, ImplementationName, Level};
-use crate::eps::Ep;
+use crate::case::{Candidate, Case, Level};
+use crate::eps::{BuildTarget, Ep, RunEp};
 use crate::golden::golden_paths;
 use crate::onnx::graph::GraphSummary;
 
@@ -39,8 +39,13 @@ pub fn static_skip(case: &Case, candidate: &Candidate, level: Level, opts: &RunO
             case.model_type
         ));
     }
+    if !candidate.ep.is_cpu() {
+        if let Some(reason) = ep_skip(&tier_case(case, level), candidate, level) {
+            return Some(reason);
+        }
+    }
     if !candidate.implementation.is_onnx() {
-        return implementation_skip(&tier_case(case, level), level, opts, &candidate.implementation);
+        return implementation_skip(&tier_case(case, level), candidate, level, opts);
     }
     if candidate.variant.is_some() && level == Level::L2 {
         return Some("L2 judges the model's config and checkpoint, the same for every build: see the case's own L2".into());
@@ -49,7 +54,10 @@ pub fn static_skip(case: &Case, candidate: &Candidate, level: Level, opts: &RunO
     let case = case.as_ref();
     let artifacts = Artifacts::of(case);
     if matches!(level, Level::L3 | Level::L4 | Level::L5) {
-        if let Some(reason) = artifacts.export.as_deref().and_then(|export| not_runnable_here(case, export)) {
+        if let Some(reason) = artifacts.export.as_deref().and_then(|export| not_runnable_here(case, export, candidate.ep)) {
+            return Some(reason);
+        }
+        if let Some(reason) = artifacts.export.as_deref().and_then(|export| no_ep_runs_it(export, candidate.ep)) {
             return Some(reason);
         }
         if let Some(reason) = artifacts.export.as_deref().and_then(|export| text_component_only(case, export)) {
@@ -84,11 +92,41 @@ pub fn static_skip(case: &Case, candidate: &Candidate, level: Level, opts: &RunO
     }
 }
 
+/// Why a trial on `candidate.ep` (not the CPU) does not run: L2 judges the config, the same on
+/// every EP; the build is not for that EP ([`build_target`]); the implementation does not run on it.
+fn ep_skip(case: &Case, candidate: &Candidate, level: Level) -> Option<String> {
+    if level == Level::L2 {
+        return Some(format!(
+            "L2 judges the model's config and checkpoint, the same on every EP: see its CPU trial (not {})",
+            candidate.ep
+        ));
+    }
+    if let Some(reason) = crate::evaluation::implementations::candidate(&candidate.implementation).and_then(|i| (i.not_on)(candidate.ep)) {
+        return Some(reason);
+    }
+    build_target(case).not_for(candidate.ep)
+}
+
+/// Which EPs the case's build is for, from what its case or exporter wrote: the case's (or
+/// variant's) `export.ep`, else the package's `genai_config.json` provider options, else
+/// portable (mobius-onnx 0.1.0 records no EP in its graphs: `metadata_props` is empty).
+pub fn build_target(case: &Case) -> BuildTarget {
+    if let Some(ep) = case.export.as_ref().and_then(|p| p.ep) {
+        return BuildTarget { ep: Some(ep), source: "export.ep in the case" };
+    }
+    let config = Artifacts::of(case).export.and_then(|dir| crate::onnx::genai_config::GenAiConfig::read(&dir).ok().flatten());
+    match config.as_ref().and_then(|c| c.target_ep()) {
+        Some(ep) => BuildTarget { ep: Some(ep), source: "its genai_config.json's provider_options" },
+        None => BuildTarget::PORTABLE,
+    }
+}
+
 /// An implementation other than the export's pipeline loads its artifact (the checkpoint, or the
 /// export as another runtime runs it); it must implement what the model and the prompt use (a
 /// feature it lacks is a skip naming it, never a silently different model that passes or
 /// fails); L4/L5 need the goldens. An unreadable config is not a skip: the run fails and says why.
-fn implementation_skip(case: &Case, level: Level, opts: &RunOptions, name: &ImplementationName) -> Option<String> {
+fn implementation_skip(case: &Case, candidate: &Candidate, level: Level, opts: &RunOptions) -> Option<String> {
+    let name = &candidate.implementation;
     let Some(implementation) = crate::evaluation::implementations::candidate(name) else {
         return Some(format!("no implementation is named {name:?} (see `onnx-parity logits --help`)"));
     };
@@ -103,7 +141,9 @@ fn implementation_skip(case: &Case, level: Level, opts: &RunOptions, name: &Impl
         // What keeps the pipeline from running the build keeps another runtime on the same
         // execution provider from it too (kernels the build's EP has and the CPU lacks, a
         // package that cannot run alone).
-        if let Some(reason) = not_runnable_here(case, dir).or_else(|| no_embedding_model(dir)) {
+        if let Some(reason) =
+            not_runnable_here(case, dir, candidate.ep).or_else(|| no_ep_runs_it(dir, candidate.ep)).or_else(|| no_embedding_model(dir))
+        {
             return Some(reason);
         }
         if let Some(reason) = (implementation.unsupported)(case, dir) {
@@ -128,7 +168,7 @@ fn implementation_skip(case: &Case, level: Level, opts: &RunOptions, name: &Impl
 
 /// The golden `level` compares with, when it is missing.
 fn golden_skip(case: &Case, level: Level, opts: &RunOptions) -> Option<String> {
-    let (json, generation) = golden_paths(&opts.goldens_root, &case.category, &case.name);
+    let (json, generation) = golden_paths(&opts.goldens_for(case), &case.category, &case.name);
     let needed = if level == Level::L4 { json } else { generation };
     (!needed.is_file()).then(|| {
         format!(
@@ -231,27 +271,51 @@ fn no_embedding_model(export: &Path) -> Option<String> {
     verdict
 }
 
-fn not_runnable_here(case: &Case, export: &Path) -> Option<String> {
-    let run = crate::onnx::provider::run_ep_or_cpu();
-    if !run.is_cpu() {
+fn not_runnable_here(case: &Case, export: &Path, run: RunEp) -> Option<String> {
+    if !run.is_cpu() || no_ep_runs_it(export, run).is_some() {
         return None;
     }
     let missing = kernels_missing_on_cpu(export)?;
     let missing: Vec<String> = missing.iter().map(|(role, what)| format!("{role}: {what}")).collect();
-    let var = crate::onnx::provider::EP_VAR;
+    let var = crate::eps::EP_VAR;
     let build = case.export.as_ref().and_then(|p| p.ep);
-    let there = match (build, build.and_then(crate::onnx::provider::RunEp::for_build)) {
-        (_, Some(its)) => format!("run it on its EP: {var}={its} ({})", its.ort_name()),
+    let there = match (build, build.and_then(RunEp::for_build)) {
+        (_, Some(its)) => format!("it is judged on its EP when that is selected: {var}=cpu,{its} ({})", its.ort_name()),
         (Some(b), None) if b != Ep::Default && b != Ep::Cpu => {
-            format!("it is a {b} build, an EP this harness does not run; run it on one with the kernels ({var}=cuda)")
+            format!("it is a {b} build, an EP this harness does not run; select an EP with the kernels ({var}=cpu,cuda)")
         }
-        _ => format!("run it on an EP with the kernels ({var}=cuda)"),
+        _ => format!("select an EP with the kernels ({var}=cpu,cuda)"),
     };
     Some(format!(
         "not runnable on {}: ONNX Runtime {} accepts the graph but has no kernel for it on this EP ({}); {there}",
         run.ort_name(),
-        crate::onnx::runtime::ORT_VERSION,
+        crate::runtime::provision::ORT_VERSION,
         missing.join("; ")
+    ))
+}
+
+/// A build with a node no EP of the pinned ONNX Runtime runs ([`crate::runtime::kernels`]): L1
+/// fails it naming each EP's refusal, and the tiers that run it are skipped saying so, on every EP.
+fn no_ep_runs_it(export: &Path, run: RunEp) -> Option<String> {
+    static VERDICTS: OnceLock<Mutex<HashMap<PathBuf, Option<String>>>> = OnceLock::new();
+    let verdicts = VERDICTS.get_or_init(Mutex::default);
+    let cached = verdicts.lock().unwrap_or_else(|e| e.into_inner()).get(export).cloned();
+    let verdict = cached.unwrap_or_else(|| {
+        let package = crate::onnx::package::OnnxPackage::open(export).ok();
+        let graphs: BTreeMap<String, GraphSummary> = package
+            .iter()
+            .flat_map(|p| p.submodels.iter())
+            .filter_map(|(role, file)| Some((role.clone(), GraphSummary::load(file).ok()?)))
+            .collect();
+        let findings = crate::runtime::kernels::refused_everywhere(&graphs);
+        let verdict = (!findings.is_empty()).then(|| findings.join("; "));
+        verdicts.lock().unwrap_or_else(|e| e.into_inner()).insert(export.to_path_buf(), verdict.clone());
+        verdict
+    })?;
+    Some(format!(
+        "no execution provider of ONNX Runtime {} runs this build, {} included (L1's finding): {verdict}",
+        crate::runtime::provision::ORT_VERSION,
+        run.ort_name()
     ))
 }
 

@@ -1,9 +1,11 @@
-//! L1's last question: does ONNX Runtime accept each sub-model? Each is loaded on the CPU EP (ORT
-//! type-checks and assigns kernels at load): a graph ORT rejects is a failure naming the node (the
-//! type check is the same on every EP, so L3–L5 run and fail with the load error); a graph that is
-//! valid but has no CPU kernel for its dtype (bf16 MatMul, say) is a note — it is not runnable on
-//! a CPU-only machine, and L3–L5 are skipped there naming the EP to run it on
-//! (`tiers::skip`, from this same verdict) — not a failure.
+//! L1's last question: does ONNX Runtime accept each sub-model on the trial's EP? On the CPU EP
+//! (ORT type-checks and assigns kernels at load): a graph ORT rejects is a failure naming the node
+//! (the type check is the same on every EP, so L3–L5 run and fail with the load error); a graph
+//! that is valid but has no CPU kernel for its dtype (bf16 MatMul, say) is a note — it is not
+//! runnable on a CPU-only machine, and L3–L5 are skipped there naming the EP to run it on
+//! (`tiers::skip`, from this same verdict) — not a failure. On another EP ([`load_on`]) every
+//! refusal is a failure of the build on that EP, and so is a session whose float compute nodes
+//! ORT left to the CPU EP (partitioned: named, with the kernel that is missing).
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -14,6 +16,8 @@ use crate::onnx::package::OnnxPackage;
 /// What loading the sub-models found.
 #[derive(Debug, Default)]
 pub struct LoadReport {
+    /// The EP they were loaded on.
+    pub ep: crate::eps::RunEp,
     /// Sub-models ORT rejects as graphs (on every EP), each naming the node.
     pub failures: Vec<String>,
     /// Sub-models ORT accepts as graphs but cannot run on the CPU EP: (role, what has no kernel,
@@ -34,6 +38,48 @@ impl LoadReport {
 /// The fraction of the available memory a package's files may take before L1 does not load it.
 const MAX_SHARE_OF_AVAILABLE: f64 = 0.8;
 
+/// Whether the package fits this machine's memory; `None` when it does, else why it is not loaded.
+fn too_large(package: &OnnxPackage) -> Option<String> {
+    let bytes = folder_bytes(&package.root);
+    let available = available_memory()?;
+    (bytes as f64 > MAX_SHARE_OF_AVAILABLE * available as f64).then(|| {
+        format!(
+            "not loaded by ONNX Runtime: the package holds {} and this machine has {} available",
+            crate::memory::gib(bytes),
+            crate::memory::gib(available)
+        )
+    })
+}
+
+/// Loads every sub-model of `package` on `ep` (not the CPU): a load error there is a failure (a
+/// graph ORT rejects, a kernel that refuses the node on that EP); float compute nodes placed on
+/// the CPU EP are a failure naming them (the build is partitioned on `ep`).
+pub fn load_on(ep: crate::eps::RunEp, package: &OnnxPackage, graphs: &BTreeMap<String, GraphSummary>) -> LoadReport {
+    use crate::runtime::session::{open_placed, ModelSource, SessionOptions};
+    let mut report = LoadReport { ep, ..LoadReport::default() };
+    if let Some(why) = too_large(package) {
+        report.not_loaded = Some(why);
+        return report;
+    }
+    for (role, file) in &package.submodels {
+        match open_placed(ModelSource::File(file), &SessionOptions { intra_threads: 1, ep }) {
+            Ok(placed) => {
+                if let Some(p) = placed.partition {
+                    report.failures.push(format!("{role}: partitioned on {}: {}", ep.ort_name(), p.describe(graphs.get(role))));
+                }
+            }
+            Err(e) => {
+                let message = e.to_string();
+                let what = match classify(&message, graphs.get(role)) {
+                    Outcome::NoCpuKernel(w) | Outcome::Rejected(w) => w,
+                };
+                report.failures.push(format!("{role}: ONNX Runtime does not load it on {}: {what}", ep.ort_name()));
+            }
+        }
+    }
+    report
+}
+
 /// Loads every sub-model of `package` on the CPU EP.
 pub fn load_on_cpu(package: &OnnxPackage, graphs: &BTreeMap<String, GraphSummary>) -> LoadReport {
     let mut report = LoadReport::default();
@@ -49,7 +95,7 @@ pub fn load_on_cpu(package: &OnnxPackage, graphs: &BTreeMap<String, GraphSummary
         }
     }
     for (role, file) in &package.submodels {
-        let Err(e) = crate::onnx::session::open_cpu(file) else { continue };
+        let Err(e) = crate::runtime::session::open_cpu(file) else { continue };
         let message = e.to_string();
         let graph = graphs.get(role);
         match classify(&message, graph) {

@@ -13,15 +13,15 @@ use std::path::Path;
 
 use super::outcome::{Status, TierOutcome};
 use crate::case::ExportPin;
+use crate::eps::RunEp;
 use crate::metric_keys as key;
 use crate::onnx::contract::{ElemType, ExpectedDim, ExportContract};
 use crate::onnx::genai_config::GenAiConfig;
 use crate::onnx::graph::{Dim, GraphSummary, TensorSpec};
 use crate::onnx::package::{Layout, OnnxPackage, DECODER, EMBEDDING, TEXT_MODEL};
 use crate::onnx::protocol::{ExportProtocol, Feed};
-use crate::onnx::provider;
 use crate::onnx::quantized::QuantizedBuild;
-use crate::onnx::runtime::ORT_VERSION;
+use crate::runtime::provision::ORT_VERSION;
 use onnx_parity_reference::weights::name_for;
 
 /// What L1 is asked to judge.
@@ -43,21 +43,32 @@ pub fn check(config_json: &Path, onnx_dir: &Path, float_dtype: &str) -> TierOutc
     check_with(L1Inputs { config: config_json, export: onnx_dir, float_dtype, pin: None })
 }
 
-/// [`check`] with the case's pin.
+/// [`check`] with the case's pin, on the CPU EP.
 pub fn check_with(inputs: L1Inputs<'_>) -> TierOutcome {
-    let interface = match interface(inputs) {
+    check_on(inputs, RunEp::Cpu)
+}
+
+/// [`check_with`] for a trial on `ep`: the contract of the EP the case names (else `ep`'s
+/// build), and each sub-model loaded on `ep`: a graph ORT rejects or a kernel that refuses a node
+/// there fails, and so does a session that leaves float compute nodes to the CPU EP (an EP-contract
+/// finding of the build on `ep`, naming the nodes; L3–L5 still judge what it computes).
+pub fn check_on(inputs: L1Inputs<'_>, ep: RunEp) -> TierOutcome {
+    let interface = match interface(inputs, ep) {
         Ok(i) => i,
         Err(outcome) => return outcome,
     };
     // Loaded whatever the interface check found: ORT's verdict names the node where a build
     // broke, which the interface violations may only hint at.
-    let load = Some(load::load_on_cpu(&interface.package, &interface.graphs));
-    interface.into_outcome(load)
+    let load = match ep {
+        RunEp::Cpu => load::load_on_cpu(&interface.package, &interface.graphs),
+        ep => load::load_on(ep, &interface.package, &interface.graphs),
+    };
+    interface.into_outcome(Some(load))
 }
 
 /// The interface check alone (no weights read): what L2 runs on a full-size export.
 pub fn check_interface(inputs: L1Inputs<'_>) -> TierOutcome {
-    match interface(inputs) {
+    match interface(inputs, RunEp::Cpu) {
         Ok(i) => i.into_outcome(None),
         Err(outcome) => outcome,
     }
@@ -78,7 +89,7 @@ struct Interface {
     config: std::path::PathBuf,
 }
 
-fn interface(inputs: L1Inputs<'_>) -> Result<Interface, TierOutcome> {
+fn interface(inputs: L1Inputs<'_>, ep: RunEp) -> Result<Interface, TierOutcome> {
     let L1Inputs { config: config_json, export: onnx_dir, float_dtype, pin } = inputs;
     let contract =
         ExportContract::from_config_file(config_json).map_err(|e| TierOutcome::fail(format!("cannot derive the contract: {e}")))?;
@@ -162,6 +173,8 @@ fn interface(inputs: L1Inputs<'_>) -> Result<Interface, TierOutcome> {
         }
     }
     violations.extend(masks::mask_violations(&graphs, &contract, &protocol));
+    // A node no EP of the pinned ORT runs is the build's finding on every EP.
+    violations.extend(crate::runtime::kernels::refused_everywhere(&graphs));
     violations.extend(ep::gqa_kernel_violations(&graphs, &contract));
     if let Some(pin) = pin {
         violations.extend(ep::pin_violations(pin, &protocol));
@@ -183,10 +196,7 @@ fn interface(inputs: L1Inputs<'_>) -> Result<Interface, TierOutcome> {
         }
         Err(e) => violations.push(e.to_string()),
     }
-    let named = pin
-        .and_then(|p| p.ep)
-        .map(|e| (e, "named by the case"))
-        .or_else(|| provider::run_ep_or_cpu().mobius_ep().map(|e| (e, "the EP of this run")));
+    let named = pin.and_then(|p| p.ep).map(|e| (e, "named by the case")).or_else(|| ep.mobius_ep().map(|e| (e, "the EP of this trial")));
     if let Some((e, whose)) = named {
         let findings = ep::ep_violations(e, &graphs, &contract, &protocol, ORT_VERSION);
         notes.push(format!("checked against the {e} EP contract ({whose})"));
@@ -223,10 +233,9 @@ impl Interface {
                 contract.kv.len(),
                 contract.hidden_size,
                 contract.vocab_size,
-                if load.is_some_and(|l| l.failures.is_empty() && l.notes().is_empty()) {
-                    "; loaded by ONNX Runtime on the CPU EP"
-                } else {
-                    ""
+                match &load {
+                    Some(l) if l.failures.is_empty() && l.notes().is_empty() => format!("; loaded by ONNX Runtime on {}", l.ep.ort_name()),
+                    _ => String::new(),
                 }
             )
         } else {

@@ -1,9 +1,11 @@
-//! ONNX Runtime provisioning: find or fetch `libonnxruntime` and the run's plugin EP, and hold the
-//! one ORT environment a process may have.
+//! ONNX Runtime provisioning: find or fetch `libonnxruntime` and the selected plugin EPs, and hold
+//! the one ORT environment a process may have.
 //!
 //! Order (first hit wins): `ORT_DYLIB_PATH`; the per-user cache; a fetch of the official
-//! `onnxruntime` (or, for `ONNX_PARITY_EP=cuda`, `onnxruntime-gpu`) wheel through `python3 -m pip
-//! download`, whose `onnxruntime/capi/*.so*` files are extracted into the cache ([`super::wheel`]).
+//! `onnxruntime` (or, when a CUDA EP is selected, `onnxruntime-gpu`, whose library holds the CPU EP
+//! too) wheel through `python3 -m pip download`, whose `onnxruntime/capi/*.so*` files are extracted
+//! into the cache ([`super::wheel`]). `onnx-parity fetch --runtimes` fills the cache ahead for
+//! machines without network ([`fetch_runtimes`]).
 //! `ONNX_PARITY_ORT_WHEEL` names a wheel already on disk to extract instead of downloading one (a
 //! machine that cannot reach the package index; `tests/kill.rs`, which kills an extraction
 //! part-way without a network). A plugin EP ([`super::provider`]) is fetched the same way and
@@ -12,7 +14,7 @@
 use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
 
-use super::provider::{self, RunEp, UnknownEp};
+use super::ep::{self, RunEp, UnknownEp};
 use super::wheel::{self, FetchError, Wheel, WheelSource};
 
 /// The ONNX Runtime release the `ort` crate's `api-31` feature is built against.
@@ -42,9 +44,9 @@ pub enum RuntimeError {
     #[error(transparent)]
     UnknownEp(#[from] UnknownEp),
     /// A plugin EP's wheel could not be fetched or holds no library.
-    #[error("{} ({}): the plugin EP is not available from {spec}: {cause}", provider::EP_VAR, ep)]
+    #[error("{} ({}): the plugin EP is not available from {spec}: {cause}", ep::EP_VAR, ep)]
     Plugin { ep: RunEp, spec: String, cause: Box<FetchError> },
-    #[error("{} ({}): registering the plugin EP library {}: {source}", provider::EP_VAR, ep, path.display())]
+    #[error("{} ({}): registering the plugin EP library {}: {source}", ep::EP_VAR, ep, path.display())]
     Register {
         ep: RunEp,
         path: PathBuf,
@@ -56,28 +58,25 @@ pub enum RuntimeError {
     Once(Arc<RuntimeError>),
 }
 
-/// The execution provider sessions use, for reports (`CPUExecutionProvider`,
-/// `CUDAExecutionProvider:0 (TF32 off)`, `WebGpuExecutionProvider`).
-pub fn execution_provider() -> String {
-    match provider::run_ep_or_cpu() {
-        RunEp::Cuda(n) => format!("CUDAExecutionProvider:{n} (TF32 off)"),
-        ep => ep.ort_name().to_string(),
-    }
+/// The selected EPs' labels, for reports (`CPUExecutionProvider, CUDAExecutionProvider:0 (TF32 off)`).
+pub fn execution_providers() -> String {
+    crate::context::current().eps_or_cpu().iter().map(|e| e.label()).collect::<Vec<_>>().join(", ")
 }
 
-/// The ONNX Runtime wheel of this run's EP.
-fn runtime_wheel() -> Wheel {
+/// The ONNX Runtime wheel a run of `eps` loads.
+pub fn runtime_wheel(eps: &[RunEp]) -> Wheel {
     Wheel {
-        name: provider::run_ep_or_cpu().runtime_wheel(),
+        name: ep::runtime_wheel_name(eps),
         version: ORT_VERSION,
         member_dir: "onnxruntime/capi/",
         library: format!("libonnxruntime.so.{ORT_VERSION}"),
     }
 }
 
-/// Per-user cache folder for the extracted library (separate for CPU and GPU wheels).
+/// Per-user cache folder for the extracted library of this run's EPs (separate for CPU and GPU
+/// wheels).
 pub fn cache_dir() -> PathBuf {
-    runtime_wheel().cache_dir(&wheel::cache_root())
+    runtime_wheel(&crate::context::current().eps_or_cpu()).cache_dir(&wheel::cache_root())
 }
 
 /// `ONNX_PARITY_ORT_WHEEL`: a wheel already on disk to extract instead of downloading one.
@@ -85,17 +84,19 @@ fn wheel_source() -> WheelSource {
     crate::context::current().ort_wheel.clone().map_or(WheelSource::Pip, WheelSource::File)
 }
 
-/// Locates the ONNX Runtime shared library, fetching it on first use.
+/// Locates the ONNX Runtime shared library of this run's EPs, fetching it on first use.
 pub fn locate_library() -> Result<PathBuf, RuntimeError> {
-    locate(crate::context::current().ort_dylib.clone(), cache_dir(), &wheel_source())
+    let eps = crate::context::current().eps.clone()?;
+    let wheel = runtime_wheel(&eps);
+    let dir = wheel.cache_dir(&wheel::cache_root());
+    locate(crate::context::current().ort_dylib.clone(), wheel, dir, &wheel_source())
 }
 
 /// [`locate_library`] with its inputs explicit (testable without touching the environment).
-fn locate(override_path: Option<PathBuf>, dir: PathBuf, source: &WheelSource) -> Result<PathBuf, RuntimeError> {
+fn locate(override_path: Option<PathBuf>, wheel: Wheel, dir: PathBuf, source: &WheelSource) -> Result<PathBuf, RuntimeError> {
     if let Some(p) = override_path {
         return if p.is_file() { Ok(p) } else { Err(RuntimeError::BadOverride(p)) };
     }
-    let wheel = runtime_wheel();
     let lib = dir.join(&wheel.library);
     if lib.is_file() {
         return Ok(lib);
@@ -116,7 +117,7 @@ fn locate(override_path: Option<PathBuf>, dir: PathBuf, source: &WheelSource) ->
 
 /// The plugin library of `ep` (fetched into the cache on first use), when `ep` is a plugin EP.
 fn plugin_library(ep: RunEp) -> Result<Option<PathBuf>, RuntimeError> {
-    let Some(plugin) = ep.plugin() else { return Ok(None) };
+    let Some(plugin) = ep::plugin(ep) else { return Ok(None) };
     let dir = plugin.wheel.cache_dir(&wheel::cache_root());
     plugin.wheel.install(&dir, &WheelSource::Pip).map(Some).map_err(|cause| RuntimeError::Plugin {
         ep,
@@ -125,18 +126,50 @@ fn plugin_library(ep: RunEp) -> Result<Option<PathBuf>, RuntimeError> {
     })
 }
 
+/// One runtime library in the cache: what it is and where.
+#[derive(Debug, Clone)]
+pub struct Fetched {
+    pub spec: String,
+    pub library: PathBuf,
+}
+
+/// Fills the cache with every ONNX Runtime library a later run of `eps` may load without network
+/// (`onnx-parity fetch --runtimes`): the library of the selection and of each EP alone (a run of
+/// `cpu,cuda` loads `onnxruntime-gpu`, a later `cpu` run `onnxruntime`), and each plugin EP's.
+/// Cached libraries are not fetched again.
+pub fn fetch_runtimes(eps: &[RunEp]) -> Result<Vec<Fetched>, RuntimeError> {
+    let mut wheels = vec![runtime_wheel(eps)];
+    for &e in eps {
+        let w = runtime_wheel(&[e]);
+        if !wheels.contains(&w) {
+            wheels.push(w);
+        }
+    }
+    let mut out = Vec::new();
+    for w in wheels {
+        let dir = w.cache_dir(&wheel::cache_root());
+        let library = locate(None, w.clone(), dir, &wheel_source())?;
+        out.push(Fetched { spec: w.spec(), library });
+    }
+    for &e in eps {
+        if let Some(library) = plugin_library(e)? {
+            out.push(Fetched { spec: ep::plugin(e).map(|p| p.wheel.spec()).unwrap_or_default(), library });
+        }
+    }
+    Ok(out)
+}
+
 static ENVIRONMENT: OnceLock<Result<ort::environment::Environment, Arc<RuntimeError>>> = OnceLock::new();
 
 /// The process-wide ORT environment (ONNX Runtime allows one per process), created on first use.
 pub fn environment() -> Result<&'static ort::environment::Environment, RuntimeError> {
     let env = ENVIRONMENT.get_or_init(|| {
         {
-            // Before any CUDA context exists (cuBLAS/cuDNN read it once): NVIDIA_TF32_OVERRIDE=0
-            // unless the user set it (crate::tf32; main and the test harness applied it already).
-            crate::tf32::tf32_env();
+            // NVIDIA_TF32_OVERRIDE=0 (unless the user set it) was set by the driver before any
+            // CUDA context could exist (crate::context::RunContext::variables_to_set).
             let lib = locate_library()?;
             tracing::debug!("loading ONNX Runtime from {}", lib.display());
-            let ep = provider::run_ep().map_err(RuntimeError::from)?;
+            let eps = crate::context::current().eps.clone().map_err(RuntimeError::from)?;
             let builder = ort::init_from(&lib).map_err(|source| RuntimeError::Load { path: lib.clone(), source })?;
             let env = builder
                 .with_name("onnx-parity")
@@ -144,9 +177,11 @@ pub fn environment() -> Result<&'static ort::environment::Environment, RuntimeEr
                 .with_logger(super::placement::forward())
                 .build()
                 .map_err(RuntimeError::Environment)?;
-            if let Some(path) = plugin_library(ep)? {
-                tracing::debug!("registering the {} plugin EP from {}", ep.ort_name(), path.display());
-                env.register_ep_library(ep.ort_name(), &path).map_err(|source| RuntimeError::Register { ep, path, source })?;
+            for ep in eps {
+                if let Some(path) = plugin_library(ep)? {
+                    tracing::debug!("registering the {} plugin EP from {}", ep.ort_name(), path.display());
+                    env.register_ep_library(ep.ort_name(), &path).map_err(|source| RuntimeError::Register { ep, path, source })?;
+                }
             }
             Ok(env)
         }
@@ -165,11 +200,14 @@ mod tests {
     fn override_and_cache_lookup() {
         let dir = tempfile::tempdir().expect("temp dir");
         let missing = dir.path().join("nope.so");
-        let e = locate(Some(missing.clone()), dir.path().into(), &WheelSource::Pip).expect_err("bad override must fail").to_string();
+        let wheel = runtime_wheel(&[RunEp::Cpu]);
+        let e = locate(Some(missing.clone()), wheel.clone(), dir.path().into(), &WheelSource::Pip)
+            .expect_err("bad override must fail")
+            .to_string();
         assert!(e.contains("ORT_DYLIB_PATH") && e.contains("nope.so"), "{e}");
-        let cached = dir.path().join(runtime_wheel().library);
+        let cached = dir.path().join(&wheel.library);
         std::fs::write(&cached, b"not really a library").expect("write");
-        assert_eq!(locate(None, dir.path().into(), &WheelSource::Pip).expect("cache hit"), cached);
+        assert_eq!(locate(None, wheel, dir.path().into(), &WheelSource::Pip).expect("cache hit"), cached);
     }
 
     /// Guards: a wrong ONNX_PARITY_ORT_WHEEL is an error naming it, never a silent fallback to pip.
@@ -177,7 +215,9 @@ mod tests {
     fn bad_wheel_is_named() {
         let dir = tempfile::tempdir().expect("temp dir");
         let missing = dir.path().join("nope.whl");
-        let e = locate(None, dir.path().join("cache"), &WheelSource::File(missing)).expect_err("bad wheel must fail").to_string();
+        let e = locate(None, runtime_wheel(&[RunEp::Cpu]), dir.path().join("cache"), &WheelSource::File(missing))
+            .expect_err("bad wheel must fail")
+            .to_string();
         assert!(e.contains("ONNX_PARITY_ORT_WHEEL") && e.contains("nope.whl"), "{e}");
     }
 }

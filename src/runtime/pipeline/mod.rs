@@ -25,14 +25,13 @@ mod kv;
 pub use error::PipelineError;
 use kv::{declared_shape, kv_slots, CacheLayout, KvSlot};
 
-use super::layers::{self, LayerBoundary, LayersError};
-use super::package::{Layout, OnnxPackage, DECODER, EMBEDDING, TEXT_MODEL, VISION_ENCODER};
-use super::protocol::{ExportProtocol, Feed};
-use super::provider::{self, RunEp};
-use super::session::{self, ModelSource, SessionError, SessionOptions};
-use super::shapes::{self, Axis, ShapeError, Source};
+use super::session::{self, ModelSource, Partition, SessionError, SessionOptions};
 use crate::inputs::{Dense, ModelInputs};
 use crate::metrics::greedy_token;
+use crate::onnx::layers::{self, LayerBoundary, LayersError};
+use crate::onnx::package::{Layout, OnnxPackage, DECODER, EMBEDDING, TEXT_MODEL, VISION_ENCODER};
+use crate::onnx::protocol::{ExportProtocol, Feed};
+use crate::onnx::shapes::{self, Axis, ShapeError, Source};
 use crate::outputs::{Component, GeneratedTokens, LayerOutputs, Prefill};
 
 /// Which graph the decoder session runs.
@@ -77,6 +76,9 @@ pub struct OnnxPipeline {
     /// The extra output holding the stream entering layer 0, where the decoder embeds the ids
     /// itself (captured with the layers, as the `inputs_embeds` component).
     embeddings_output: Option<String>,
+    /// Sub-models whose compute nodes ONNX Runtime put partly on the CPU EP although the
+    /// session's EP was another (what a user of the build on that EP gets: L3–L5 say so).
+    partitions: Vec<Partition>,
 }
 
 /// Why a pipeline's decoder exposes no layer outputs.
@@ -118,8 +120,9 @@ impl OnnxPipeline {
         };
         let decoder_path = decoder_path
             .ok_or_else(|| PipelineError::Contract { role: decoder_role, message: format!("missing from {}", dir.display()) })?;
-        let (decoder, layers, embeddings_output) = open_decoder(decoder_path, opts, graph)?;
-        let embedding = package.submodel(EMBEDDING).map(|p| session::open(ModelSource::File(p), opts)).transpose()?;
+        let mut partitions = Vec::new();
+        let (decoder, layers, embeddings_output) = open_decoder(decoder_path, opts, graph, &mut partitions)?;
+        let embedding = package.submodel(EMBEDDING).map(|p| open_session(ModelSource::File(p), opts, &mut partitions)).transpose()?;
         let vision_path = package.submodel(VISION_ENCODER).map(Path::to_path_buf);
         if package.layout == Layout::Multimodal && embedding.is_none() {
             return Err(PipelineError::Contract { role: EMBEDDING, message: format!("missing from {}", dir.display()) });
@@ -127,8 +130,7 @@ impl OnnxPipeline {
         // What to feed and how the cache lives come from the package's protocol, the one that
         // L1 checks; the session supplies the static geometry.
         let protocol = ExportProtocol::of_package(&package)?;
-        let cuda = matches!(provider::run_ep_or_cpu(), RunEp::Cuda(_));
-        let (kv, capacity) = kv_slots(&decoder, decoder_role, &protocol, cuda)?;
+        let (kv, capacity) = kv_slots(&decoder, decoder_role, &protocol, opts.ep.is_cuda())?;
         let float = decoder
             .outputs()
             .iter()
@@ -174,6 +176,7 @@ impl OnnxPipeline {
             opts: opts.clone(),
             layers,
             embeddings_output,
+            partitions,
         })
     }
 
@@ -195,6 +198,28 @@ impl OnnxPipeline {
     /// The package folder.
     pub fn root(&self) -> &Path {
         &self.root
+    }
+
+    /// The EP its sessions run on.
+    pub fn ep(&self) -> crate::eps::RunEp {
+        self.opts.ep
+    }
+
+    /// `partitioned: N compute nodes on the CPU (…)` when ORT put compute nodes of its sub-models
+    /// on the CPU EP instead of the sessions' EP; `None` when every compute node is on it.
+    pub fn partitioned(&self) -> Option<String> {
+        if self.partitions.is_empty() {
+            return None;
+        }
+        let n: usize = self.partitions.iter().map(|p| p.nodes.len()).sum();
+        let each: Vec<String> = self
+            .partitions
+            .iter()
+            .map(|p| {
+                format!("{} {}", p.path.file_name().map_or(p.path.display().to_string(), |_| p.path.display().to_string()), p.nodes.len())
+            })
+            .collect();
+        Some(format!("partitioned: {n} compute nodes on the CPU instead of {} ({})", self.opts.ep.ort_name(), each.join(", ")))
     }
 
     /// Prefill: logits for every position (and the components on the way).
@@ -297,7 +322,7 @@ impl OnnxPipeline {
         self.vision_memo = None;
         let path = self.vision_path.as_deref().ok_or_else(|| PipelineError::NoVision(self.root.clone()))?;
         let t = std::time::Instant::now();
-        let mut vision = session::open(ModelSource::File(path), &self.opts)?;
+        let mut vision = open_session(ModelSource::File(path), &self.opts, &mut self.partitions)?;
         let run = |source| PipelineError::Run { role: VISION_ENCODER, source };
         let pixel_values = float_value(self.float, &px.shape, &px.data).map_err(run)?;
         let pixel_position_ids = Tensor::from_array((pos.shape.clone(), pos.data.clone())).map_err(run)?;
@@ -572,20 +597,21 @@ fn open_decoder(
     path: &Path,
     opts: &SessionOptions,
     graph: DecoderGraph,
+    partitions: &mut Vec<Partition>,
 ) -> Result<(Session, LayerOutputsOf, Option<String>), PipelineError> {
     if graph == DecoderGraph::Original {
-        return Ok((session::open(ModelSource::File(path), opts)?, Err(NoLayerOutputs::NotRequested), None));
+        return Ok((open_session(ModelSource::File(path), opts, partitions)?, Err(NoLayerOutputs::NotRequested), None));
     }
     let t = std::time::Instant::now();
     let copy = match layers::instrument(path) {
         Ok(copy) => copy,
         Err(e) => {
             tracing::info!("{e}: the decoder runs as exported, without layer outputs");
-            return Ok((session::open(ModelSource::File(path), opts)?, Err(e.into()), None));
+            return Ok((open_session(ModelSource::File(path), opts, partitions)?, Err(e.into()), None));
         }
     };
     let source = ModelSource::Memory { path, bytes: &copy.bytes, external_data_dir: &copy.external_data_dir };
-    let session = match session::open(source, opts) {
+    let session = match open_session(source, opts, partitions) {
         Ok(s) => s,
         // Only ORT refusing the edited graph is a reason to run the original: an EP without a
         // device, or one that would run nodes on the CPU, fails the original as well.
@@ -593,12 +619,29 @@ fn open_decoder(
             let reason = NoLayerOutputs::DoesNotLoad(e);
             tracing::warn!("{reason}; it runs as exported");
             drop(copy);
-            return Ok((session::open(ModelSource::File(path), opts)?, Err(reason), None));
+            return Ok((open_session(ModelSource::File(path), opts, partitions)?, Err(reason), None));
         }
         Err(e) => return Err(e.into()),
     };
     tracing::debug!("decoder with {} layer outputs opened in {:.2} s", copy.layers.len(), t.elapsed().as_secs_f64());
     Ok((session, Ok(copy.layers), copy.embeddings))
+}
+
+/// Opens a session on `opts.ep`, keeping where ORT put compute nodes on the CPU instead (one
+/// entry per graph file).
+pub(super) fn open_session(
+    source: ModelSource<'_>,
+    opts: &SessionOptions,
+    partitions: &mut Vec<Partition>,
+) -> Result<Session, SessionError> {
+    let placed = session::open_placed(source, opts)?;
+    if let Some(p) = placed.partition {
+        tracing::warn!("{}", p.describe(source.graph().as_ref()));
+        if !partitions.iter().any(|q| q.path == p.path) {
+            partitions.push(p);
+        }
+    }
+    Ok(placed.session)
 }
 
 /// Where a tensor's data lives (`None` for a non-tensor): two values share a buffer when equal.

@@ -17,8 +17,8 @@ use crate::inputs::ModelInputs;
 use crate::onnx::cut::{self, CutModel, CutUnavailable};
 use crate::onnx::feed::{FeedData, FeedTensor};
 use crate::onnx::proto::elem_type_name;
-use crate::onnx::session::{self, ModelSource, SessionError};
 use crate::outputs::{Component, Dense, Isolated, LayerOutputs, ModuleOutputs, Run};
+use crate::runtime::session::{self, ModelSource, SessionError};
 
 impl OnnxPipeline {
     /// Runs each sub-model on the reference's inputs for it (see the module doc). `reference`

@@ -4,9 +4,9 @@ use std::path::PathBuf;
 
 use crate::onnx::package::PackageError;
 use crate::onnx::protocol::ProtocolError;
-use crate::onnx::runtime::RuntimeError;
-use crate::onnx::session::SessionError;
 use crate::onnx::shapes::ShapeError;
+use crate::runtime::provision::RuntimeError;
+use crate::runtime::session::SessionError;
 
 /// Why the pipeline failed.
 #[derive(Debug, thiserror::Error)]
