@@ -26,6 +26,7 @@ use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::fmt;
 
+use crate::eps::RunEp;
 use crate::metric_keys::{Metrics, FIRST_DIVERGENCE};
 
 /// What a failing tier is expected to show.
@@ -78,11 +79,28 @@ impl Measured {
     }
 }
 
-/// One `xfail` entry: the reason, and optionally the measured signature.
+/// One `xfail` entry: the reason, optionally the measured signature, and the execution
+/// providers it holds on (`on: [cpu]`) where an EP changes the outcome (a build that loads on one
+/// EP and not on another); without `on`, on every EP the build runs on: a finding in the graph
+/// has one signature everywhere.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Expectation {
     pub reason: String,
     pub signature: Option<Signature>,
+    /// The EPs the entry holds on (`None`: all); a CUDA entry holds on every CUDA device.
+    pub on: Option<Vec<RunEp>>,
+}
+
+impl Expectation {
+    /// A reason alone, on every EP.
+    pub fn reason(reason: impl Into<String>) -> Expectation {
+        Expectation { reason: reason.into(), signature: None, on: None }
+    }
+
+    /// Whether the entry holds for a trial on `ep`.
+    pub fn holds_on(&self, ep: RunEp) -> bool {
+        self.on.as_ref().is_none_or(|eps| eps.iter().any(|e| std::mem::discriminant(e) == std::mem::discriminant(&ep)))
+    }
 }
 
 /// The default `within` factor (see the module doc).
@@ -107,6 +125,9 @@ struct RawExpectation {
     within: Option<f64>,
     #[serde(default)]
     error: Option<String>,
+    /// EP names as `ONNX_PARITY_EP` spells them (`cpu`, `cuda`).
+    #[serde(default)]
+    on: Option<Vec<String>>,
 }
 
 impl<'de> Deserialize<'de> for Expectation {
@@ -115,10 +136,10 @@ impl<'de> Deserialize<'de> for Expectation {
         impl<'de> Visitor<'de> for V {
             type Value = Expectation;
             fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a reason string, or {reason, first_divergence?, metric?, value?, within?, error?}")
+                f.write_str("a reason string, or {reason, first_divergence?, metric?, value?, within?, error?, on?}")
             }
             fn visit_str<E: de::Error>(self, v: &str) -> Result<Expectation, E> {
-                Ok(Expectation { reason: v.to_string(), signature: None })
+                Ok(Expectation::reason(v))
             }
             fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Expectation, A::Error> {
                 let raw = RawExpectation::deserialize(de::value::MapAccessDeserializer::new(map))?;
@@ -157,7 +178,17 @@ impl<'de> Deserialize<'de> for Expectation {
                     }
                 }
                 let empty = s == Signature::default();
-                Ok(Expectation { reason: raw.reason, signature: (!empty).then_some(s) })
+                let on = match raw.on {
+                    None => None,
+                    Some(names) if names.is_empty() => return Err(de::Error::custom("xfail: `on` lists no EP (leave it out: every EP)")),
+                    Some(names) => Some(
+                        names
+                            .iter()
+                            .map(|n| n.parse::<RunEp>().map_err(|e| de::Error::custom(format!("xfail: `on`: {n:?}: {e}"))))
+                            .collect::<Result<Vec<_>, _>>()?,
+                    ),
+                };
+                Ok(Expectation { reason: raw.reason, signature: (!empty).then_some(s), on })
             }
         }
         d.deserialize_any(V)
@@ -262,7 +293,12 @@ mod tests {
     /// and rejects half-given or impossible bands.
     #[test]
     fn parsing() {
-        assert_eq!(parse("\"why\"").unwrap(), Expectation { reason: "why".into(), signature: None });
+        assert_eq!(parse("\"why\"").unwrap(), Expectation::reason("why"));
+        let on = parse("{reason: r, on: [cuda]}").unwrap();
+        assert!(on.holds_on(RunEp::Cuda(1)) && !on.holds_on(RunEp::Cpu));
+        assert!(Expectation::reason("r").holds_on(RunEp::Cpu) && Expectation::reason("r").holds_on(RunEp::Cuda(0)));
+        assert!(parse("{reason: r, on: [tpu]}").unwrap_err().to_string().contains("tpu"));
+        assert!(parse("{reason: r, on: []}").is_err());
         let e = parse("{reason: r, first_divergence: image_features, metric: max_abs_diff, value: 8.0e-3, within: 3}").unwrap();
         let s = e.signature.unwrap();
         assert_eq!(

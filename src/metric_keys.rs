@@ -139,6 +139,9 @@ pub const KV_PAIRS: &str = "kv_pairs";
 /// L1: the element type of the export's activations (`float32`, `float16`, `bfloat16`).
 pub const ACTIVATIONS: &str = "activations";
 pub const EXPORT_VARIANT: &str = "export_variant";
+/// Where a candidate's numbers come from when its EP left compute nodes to the CPU EP
+/// (`partitioned: 6 compute nodes on the CPU instead of CUDAExecutionProvider (…)`).
+pub const PARTITIONED: &str = "partitioned";
 pub const INITIALIZERS: &str = "initializers";
 pub const OP_INVENTORY: &str = "op_inventory";
 

@@ -155,6 +155,56 @@ pub fn unravel_index(mut flat: usize, shape: &[usize]) -> Vec<usize> {
     out
 }
 
+/// One quantized weight against the checkpoint's.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WeightError {
+    /// The reference parameter (`layers.1.mlp.gate_proj.weight`).
+    pub key: String,
+    /// The export's node.
+    pub node: String,
+    pub bits: u32,
+    /// `rms(W_deq − W) / rms(W)`.
+    pub relative_error: f64,
+}
+
+/// `rms(a − b) / rms(b)`; NaN when a value is not finite or the shapes differ.
+pub fn relative_error(dequantized: &[f32], checkpoint: &[f32]) -> f64 {
+    if dequantized.len() != checkpoint.len() {
+        return f64::NAN;
+    }
+    let mut r = RelativeError::default();
+    r.add(dequantized, checkpoint);
+    r.value()
+}
+
+/// [`relative_error`] accumulated over bands of rows (a table is never dequantized whole).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct RelativeError {
+    /// Σ(a − b)², Σb².
+    e: f64,
+    s: f64,
+}
+
+impl RelativeError {
+    /// One band: equal-length slices of the dequantized weight and the checkpoint's.
+    pub fn add(&mut self, dequantized: &[f32], checkpoint: &[f32]) {
+        for (&a, &b) in dequantized.iter().zip(checkpoint) {
+            let d = a as f64 - b as f64;
+            self.e += d * d;
+            self.s += (b as f64) * (b as f64);
+        }
+    }
+
+    /// `rms(a − b) / rms(b)`: 0 when both are zero, ∞ for a non-zero error on a zero weight.
+    pub fn value(&self) -> f64 {
+        if self.s == 0.0 {
+            return if self.e == 0.0 { 0.0 } else { f64::INFINITY };
+        }
+        (self.e / self.s).sqrt()
+    }
+}
+
+
 #[cfg(test)]
 mod tests {
     use super::*;

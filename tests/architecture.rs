@@ -1,6 +1,8 @@
 //! The shape of the code, held by a test so that it stays: in the harness library (`src/`) and the
-//! reference (`reference/src/`) the module import graph has no cycle, no library file is longer
-//! than 700 lines, and no library type is a `Result<_, String>` (errors are typed).
+//! reference (`reference/src/`) the module import graph has no cycle, neither between files nor
+//! between the crate's top-level modules (no folder imports one that imports it back), no library
+//! file is longer than 700 lines, no library type is a `Result<_, String>` (errors are typed), and
+//! no library file but `context.rs` reads the environment and none sets it (the drivers do).
 //!
 //! The graph is read from the source with `syn`: every `use` tree, path and path-like token inside
 //! a macro call that starts with `crate::`, `super::`, `self::` or the name of a child module is an
@@ -418,12 +420,62 @@ fn quote_type(t: &syn::TypePath) -> String {
     t.to_token_stream().to_string()
 }
 
-/// Every violation of the three rules in the crate rooted at `root`, as lines for a person.
+/// The top-level module a file belongs to (`src/tiers/l1/mod.rs` → `tiers`, `src/context.rs` →
+/// `context`).
+fn top_module(root: &Path, file: &Path) -> PathBuf {
+    let rel = file.strip_prefix(root).expect("under the root");
+    let first = rel.iter().next().map(|p| p.to_string_lossy().trim_end_matches(".rs").to_string()).unwrap_or_default();
+    PathBuf::from(first)
+}
+
+/// The edges between top-level modules (a folder, or a file beside `lib.rs`), each with one
+/// file edge that makes it.
+fn module_edges(root: &Path, edges: &BTreeMap<(PathBuf, PathBuf), String>) -> BTreeMap<(PathBuf, PathBuf), String> {
+    let mut out = BTreeMap::new();
+    for ((a, b), via) in edges {
+        let (ma, mb) = (top_module(root, a), top_module(root, b));
+        if ma != mb && ma != Path::new("lib") && mb != Path::new("lib") {
+            out.entry((ma, mb)).or_insert_with(|| format!("{} → {} ({via})", a.display(), b.display()));
+        }
+    }
+    out
+}
+
+/// Reading or setting the process environment in a library file (`context.rs` is the one reader,
+/// for the drivers; nothing in the library sets it).
+fn environment_access(file: &SourceFile) -> Vec<String> {
+    let text = fs::read_to_string(&file.path).unwrap_or_default();
+    let body = text.split("#[cfg(test)]").next().unwrap_or_default();
+    let reads = ["env::var(", "env::var_os(", "env::vars(", "env::vars_os("];
+    let sets = ["env::set_var(", "env::remove_var("];
+    let reader = file.path.file_name().is_some_and(|n| n == "context.rs");
+    let mut out = Vec::new();
+    for (i, line) in body.lines().enumerate() {
+        let code = line.split("//").next().unwrap_or_default();
+        if sets.iter().any(|p| code.contains(p)) || (!reader && reads.iter().any(|p| code.contains(p))) {
+            out.push(format!("{}:{}: `{}` (only the drivers set the environment; only context.rs reads it)", file.path.display(), i + 1, code.trim()));
+        }
+    }
+    out
+}
+
+/// Every violation of the rules in the crate rooted at `root`, as lines for a person.
 fn violations(root: &Path) -> Vec<String> {
     let files = library_files(root);
     let krate = Crate::build(&files);
     let edges = import_graph(&files, &krate);
     let mut out = Vec::new();
+    let modules = module_edges(root, &edges);
+    for scc in cycles(&modules) {
+        let members: BTreeSet<&PathBuf> = scc.iter().collect();
+        let inner: Vec<String> =
+            modules.iter().filter(|((a, b), _)| members.contains(a) && members.contains(b)).map(|(_, via)| via.clone()).collect();
+        let names: Vec<String> = scc.iter().map(|m| m.display().to_string()).collect();
+        out.push(format!("modules {{{}}} import each other: {}", names.join(", "), inner.join("; ")));
+    }
+    for f in &files {
+        out.extend(environment_access(f));
+    }
     for scc in cycles(&edges) {
         let members: BTreeSet<&PathBuf> = scc.iter().collect();
         let inner: Vec<String> = edges
@@ -490,7 +542,9 @@ fn the_gate_sees_each_violation() {
     assert!(text.contains("import cycle among 3 files"), "{text}");
     assert!(text.contains("big.rs: 701 lines"), "{text}");
     assert!(text.contains("b.rs: `Result < () , String >`"), "{text}");
-    assert_eq!(v.len(), 3, "{text}");
+    // The same files make the modules `a` and `b` import each other.
+    assert!(text.contains("modules {a, b} import each other") || text.contains("modules {b, a} import each other"), "{text}");
+    assert_eq!(v.len(), 4, "{text}");
 
     // A child that names a sibling through the facade's re-export is an edge to the sibling,
     // not to the facade: no cycle.
@@ -505,4 +559,20 @@ fn the_gate_sees_each_violation() {
     write("b.rs", "pub fn g() { crate::a::helper(); }\n#[derive(Debug)]\npub struct E;\n");
     let v = violations(root);
     assert!(v.iter().any(|l| l.starts_with("import cycle")), "{}", v.join("\n"));
+    // Folders that import each other through files that do not form a file cycle.
+    write("a/x.rs", "pub struct X;\npub fn f() {}\n");
+    write("a/y.rs", "pub fn y() { crate::b::g(); }\n");
+    write("a/mod.rs", "pub mod x;\npub mod y;\n");
+    write("b.rs", "pub fn g() { let _ = crate::a::x::X; }\n");
+    let v = violations(root);
+    assert_eq!(v.len(), 1, "{}", v.join("\n"));
+    assert!(v[0].contains("import each other") && !v[0].starts_with("import cycle"), "{}", v.join("\n"));
+    // The environment: read outside context.rs, or set anywhere in the library.
+    write("b.rs", "pub fn g() { let _ = std::env::var_os(\"X\"); }\n");
+    write("a/y.rs", "pub fn y() { std::env::set_var(\"X\", \"1\"); }\n");
+    write("context.rs", "pub fn from_env() { let _ = std::env::var_os(\"X\"); }\n");
+    let v = violations(root);
+    let text = v.join("\n");
+    assert_eq!(v.len(), 2, "{text}");
+    assert!(text.contains("b.rs:1") && text.contains("a/y.rs:1") && !text.contains("context.rs:"), "{text}");
 }

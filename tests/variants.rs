@@ -257,40 +257,52 @@ fn ort_load_gate_names_the_node() {
     assert!(!cuda_bf16.message.contains("loaded by ONNX Runtime"), "{}", cuda_bf16.message);
     let gqa = l1::check(&config("unified-text-kvshare"), &repo("fixtures/unified-text-kvshare/variants/gqa"), "float32");
     assert_passes(&gqa);
-    assert!(gqa.message.contains("loaded by ONNX Runtime on the CPU EP"), "{}", gqa.message);
+    assert!(gqa.message.contains("loaded by ONNX Runtime on CPUExecutionProvider"), "{}", gqa.message);
 }
 
-/// Kills: a build whose CPU kernel refuses its configuration at session creation (MoE with
-/// `activation_type` geglu, what ORT GenAI's builder writes for Gemma 4's experts) reported as an
-/// L1 failure or run into an L3 failure: L1 passes noting the refusal and the node, L3–L5 are
-/// ignored naming the kernel's message and the EP to run it on; the mobius build it was made from
-/// (swiglu) is not skipped.
+/// Kills: a build no EP of the pinned ONNX Runtime runs (MoE with `activation_type` geglu, what
+/// ORT GenAI's builder writes for Gemma 4's experts) passed at L1, or L3–L5 skipped with advice to
+/// run it on another EP: L1 fails naming each EP's kernel refusal (file:line) and the node, its
+/// CPU load note still names ORT's message; L3–L5 are skipped on every EP saying no EP runs it;
+/// the mobius build it was made from (swiglu) is not skipped.
 #[test]
-fn a_configuration_the_cpu_kernel_refuses_is_skipped_naming_it() {
+fn a_build_no_ep_runs_is_an_l1_finding() {
     use onnx_parity::case::{Case, Level};
+    use onnx_parity::eps::RunEp;
     use onnx_parity::tiers::{static_skip, RunOptions};
     let geglu = repo("fixtures/gemma4-text-moe/variants/geglu");
     let l1 = l1::check_with(L1Inputs { config: &config("gemma4-text-moe"), export: &geglu, float_dtype: "float32", pin: None });
-    assert_passes(&l1);
+    assert_eq!(l1.status, onnx_parity::tiers::outcome::Status::Fail, "{}", l1.message);
     assert!(
-        l1.message
-            .contains("model: not runnable on the CPU EP: the CPU kernel refuses the node's configuration (node `model/layers.0/MoE_node_")
-            && l1.message.contains("Unsupported MoE activation type: geglu"),
+        l1.message.contains("runs on no execution provider of ONNX Runtime 1.31.1")
+            && l1.message.contains("onnxruntime/contrib_ops/cpu/moe/moe_base_cpu.h:56")
+            && l1.message.contains("onnxruntime/contrib_ops/cuda/moe/moe_base.h:61")
+            && l1.message.contains("node `model/layers.0/MoE_node_"),
         "{}",
+        l1.message
+    );
+    assert!(
+        l1.message.contains("model: not runnable on the CPU EP: the CPU kernel refuses the node's configuration")
+            && l1.message.contains("Unsupported MoE activation type: geglu"),
+        "ORT's own message, as loaded here: {}",
         l1.message
     );
     let case = Case::load(&repo("cases/causal-lm/gemma4-text-moe.yaml")).expect("case");
     let opts = RunOptions::with_goldens(repo("goldens"));
     let variant = case.for_variant("geglu").expect("geglu variant");
+    for ep in [RunEp::Cpu, RunEp::Cuda(0)] {
+        for level in [Level::L3, Level::L4, Level::L5] {
+            let reason = static_skip(&variant, &Candidate::variant("geglu").on(ep), level, &opts)
+                .unwrap_or_else(|| panic!("{level} of the geglu build is not skipped on {ep}"));
+            assert!(
+                reason.starts_with("no execution provider of ONNX Runtime 1.31.1 runs this build")
+                    && reason.contains("moe_base.h:61")
+                    && !reason.contains("ONNX_PARITY_EP="),
+                "{reason}"
+            );
+        }
+    }
     for level in [Level::L3, Level::L4, Level::L5] {
-        let reason = static_skip(&variant, &Candidate::variant("geglu"), level, &opts)
-            .unwrap_or_else(|| panic!("{level} of the geglu build is not skipped"));
-        assert!(
-            reason.starts_with("not runnable on CPUExecutionProvider: ONNX Runtime 1.31.1 accepts the graph but has no kernel for it on this EP (model: the CPU kernel refuses the node's configuration")
-                && reason.contains("Unsupported MoE activation type: geglu")
-                && reason.ends_with("run it on an EP with the kernels (ONNX_PARITY_EP=cuda)"),
-            "{reason}"
-        );
         assert_eq!(static_skip(&case, &Candidate::default(), level, &opts), None, "{level} of the swiglu build");
     }
 }
@@ -392,8 +404,8 @@ fn run_on_ep(ep: &str, onnx: &str, extra: &str, levels: &str) -> Vec<(String, St
 
 /// Kills: a silent CPU run when the asked-for EP has no device (ORT's own behaviour): with
 /// ONNX_PARITY_EP=webgpu on this machine (no GPU) L3 fails saying which device was not found
-/// and what ORT lists; L1, which loads on the CPU EP by design, checks the WebGPU contract
-/// implied by the run's EP.
+/// and what ORT lists; L1, which loads on the trial's EP, checks the WebGPU contract implied by
+/// the trial's EP and fails on the missing device too.
 #[test]
 fn webgpu_without_a_device_says_which_device_is_missing() {
     let levels = run_on_ep("webgpu", "variants/webgpu-f16", "", "L1,L3");
@@ -403,43 +415,62 @@ fn webgpu_without_a_device_says_which_device_is_missing() {
         message.contains("ONNX_PARITY_EP=webgpu: no WebGPU adapter (Vulkan on Linux) found: ONNX Runtime lists no WebGpuExecutionProvider device on this machine (it lists: CPUExecutionProvider"),
         "{message}"
     );
-    assert!(levels[0].2.contains("checked against the webgpu EP contract (the EP of this run)"), "{}", levels[0].2);
+    assert!(levels[0].2.contains("checked against the webgpu EP contract (the EP of this trial)"), "{}", levels[0].2);
+    assert!(levels[0].2.contains("does not load it on WebGpuExecutionProvider") && levels[0].2.contains("no WebGPU adapter"), "{}", levels[0].2);
 }
 
 /// Kills: nodes that land on the CPU EP going unreported: OpenVINO's plugin EP (which runs on this
 /// machine's CPU as an OpenVINO device) claims no RMSNormalization / RotaryEmbedding / opset-24
-/// Attention, and L3 fails listing them instead of reporting CPU numbers as OpenVINO's.
+/// Attention; L1 fails listing them as the build's finding on that EP (with the kernel that is
+/// missing), and L3 judges what ORT computes for a user of the build there, labelled partitioned,
+/// instead of reporting CPU numbers as OpenVINO's.
 ///
 /// OpenVINO offers its CPU device on Intel CPUs only: on another vendor's (machines here have
-/// reported AuthenticAMD) ORT lists no OpenVINO device, and the same trial must fail saying so.
+/// reported AuthenticAMD) ORT lists no OpenVINO device, and the same trials must fail saying so.
 #[test]
-fn nodes_falling_back_to_the_cpu_are_an_error_listing_them() {
-    let levels = run_on_ep("openvino", "onnx", "", "L3");
-    let (_, status, message) = &levels[0];
-    assert_eq!(status, "fail", "{message}");
+fn nodes_falling_back_to_the_cpu_are_a_finding_listing_them() {
+    let levels = run_on_ep("openvino", "onnx", "", "L1,L3");
+    let (_, l1_status, l1) = &levels[0];
+    let (_, l3_status, l3) = &levels[1];
+    assert_eq!(l1_status, "fail", "{l1}");
     let intel =
         std::fs::read_to_string("/proc/cpuinfo").is_ok_and(|c| c.lines().any(|l| l.starts_with("vendor_id") && l.contains("GenuineIntel")));
     if intel {
-        assert!(message.contains("of its nodes compute on the CPU EP although ONNX_PARITY_EP=openvino asked for OpenVINOExecutionProvider: RMSNormalization `model/layers.0/input_layernorm/RMSNormalization_node_37`"), "{message}");
-    } else {
         assert!(
-            message.contains("ONNX_PARITY_EP=openvino: no OpenVINO device (Intel CPU, GPU or NPU) found: ONNX Runtime lists no OpenVINOExecutionProvider device on this machine"),
-            "{message}"
+            l1.contains("partitioned on OpenVINOExecutionProvider")
+                && l1.contains("RMSNormalization `model/layers.0/input_layernorm/RMSNormalization_node_37` (float32 RMSNormalization has no OpenVINOExecutionProvider kernel"),
+            "{l1}"
         );
+        assert!(l3.contains("partitioned: ") && l3.contains("compute nodes on the CPU instead of OpenVINOExecutionProvider"), "{l3}");
+    } else {
+        for (status, message) in [(l1_status, l1), (l3_status, l3)] {
+            assert_eq!(status, "fail", "{message}");
+            assert!(
+                message.contains("ONNX_PARITY_EP=openvino: no OpenVINO device (Intel CPU, GPU or NPU) found: ONNX Runtime lists no OpenVINOExecutionProvider device on this machine"),
+                "{message}"
+            );
+        }
     }
 }
 
-/// Kills: an unknown EP name taken for the CPU: it fails every ONNX tier, naming the variable and
-/// the accepted values.
+/// Kills: an unknown EP name taken for the CPU: the run refuses to start (exit 2), naming the
+/// variable and the accepted values, and writes no report.
 #[test]
 fn unknown_ep_is_an_error() {
-    let levels = run_on_ep("rocm", "onnx", "", "L3");
-    assert_eq!(levels[0].1, "fail", "{}", levels[0].2);
-    assert!(
-        levels[0].2.contains("ONNX_PARITY_EP=rocm: expected one of cpu, cuda, cuda:N, webgpu, openvino, tensorrt-rtx"),
-        "{}",
-        levels[0].2
-    );
+    let dir = tempfile::tempdir().expect("temp dir");
+    let report = dir.path().join("report.json");
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_onnx-parity"))
+        .args(["run", "--levels", "L3", "--report"])
+        .arg(&report)
+        .arg("cases/causal-lm/unified-text-kvshare.yaml")
+        .current_dir(support::root())
+        .env("ONNX_PARITY_EP", "cpu,rocm")
+        .output()
+        .expect("runs the onnx-parity binary");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(err.contains("ONNX_PARITY_EP=cpu,rocm: expected a comma-separated list of cpu, cuda, cuda:N, webgpu, openvino, tensorrt-rtx"), "{err}");
+    assert!(!report.exists());
 }
 
 /// Kills: a reference run per variant: the unified-text-kvshare case and its eight builds run
@@ -551,7 +582,7 @@ fn rejected_graph_fails_and_a_kernel_less_graph_is_skipped() {
         let reason = static_skip(&cuda, &Candidate::variant("cuda-bf16"), level, &opts)
             .unwrap_or_else(|| panic!("{level} of the CUDA bf16 build is not skipped"));
         assert!(
-            reason.starts_with("not runnable on CPUExecutionProvider: ONNX Runtime 1.31.1 accepts the graph but has no kernel for it on this EP (model: no bfloat16 kernel for Mul (node `model/embed_tokens/Mul_node_1`)); run it on its EP: ONNX_PARITY_EP=cuda:0 (CUDAExecutionProvider)"),
+            reason.starts_with("not runnable on CPUExecutionProvider: ONNX Runtime 1.31.1 accepts the graph but has no kernel for it on this EP (model: no bfloat16 kernel for Mul (node `model/embed_tokens/Mul_node_1`)); it is judged on its EP when that is selected: ONNX_PARITY_EP=cpu,cuda:0 (CUDAExecutionProvider)"),
             "{reason}"
         );
     }

@@ -14,7 +14,7 @@ pub type Result<T> = std::result::Result<T, Error>;
 pub enum Error {
     /// A quantized build's weight whose payload could not be read.
     #[error(transparent)]
-    Override(#[from] crate::weights::OverrideReadError),
+    Override(#[from] OverrideReadError),
 
     /// A file could not be opened, mapped or read.
     #[error("cannot read {path}: {source}")]
@@ -114,4 +114,13 @@ impl Error {
     pub(crate) fn config(field: &'static str, value: impl std::fmt::Debug, reason: impl Into<String>) -> Self {
         Error::UnsupportedConfig { field, value: format!("{value:?}"), reason: reason.into() }
     }
+}
+
+/// A quantized build's weight whose payload could not be read.
+#[derive(Debug, thiserror::Error)]
+#[error("reading the quantized weight `{source_name}`: {source}")]
+pub struct OverrideReadError {
+    pub source_name: String,
+    #[source]
+    pub source: std::io::Error,
 }

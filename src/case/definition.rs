@@ -271,13 +271,19 @@ impl Case {
         self.implementations.iter().any(|e| e.name.is_onnx())
     }
 
-    /// The `xfail` reason that applies to `level`, if any.
+    /// The `xfail` reason that applies to `level`, if any (on every EP it holds on).
     pub fn xfail_for(&self, level: Level) -> Option<&Expectation> {
         match &self.xfail {
             None => None,
             Some(Xfail::All(e)) => Some(e),
             Some(Xfail::PerLevel(map)) => map.get(&level),
         }
+    }
+
+    /// The `xfail` entry of `level` that holds for a trial on `ep` (an entry with `on:` holds
+    /// only on the EPs it names).
+    pub fn xfail_on(&self, level: Level, ep: crate::eps::RunEp) -> Option<&Expectation> {
+        self.xfail_for(level).filter(|e| e.holds_on(ep))
     }
 
     /// The thresholds that apply to this case: its dtype's rows of `tol`, its

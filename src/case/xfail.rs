@@ -28,7 +28,7 @@ impl<'de> Deserialize<'de> for Xfail {
                 f.write_str("a reason string, or a map from level (L1..L5) to a reason or {reason, <signature>}")
             }
             fn visit_str<E: de::Error>(self, v: &str) -> Result<Xfail, E> {
-                Ok(Xfail::All(Expectation { reason: v.to_string(), signature: None }))
+                Ok(Xfail::All(Expectation::reason(v)))
             }
             fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Xfail, A::Error> {
                 let mut out = BTreeMap::new();

@@ -143,3 +143,15 @@ pub(super) fn load_reference(
     let overrides = build.map(QuantizedBuild::dequantize).transpose()?;
     Ok(Box::new(ReferenceBackend::load_with_overrides(dir, case.bidirectional, dtype, overrides.as_ref())?))
 }
+/// What the calibrated rule judges with: the f64 arbiter's run (the truth), the reference at the
+/// candidate's precision (the floor: the f32 reference itself for an f32 candidate), and that
+/// precision's layers run locally on the arbiter's streams (the local floor). All teacher-forced
+/// with the reference's tokens, so every decode step compares on one history.
+#[derive(Debug, Clone, Copy)]
+pub struct Calibration<'a> {
+    pub rule: CalibratedRule,
+    pub truth: &'a crate::outputs::Run,
+    pub floor: &'a crate::outputs::Run,
+    pub local: &'a crate::outputs::LocalLayers,
+}
+

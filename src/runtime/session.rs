@@ -52,7 +52,7 @@ pub enum SessionError {
     },
     /// ORT refused the model on `ep`; `path` names the graph file (for an in-memory model, the
     /// file it was derived from).
-    #[error("loading {path} on {}: {source}", ep.ort_name())]
+    #[error("loading {path}{}: {source}", if ep.is_cpu() { String::new() } else { format!(" on {}", ep.ort_name()) })]
     Load {
         path: PathBuf,
         ep: RunEp,

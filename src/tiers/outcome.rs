@@ -196,7 +196,7 @@ mod tests {
     /// a failure with another signature stays a failure and says what differs.
     #[test]
     fn expected_failure_rules() {
-        let r = Expectation { reason: "r".into(), signature: None };
+        let r = Expectation::reason("r");
         let r = Some(&r);
         assert_eq!(TierOutcome::fail("x").with_expected_failure(r).status, Status::Xfail);
         assert_eq!(TierOutcome::new(Status::Pass, "ok").with_expected_failure(r).status, Status::Fail);
@@ -210,6 +210,7 @@ mod tests {
                 value: Some(8.0e-3),
                 ..Default::default()
             }),
+            on: None,
         };
         assert_eq!(TierOutcome::fail("x").metric("max_abs_diff", 8.0e-3).with_expected_failure(Some(&sig)).status, Status::Xfail);
         let other = TierOutcome::fail("x").metric("max_abs_diff", 8.0e-2).with_expected_failure(Some(&sig));

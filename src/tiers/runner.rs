@@ -16,7 +16,7 @@ use crate::tolerance::{L4Tolerance, Thresholds, Tolerances};
 /// Runs one tier of one case (after [`super::static_skip`] said it may run). `evals` holds the
 /// case's runs (real and synthetic), shared by its tiers.
 pub fn run_level(case: &Case, candidate: &Candidate, level: Level, opts: &RunOptions, evals: &CaseEvaluations) -> TierOutcome {
-    let expected = case.xfail_for(level);
+    let expected = case.xfail_on(level, candidate.ep);
     let eval = evals.for_level(level, case);
     let case = tier_case(case, level);
     let case = case.as_ref();
@@ -69,7 +69,15 @@ fn per_candidate<'a>(
     let outcomes = candidates
         .into_iter()
         .map(|c| match c {
-            Ok(run) => (run.label.as_str(), judge(run)),
+            Ok(run) => {
+                let mut outcome = judge(run);
+                // What a user of the build on this EP gets: its numbers, labelled.
+                if let Some(p) = &run.partitioned {
+                    outcome.message = format!("{} ({p})", outcome.message);
+                    outcome = outcome.metric(key::PARTITIONED, p.as_str());
+                }
+                (run.label.as_str(), outcome)
+            }
             Err(e) => ("", TierOutcome::fail(e.to_string())),
         })
         .collect();

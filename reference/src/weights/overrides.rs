@@ -80,14 +80,8 @@ impl Override {
     }
 }
 
-/// A quantized build's weight whose payload could not be read.
-#[derive(Debug, thiserror::Error)]
-#[error("reading the quantized weight `{source_name}`: {source}")]
-pub struct OverrideReadError {
-    pub source_name: String,
-    #[source]
-    pub source: std::io::Error,
-}
+/// A quantized build's weight whose payload could not be read (defined with the crate's errors).
+pub use crate::error::OverrideReadError;
 
 /// Two of a build's weights claim the same reference parameter.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

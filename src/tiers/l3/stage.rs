@@ -8,7 +8,7 @@ use super::allclose::{allclose, AllcloseReport};
 use super::calibrated::{calibrated, calibrated_streamed, CalibratedReport, CalibratedRule};
 use crate::inputs::Dense;
 use crate::metrics::MetricError;
-use crate::outputs::{LocalLayers, Prefill, Run, StreamedLogits};
+use crate::outputs::{Prefill, Run, StreamedLogits};
 use crate::tolerance::L3Tolerance;
 
 /// The rules one L3 verdict applies: the fixed row always; the calibrated rule when the case is
@@ -57,17 +57,8 @@ impl<'a> Floor<'a> {
     }
 }
 
-/// What the calibrated rule judges with: the f64 arbiter's run (the truth), the reference at the
-/// candidate's precision (the floor: the f32 reference itself for an f32 candidate), and that
-/// precision's layers run locally on the arbiter's streams (the local floor). All teacher-forced
-/// with the reference's tokens, so every decode step compares on one history.
-#[derive(Debug, Clone, Copy)]
-pub struct Calibration<'a> {
-    pub rule: CalibratedRule,
-    pub truth: &'a Run,
-    pub floor: &'a Run,
-    pub local: &'a LocalLayers,
-}
+/// What the calibrated rule judges with (made by the evaluation, judged here).
+pub use crate::evaluation::precision::Calibration;
 
 impl Calibration<'_> {
     /// The floor pair of a prefill component.
