@@ -1,5 +1,9 @@
 //! Compares two `onnx-parity logits` dumps tensor by tensor (`onnx-parity compare`): the GPU
-//! check runs the reference twice (`ONNX_PARITY_DEVICE=cpu` / `cuda`) and bounds the difference.
+//! check runs the reference twice (`ONNX_PARITY_DEVICE=cpu` / `cuda`). With a third dump, the
+//! reference in float64 (`logits --dtype f64`), the second is judged as L3 judges a candidate
+//! ([`judge_against_arbiter`]): its error against f64 may be `k` times the first's (the f32
+//! reference's own error, the floor) plus `δ` — a bound measured on each tensor, not a constant
+//! (a hand-set 1e-5 failed correct GPU runs: cuBLAS sums in another order than the CPU's gemm).
 
 use std::path::{Path, PathBuf};
 
@@ -48,6 +52,63 @@ fn values(path: &Path, st: &SafeTensors<'_>, name: &str) -> Result<(Dtype, Vec<u
         other => return Err(CompareError::Format { path: path.into(), message: format!("{name}: unsupported dtype {other:?}") }),
     };
     Ok((t.dtype(), t.shape().to_vec(), v))
+}
+
+/// One float tensor of the GPU dump judged against the f64 arbiter with the CPU dump as floor.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ArbiterVerdict {
+    pub name: String,
+    /// The calibrated rule's measurement (`None` with `mismatch`).
+    pub report: Option<crate::tiers::l3::calibrated::CalibratedReport>,
+    /// Why the three tensors could not be compared.
+    pub mismatch: Option<String>,
+}
+
+impl ArbiterVerdict {
+    pub fn pass(&self) -> bool {
+        self.mismatch.is_none() && self.report.as_ref().is_some_and(|r| r.pass)
+    }
+}
+
+/// Every float tensor the f64 dump holds, in `candidate` (the GPU's) judged against `arbiter`
+/// with `floor` (the CPU's f32 run) as the noise level under `rule` (the float32 row of
+/// `L3_calibrated`). A tensor missing from a side, or of another shape, is a mismatch.
+pub fn judge_against_arbiter(
+    floor: &Path,
+    candidate: &Path,
+    arbiter: &Path,
+    rule: &crate::tolerance::CalibratedRule,
+) -> Result<Vec<ArbiterVerdict>, CompareError> {
+    let read = |p: &Path| std::fs::read(p).map_err(|source| CompareError::Io { path: p.into(), source });
+    let (bf, bc, ba) = (read(floor)?, read(candidate)?, read(arbiter)?);
+    let (sf, sc, sa) = (parse(floor, &bf)?, parse(candidate, &bc)?, parse(arbiter, &ba)?);
+    let mut names: Vec<String> = sa.names().into_iter().map(str::to_string).collect();
+    names.sort();
+    let mut out = Vec::new();
+    for name in names {
+        let (da, sha, va) = values(arbiter, &sa, &name)?;
+        if !matches!(da, Dtype::F32 | Dtype::F64) {
+            continue;
+        }
+        let missing = [(floor, &sf), (candidate, &sc)].into_iter().find(|(_, st)| !st.names().contains(&name.as_str()));
+        if let Some((p, _)) = missing {
+            out.push(ArbiterVerdict { name, report: None, mismatch: Some(format!("missing in {}", p.display())) });
+            continue;
+        }
+        let (_, shf, vf) = values(floor, &sf, &name)?;
+        let (_, shc, vc) = values(candidate, &sc, &name)?;
+        if shf != sha || shc != sha {
+            out.push(ArbiterVerdict { name, report: None, mismatch: Some(format!("shapes {shf:?} / {shc:?} / {sha:?}")) });
+            continue;
+        }
+        let f32s = |v: &[f64]| v.iter().map(|&x| x as f32).collect::<Vec<f32>>();
+        let verdict = match crate::tiers::l3::calibrated::calibrated(&f32s(&vc), &f32s(&vf), &f32s(&va), &sha, rule) {
+            Ok(r) => ArbiterVerdict { name, report: Some(r), mismatch: None },
+            Err(e) => ArbiterVerdict { name, report: None, mismatch: Some(e.to_string()) },
+        };
+        out.push(verdict);
+    }
+    Ok(out)
 }
 
 fn parse<'a>(p: &Path, bytes: &'a [u8]) -> Result<SafeTensors<'a>, CompareError> {
@@ -103,6 +164,27 @@ mod tests {
 
     fn f32s(v: &[f32]) -> Vec<u8> {
         v.iter().flat_map(|x| x.to_le_bytes()).collect()
+    }
+
+    /// Guards the three-way judgement: a GPU tensor within k of the CPU floor against f64 passes,
+    /// one ten times the floor's error fails, a NaN fails, and a tensor missing on one side is a
+    /// mismatch (never a pass).
+    #[test]
+    fn arbiter_judges_the_gpu_run_by_the_cpu_run_s_error() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let p = |n: &str| dir.path().join(format!("{n}.safetensors"));
+        let truth = [1.0f32, 2.0, 3.0, 4.0];
+        write(&p("f64"), &[("logits", Dtype::F32, vec![1, 4], f32s(&truth)), ("only_here", Dtype::F32, vec![1], f32s(&[0.0]))]);
+        write(&p("cpu"), &[("logits", Dtype::F32, vec![1, 4], f32s(&[1.0 + 1e-5, 2.0, 3.0 - 1e-5, 4.0]))]);
+        let rule = crate::tolerance::CalibratedRule { k: 4.0, delta_ulps: 1.0, epsilon: 2f64.powi(-23) };
+        for (gpu, pass) in [([1.0 - 2e-5, 2.0, 3.0, 4.0], true), ([1.0 + 1e-4, 2.0, 3.0, 4.0], false), ([f32::NAN, 2.0, 3.0, 4.0], false)] {
+            write(&p("gpu"), &[("logits", Dtype::F32, vec![1, 4], f32s(&gpu))]);
+            let v = judge_against_arbiter(&p("cpu"), &p("gpu"), &p("f64"), &rule).expect("judged");
+            let logits = v.iter().find(|t| t.name == "logits").expect("logits");
+            assert_eq!(logits.pass(), pass, "{gpu:?}: {logits:?}");
+            let only = v.iter().find(|t| t.name == "only_here").expect("only_here");
+            assert!(!only.pass() && only.mismatch.is_some());
+        }
     }
 
     /// Guards: float tensors report their max abs difference, integer tensors must match, and a

@@ -95,11 +95,18 @@ enum Command {
     /// Compare two `logits` dumps tensor by tensor (e.g. the reference with ONNX_PARITY_DEVICE=cpu
     /// and =cuda). Exits 1 when a float tensor differs by more than --max-abs, an integer tensor
     /// (greedy_tokens) differs at all, or a tensor is missing or mis-shaped on one side.
+    ///
+    /// With --arbiter F64 (a dump of `logits --dtype f64` of the same inputs), B is judged as L3
+    /// judges a candidate: each float tensor's error against F64 may be k times A's (the f32
+    /// reference on the CPU: the floor) plus δ, the float32 row of L3_calibrated; integer
+    /// tensors must be equal. This is the GPU reference's bound (scripts/gpu-check.sh).
     Compare {
         a: PathBuf,
         b: PathBuf,
-        #[arg(long, default_value_t = 1e-5)]
+        #[arg(long, default_value_t = 1e-5, conflicts_with = "arbiter")]
         max_abs: f64,
+        #[arg(long)]
+        arbiter: Option<PathBuf>,
     },
     /// Merge the trial records a test run wrote (`ONNX_PARITY_OUTCOMES=DIR cargo nextest run
     /// --test parity`, possibly partitioned over machines) into the reports `run` writes. Prints
@@ -208,6 +215,10 @@ struct LogitsArgs {
     /// `ONNX_PARITY_EP` selects). The reference's device is `ONNX_PARITY_DEVICE`.
     #[arg(long)]
     ep: Option<onnx_parity::eps::RunEp>,
+    /// The reference's precision: `f32` (default) or `f64`, the calibrated rule's arbiter
+    /// (matrices kept f32, upcast per matmul), for `compare --arbiter`.
+    #[arg(long, default_value = "f32", value_parser = ["f32", "f64"])]
+    dtype: String,
 }
 
 fn default_paths(paths: Vec<PathBuf>) -> Vec<PathBuf> {
@@ -506,7 +517,7 @@ fn inputs(path: PathBuf, out: PathBuf, synthetic: bool, replay: bool, goldens: O
 }
 
 fn logits(args: LogitsArgs) -> anyhow::Result<ExitCode> {
-    let LogitsArgs { implementation, checkpoint, onnx, inputs, out, greedy, bidirectional: scope, eos, layers, ep } = args;
+    let LogitsArgs { implementation, checkpoint, onnx, inputs, out, greedy, bidirectional: scope, eos, layers, ep, dtype } = args;
     let name = implementation.unwrap_or(if onnx.is_some() { "onnx" } else { "reference" });
     let Some(chosen) = implementations::by_name(name) else {
         anyhow::bail!("unknown implementation {name}: expected one of {}", implementations::names().join(", "));
@@ -526,7 +537,14 @@ fn logits(args: LogitsArgs) -> anyhow::Result<ExitCode> {
         None => onnx_parity::context::current().eps_or_cpu()[0],
     };
     let options = implementations::OpenOptions { layer_outputs: layers, bidirectional: scope, ep };
-    let mut backend = (chosen.open)(dir, &options).with_context(|| format!("{} {}", chosen.label, dir.display()))?;
+    let mut backend = match (name, dtype.as_str()) {
+        ("reference", "f64") => Box::new(
+            onnx_parity::backend::reference::ReferenceBackend::load_with_dtype(dir, scope, candle_core::DType::F64)
+                .with_context(|| format!("reference f64 {}", dir.display()))?,
+        ),
+        (_, "f64") => anyhow::bail!("--dtype f64 applies to the reference only"),
+        _ => (chosen.open)(dir, &options).with_context(|| format!("{} {}", chosen.label, dir.display()))?,
+    };
     let dump = logits::run(backend.as_mut(), &model_inputs, greedy, &eos, layers)?;
     dump.save(&out)?;
     let components: Vec<&str> = dump.run.prefill.components.keys().map(|c| c.as_str()).collect();
@@ -553,6 +571,49 @@ fn compare(a: PathBuf, b: PathBuf, max_abs: f64) -> anyhow::Result<ExitCode> {
         }
     }
     println!("{} tensors, bound {max_abs:e}: {}", diffs.len(), if ok { "within" } else { "EXCEEDED" });
+    Ok(if ok { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+}
+
+/// `compare A B --arbiter F64`: B's float tensors by the calibrated rule (A the floor), integer
+/// tensors equal.
+fn compare_with_arbiter(a: PathBuf, b: PathBuf, arbiter: PathBuf) -> anyhow::Result<ExitCode> {
+    use onnx_parity::case::Dtype;
+    let rule = onnx_parity::tolerance::Tolerances::defaults()
+        .l3_calibrated
+        .get(&Dtype::Float32)
+        .copied()
+        .context("cases/default_tolerances.yaml has no L3_calibrated float32 row")?;
+    let judged = onnx_parity::compare::judge_against_arbiter(&a, &b, &arbiter, &rule)?;
+    let mut ok = true;
+    for v in &judged {
+        ok &= v.pass();
+        match (&v.report, &v.mismatch) {
+            (_, Some(m)) => println!("{:<20} DIFFERS  {m}", v.name),
+            (Some(r), None) => println!(
+                "{:<20} {:<8} ratio {:.2} (k {}) e_gpu max {:.3e} rms {:.3e}, floor max {:.3e} rms {:.3e}",
+                v.name,
+                if r.pass { "ok" } else { "DIFFERS" },
+                r.ratio,
+                r.k,
+                r.e_cand_max,
+                r.e_cand_rms,
+                r.e_floor_max,
+                r.e_floor_rms
+            ),
+            (None, None) => {}
+        }
+    }
+    // What the arbiter does not hold: integer tensors (greedy tokens) equal; a float tensor is
+    // not judged, which is a failure.
+    for d in onnx_parity::compare::compare_files(&a, &b)?.iter().filter(|d| !judged.iter().any(|v| v.name == d.name)) {
+        let integer = d.mismatch.is_none() && (d.max_abs_diff == 0.0 || d.max_abs_diff.is_infinite()) && d.name.contains("tokens");
+        let equal = d.within(0.0);
+        ok &= integer && equal;
+        let verdict = if integer && equal { "ok" } else { "DIFFERS" };
+        let what = if integer { "equal" } else { "no f64 value to judge it against" };
+        println!("{:<20} {verdict:<8} {}", d.name, if equal || !integer { what.to_string() } else { format!("max_abs_diff {:e}", d.max_abs_diff) });
+    }
+    println!("{} tensors judged against {} (k {}, δ {} ulp): {}", judged.len(), arbiter.display(), rule.k, rule.delta_ulps, if ok { "within" } else { "EXCEEDED" });
     Ok(if ok { ExitCode::SUCCESS } else { ExitCode::FAILURE })
 }
 
@@ -631,7 +692,8 @@ fn main() -> ExitCode {
         Command::Fetch { paths, weights, runtimes, no_hub } => fetch(paths, weights, runtimes, no_hub),
         Command::Inputs { case, out, synthetic, replay, goldens } => inputs(case, out, synthetic, replay, goldens),
         Command::Logits(args) => logits(args),
-        Command::Compare { a, b, max_abs } => compare(a, b, max_abs),
+        Command::Compare { a, b, max_abs, arbiter: None } => compare(a, b, max_abs),
+        Command::Compare { a, b, arbiter: Some(f64), .. } => compare_with_arbiter(a, b, f64),
         Command::Repro { case, variant, level, out } => repro(case, variant, level, out),
         Command::Tf32Probe => tf32_probe(),
         Command::Report { dirs, files } => merge_reports(dirs, files),
