@@ -45,3 +45,4 @@ pub mod tf32;
 pub mod tiers;
 pub mod tolerance;
 pub mod variant_matrix;
+pub mod verdict_diff;

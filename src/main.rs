@@ -117,6 +117,11 @@ enum Command {
         #[command(flatten)]
         files: ReportFiles,
     },
+    /// The trials whose verdict differs between two `run --report` files (e.g. the CPU run and
+    /// the GPU run of the same cases; a trial's CPU and CUDA names match without their ` on <ep>`
+    /// suffix), and those one run ran and the other skipped, with why. Exits 1 when a trial both
+    /// runs ran changed verdict.
+    Diff { a: PathBuf, b: PathBuf },
     /// Write a reproducer bundle for the first divergence of CASE's L3: the blamed decoder layer
     /// cut out of the decoder (or the sub-model that differs in isolation), its inputs and the
     /// reference's outputs in ONNX's test-data layout, `reproduce.py` (onnxruntime, onnx, numpy)
@@ -617,6 +622,29 @@ fn compare_with_arbiter(a: PathBuf, b: PathBuf, arbiter: PathBuf) -> anyhow::Res
     Ok(if ok { ExitCode::SUCCESS } else { ExitCode::FAILURE })
 }
 
+/// `diff A B`: verdict changes between two reports, as a Markdown table.
+fn diff_reports(a: PathBuf, b: PathBuf) -> anyhow::Result<ExitCode> {
+    let read = |p: &PathBuf| -> anyhow::Result<serde_json::Value> {
+        serde_json::from_str(&std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?)
+            .with_context(|| format!("{} is not a JSON report", p.display()))
+    };
+    let d = onnx_parity::verdict_diff::diff(&read(&a)?, &read(&b)?);
+    let cell = |s: &str| s.replace('|', "\\|").chars().take(300).collect::<String>();
+    println!("| trial | {} | {} | message in the second run |\n|---|---|---|---|", a.display(), b.display());
+    for (k, x, y) in &d.changed {
+        println!("| {k} | {} | {} | {} |", x.status, y.status, cell(&y.message));
+    }
+    let mut why: std::collections::BTreeMap<String, usize> = std::collections::BTreeMap::new();
+    for (_, _, reason) in &d.one_sided {
+        *why.entry(reason.chars().take(160).collect()).or_default() += 1;
+    }
+    println!("\n{} trials with the same verdict, {} changed, {} run by one side only:", d.same, d.changed.len(), d.one_sided.len());
+    for (reason, n) in why {
+        println!("  {n} × {reason}");
+    }
+    Ok(if d.changed.is_empty() { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+}
+
 /// The JSON report and the Markdown table, where asked for.
 fn write_reports(r: &RunReport, files: &ReportFiles) -> anyhow::Result<()> {
     if let Some(p) = &files.report {
@@ -697,6 +725,7 @@ fn main() -> ExitCode {
         Command::Repro { case, variant, level, out } => repro(case, variant, level, out),
         Command::Tf32Probe => tf32_probe(),
         Command::Report { dirs, files } => merge_reports(dirs, files),
+        Command::Diff { a, b } => diff_reports(a, b),
     };
     match result {
         Ok(code) => code,
