@@ -1,29 +1,37 @@
 #!/usr/bin/env bash
-# The GPU check, prepared for a GPU machine without network. Needs a cuda build of the binary
-# (`eval "$(scripts/cuda-toolchain.sh)"; cargo build --release --features cuda`, on any machine)
-# and, for the ONNX Runtime rows, the onnxruntime-gpu library (ORT_DYLIB_PATH, or the cache a
-# previous run filled). Runs, in order:
+# The GPU check, for a GPU machine without network: run it from a bundle made by
+# scripts/gpu-bundle.sh (bin/onnx-parity built with --features cuda for the GPU's SM, cases/,
+# goldens/, fixtures/, and cache/ holding ONNX Runtime CPU and GPU, ORT GenAI and its ONNX
+# Runtime) or from a checkout with a cuda build (ONNX_PARITY_BIN, ONNX_PARITY_CACHE). Runs:
 #   1. the TF32 probe: candle on cuda and ORT's CUDA EP, each against f64 on the CPU;
-#   2. the reference on the GPU vs on the CPU, every fixture checkpoint × inputs file: logits,
-#      components and greedy tokens through `onnx-parity logits`, compared by `onnx-parity
-#      compare` (float tensors ≤ GPU_CHECK_MAX_ABS, default 1e-5; tokens equal);
-#   3. ORT CUDA where its library is available: each fixture export's logits next to the CPU
-#      reference's (informational: the tiers' own tolerances judge), then every committed case
-#      through `onnx-parity run` with the reference on cuda (the probe runs first);
-# and prints a table. Everything it wrote is under GPU_CHECK_OUT (default $OUT, else
-# /tmp/gpu-check). Exit status: 0 when every row passed or was skipped, 1 otherwise.
+#   2. the reference on the GPU against the reference on the CPU, every fixture checkpoint ×
+#      inputs: the GPU dump judged against the f64 arbiter with the CPU f32 run as its floor
+#      (`compare --arbiter`: the calibrated rule's float32 row, no hand-set bound), greedy tokens
+#      equal;
+#   3. every committed case twice, on the CPU (reference and ONNX Runtime on the CPU EP) and on the
+#      GPU (reference on cuda, each build on the CUDA EP where it targets it), then `onnx-parity
+#      diff` of the two reports: the trials whose verdict differs (want: none but real EP
+#      differences, each explained) and those one run only ran (builds not for CUDA), with why;
+# and prints a table with the times. Everything it writes is under GPU_CHECK_OUT (default $OUT,
+# else /tmp/gpu-check). Exit status: 0 when every row passed, 1 otherwise.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 2
 
-bin="${ONNX_PARITY_BIN:-target/release/onnx-parity}"
+bin="${ONNX_PARITY_BIN:-}"
+[[ -z $bin && -x bin/onnx-parity ]] && bin=bin/onnx-parity
+bin="${bin:-target/release/onnx-parity}"
+[[ -d cache && -z ${ONNX_PARITY_CACHE:-} ]] && export ONNX_PARITY_CACHE="$PWD/cache"
 out="${GPU_CHECK_OUT:-${OUT:-/tmp/gpu-check}}"
-bound="${GPU_CHECK_MAX_ABS:-1e-5}"
 greedy="${GPU_CHECK_GREEDY:-4}"
 device="${GPU_CHECK_DEVICE:-cuda:0}"
 mkdir -p "$out"
 export ONNX_PARITY_LOG="${ONNX_PARITY_LOG:-warn}"
 # Offline: nothing may reach the network (the hub, pip).
-export HF_HUB_OFFLINE=1
+export HF_HUB_OFFLINE=1 PIP_NO_INDEX=1 PIP_INDEX_URL=http://127.0.0.1:9/simple
+# The CUDA libraries the binary and ORT's CUDA EP link (cuBLAS, cuRAND, cudart 13): a system
+# CUDA, else NVIDIA's pip packages beside the machine's python (torch images carry them).
+libs=$(python3 -c 'import nvidia, os; p = nvidia.__path__[0]; print(":".join(os.path.join(p, d, "lib") for d in sorted(os.listdir(p)) if os.path.isdir(os.path.join(p, d, "lib"))))' 2>/dev/null)
+export LD_LIBRARY_PATH="${libs:+$libs:}/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 
 rows=()
 failed=0
@@ -32,9 +40,10 @@ row() { # check, verdict, detail
   [[ $2 == FAIL ]] && failed=1
   echo "gpu-check: $1: $2 $3" >&2
 }
+secs() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.1f", b - a }'; }
 
 if [[ ! -x $bin ]]; then
-  echo "gpu-check: no $bin (build it with --features cuda, or set ONNX_PARITY_BIN)" >&2
+  echo "gpu-check: no $bin (scripts/gpu-bundle.sh makes a bundle; or build with --features cuda and set ONNX_PARITY_BIN)" >&2
   exit 2
 fi
 start=$(date +%s)
@@ -45,23 +54,24 @@ else
 fi
 row "GPU" info "$(head -1 "$out/gpu.txt")"
 
-# 1. The TF32 probe (prints candle's row, and ORT's when its library loads).
-if ONNX_PARITY_DEVICE="$device" "$bin" tf32-probe >"$out/tf32-probe.txt" 2>&1; then
-  row "TF32 probe" PASS "$(grep -E 'max_rel_err|not probed' "$out/tf32-probe.txt" | tr -s ' ' | paste -sd ';' -)"
+# 1. The TF32 probe (candle on the device; ORT on the CPU EP and the CUDA EP).
+t0=$(date +%s.%N)
+if ONNX_PARITY_DEVICE="$device" ONNX_PARITY_EP="cpu,$device" "$bin" tf32-probe >"$out/tf32-probe.txt" 2>&1; then
+  row "TF32 probe" PASS "$(grep -E 'max_rel_err|not probed' "$out/tf32-probe.txt" | tr -s ' ' | paste -sd ';' -) ($(secs "$t0" "$(date +%s.%N)") s)"
 else
   row "TF32 probe" FAIL "$(tail -3 "$out/tf32-probe.txt" | tr -s ' ' | paste -sd ';' -)"
 fi
 
-# 2. The reference on the GPU vs on the CPU, every fixture.
+# 2. The reference on the GPU against the CPU, judged by the f64 arbiter.
 for ck in fixtures/*/checkpoint; do
   fx=$(dirname "$ck")
   for inp in "$fx"/inputs*.safetensors; do
     [[ -e $inp ]] || continue
     tag="$(basename "$fx")$(basename "$inp" .safetensors | sed 's/^inputs//')"
-    cpu="$out/$tag.cpu.safetensors" gpu="$out/$tag.cuda.safetensors"
+    cpu="$out/$tag.cpu.safetensors" gpu="$out/$tag.cuda.safetensors" f64="$out/$tag.f64.safetensors"
     t0=$(date +%s.%N)
     if ! ONNX_PARITY_DEVICE=cpu "$bin" logits --checkpoint "$ck" --inputs "$inp" --out "$cpu" --greedy "$greedy" >>"$out/$tag.log" 2>&1; then
-      row "reference cuda vs cpu: $tag" FAIL "the CPU run failed ($out/$tag.log)"
+      row "reference cuda vs cpu: $tag" FAIL "the CPU run failed: $(tail -1 "$out/$tag.log")"
       continue
     fi
     t1=$(date +%s.%N)
@@ -70,39 +80,29 @@ for ck in fixtures/*/checkpoint; do
       continue
     fi
     t2=$(date +%s.%N)
-    times=$(awk -v a="$t0" -v b="$t1" -v c="$t2" 'BEGIN { printf "cpu %.1f s, gpu %.1f s", b - a, c - b }')
-    if "$bin" compare "$cpu" "$gpu" --max-abs "$bound" >"$out/$tag.compare.txt" 2>&1; then verdict=PASS; else verdict=FAIL; fi
-    logits=$(awk '$1 == "logits" { print $NF }' "$out/$tag.compare.txt")
-    worst=$(grep -c DIFFERS "$out/$tag.compare.txt")
-    row "reference cuda vs cpu: $tag" "$verdict" "logits max_abs_diff ${logits:-?} (bound $bound); $worst tensor(s) over; $times"
+    if ! ONNX_PARITY_DEVICE=cpu "$bin" logits --checkpoint "$ck" --inputs "$inp" --out "$f64" --dtype f64 >>"$out/$tag.log" 2>&1; then
+      row "reference cuda vs cpu: $tag" FAIL "the f64 run failed: $(tail -1 "$out/$tag.log")"
+      continue
+    fi
+    if "$bin" compare "$cpu" "$gpu" --arbiter "$f64" >"$out/$tag.compare.txt" 2>&1; then verdict=PASS; else verdict=FAIL; fi
+    logits=$(grep -E '^logits ' "$out/$tag.compare.txt" | tr -s ' ' | cut -d' ' -f2-)
+    row "reference cuda vs cpu: $tag" "$verdict" "logits: ${logits:-?}; $(grep -c DIFFERS "$out/$tag.compare.txt") tensor(s) over; cpu $(secs "$t0" "$t1") s, gpu $(secs "$t1" "$t2") s"
   done
 done
 
-# 3. ONNX Runtime's CUDA EP, where its library is available.
-ort_lib="${ORT_DYLIB_PATH:-${ONNX_PARITY_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/onnx-parity}/onnxruntime-gpu-1.31.1/libonnxruntime.so.1.31.1}"
-if [[ -f $ort_lib ]]; then
-  export ORT_DYLIB_PATH="$ort_lib"
-  # The EP is chosen at run time (src/onnx/provider.rs); TF32 off, no silent CPU fallback.
-  export ONNX_PARITY_EP="${ONNX_PARITY_EP:-$device}"
-  for onnx in fixtures/*/onnx; do
-    fx=$(dirname "$onnx")
-    tag=$(basename "$fx")
-    inp="$fx/inputs.safetensors"
-    [[ -e $inp && -e "$out/$tag.cpu.safetensors" ]] || continue
-    if "$bin" logits --onnx "$onnx" --inputs "$inp" --out "$out/$tag.ort-cuda.safetensors" --greedy "$greedy" >>"$out/$tag.log" 2>&1; then
-      "$bin" compare "$out/$tag.cpu.safetensors" "$out/$tag.ort-cuda.safetensors" --max-abs "$bound" >"$out/$tag.ort-compare.txt" 2>&1
-      row "ORT CUDA export vs CPU reference: $tag" info "logits max_abs_diff $(awk '$1 == "logits" { print $NF }' "$out/$tag.ort-compare.txt") (judged by the L3 row below)"
-    else
-      row "ORT CUDA export: $tag" FAIL "$(tail -1 "$out/$tag.log")"
-    fi
-  done
-  if ONNX_PARITY_DEVICE="$device" "$bin" run cases --report "$out/run.json" --markdown "$out/run.md" >"$out/run.txt" 2>&1; then
-    row "onnx-parity run cases/ (reference on $device, ORT CUDA EP)" PASS "$(tail -1 "$out/run.txt")"
-  else
-    row "onnx-parity run cases/ (reference on $device, ORT CUDA EP)" FAIL "$(tail -1 "$out/run.txt") (see $out/run.md)"
-  fi
+# 3. Every committed case on the CPU, then on the GPU, and the verdicts that differ.
+t0=$(date +%s.%N)
+ONNX_PARITY_EP=cpu ONNX_PARITY_DEVICE=cpu "$bin" run cases --report "$out/cpu.json" --markdown "$out/cpu.md" >"$out/cpu.txt" 2>&1
+t1=$(date +%s.%N)
+row "run cases/ on the CPU (reference cpu, CPU EP)" info "$(tail -1 "$out/cpu.txt") ($(secs "$t0" "$t1") s)"
+ONNX_PARITY_EP="$device" ONNX_PARITY_DEVICE="$device" "$bin" run cases --report "$out/gpu.json" --markdown "$out/gpu.md" >"$out/gpu.txt" 2>&1
+t2=$(date +%s.%N)
+row "run cases/ on the GPU (reference $device, CUDA EP)" info "$(tail -1 "$out/gpu.txt") ($(secs "$t1" "$t2") s)"
+if [[ -s $out/cpu.json && -s $out/gpu.json ]]; then
+  if "$bin" diff "$out/cpu.json" "$out/gpu.json" >"$out/diff.md" 2>&1; then verdict=PASS; else verdict=FAIL; fi
+  row "verdicts CPU run vs GPU run" "$verdict" "$(grep -E '^[0-9]+ trials with the same verdict' "$out/diff.md") (table: $out/diff.md)"
 else
-  row "ORT CUDA" skipped "no onnxruntime-gpu library at $ort_lib (set ORT_DYLIB_PATH)"
+  row "verdicts CPU run vs GPU run" FAIL "a run wrote no report (see $out/cpu.txt, $out/gpu.txt)"
 fi
 
 {
@@ -110,6 +110,8 @@ fi
   echo "| check | verdict | detail |"
   echo "|---|---|---|"
   printf '%s\n' "${rows[@]}"
+  echo
+  [[ -s $out/diff.md ]] && cat "$out/diff.md"
   echo
   echo "gpu-check: $(( $(date +%s) - start )) s; outputs in $out"
 } | tee "$out/table.md"
