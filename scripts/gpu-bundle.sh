@@ -31,8 +31,10 @@ rm -rf "$out.partial"
 mkdir -p "$out.partial"/{bin,scripts,cache}
 log "building the cuda binary for sm_$sm"
 eval "$(CUDA_COMPUTE_CAP="$sm" bash scripts/cuda-toolchain.sh)"
-CUDA_COMPUTE_CAP="$sm" cargo build --release --features cuda --bin onnx-parity
-target="${CARGO_TARGET_DIR:-target}"
+# Its own target folder (CUDA_TARGET_DIR, default target/cuda): the cuda build's candle differs
+# from the CPU build's, which the fetch below runs.
+target="${CUDA_TARGET_DIR:-target/cuda}"
+CUDA_COMPUTE_CAP="$sm" cargo build --release --features cuda --bin onnx-parity --target-dir "$target"
 cp "$target/release/onnx-parity" "$out.partial/bin/"
 cp -r cases goldens fixtures "$out.partial/"
 cp scripts/gpu-check.sh "$out.partial/scripts/"

@@ -94,10 +94,10 @@ done
 t0=$(date +%s.%N)
 ONNX_PARITY_EP=cpu ONNX_PARITY_DEVICE=cpu "$bin" run cases --report "$out/cpu.json" --markdown "$out/cpu.md" >"$out/cpu.txt" 2>&1
 t1=$(date +%s.%N)
-row "run cases/ on the CPU (reference cpu, CPU EP)" info "$(tail -1 "$out/cpu.txt") ($(secs "$t0" "$t1") s)"
+row "run cases/ on the CPU (reference cpu, CPU EP)" info "$(grep -E "^[0-9]+ passed" "$out/cpu.txt" | tail -1) ($(secs "$t0" "$t1") s)"
 ONNX_PARITY_EP="$device" ONNX_PARITY_DEVICE="$device" "$bin" run cases --report "$out/gpu.json" --markdown "$out/gpu.md" >"$out/gpu.txt" 2>&1
 t2=$(date +%s.%N)
-row "run cases/ on the GPU (reference $device, CUDA EP)" info "$(tail -1 "$out/gpu.txt") ($(secs "$t1" "$t2") s)"
+row "run cases/ on the GPU (reference $device, CUDA EP)" info "$(grep -E "^[0-9]+ passed" "$out/gpu.txt" | tail -1) ($(secs "$t1" "$t2") s)"
 if [[ -s $out/cpu.json && -s $out/gpu.json ]]; then
   if "$bin" diff "$out/cpu.json" "$out/gpu.json" >"$out/diff.md" 2>&1; then verdict=PASS; else verdict=FAIL; fi
   row "verdicts CPU run vs GPU run" "$verdict" "$(grep -E '^[0-9]+ trials with the same verdict' "$out/diff.md") (table: $out/diff.md)"
