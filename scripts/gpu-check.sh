@@ -30,8 +30,10 @@ export ONNX_PARITY_LOG="${ONNX_PARITY_LOG:-warn}"
 export HF_HUB_OFFLINE=1 PIP_NO_INDEX=1 PIP_INDEX_URL=http://127.0.0.1:9/simple
 # The CUDA libraries the binary and ORT's CUDA EP link (cuBLAS, cuRAND, cudart 13): a system
 # CUDA, else NVIDIA's pip packages beside the machine's python (torch images carry them).
-libs=$(python3 -c 'import nvidia, os; p = nvidia.__path__[0]; print(":".join(os.path.join(p, d, "lib") for d in sorted(os.listdir(p)) if os.path.isdir(os.path.join(p, d, "lib"))))' 2>/dev/null)
-export LD_LIBRARY_PATH="${libs:+$libs:}/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+libs=$(python3 -c 'import nvidia, os; print(":".join(os.path.join(p, d, "lib") for p in nvidia.__path__ for d in sorted(os.listdir(p)) if os.path.isdir(os.path.join(p, d, "lib"))))' 2>/dev/null)
+for d in /usr/local/nvidia/lib64 /usr/local/cuda/lib64; do [[ -d $d ]] && libs="${libs:+$libs:}$d"; done
+export LD_LIBRARY_PATH="${libs}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+echo "gpu-check: LD_LIBRARY_PATH=$LD_LIBRARY_PATH" >&2
 
 rows=()
 failed=0
