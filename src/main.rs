@@ -616,9 +616,20 @@ fn compare_with_arbiter(a: PathBuf, b: PathBuf, arbiter: PathBuf) -> anyhow::Res
         ok &= integer && equal;
         let verdict = if integer && equal { "ok" } else { "DIFFERS" };
         let what = if integer { "equal" } else { "no f64 value to judge it against" };
-        println!("{:<20} {verdict:<8} {}", d.name, if equal || !integer { what.to_string() } else { format!("max_abs_diff {:e}", d.max_abs_diff) });
+        println!(
+            "{:<20} {verdict:<8} {}",
+            d.name,
+            if equal || !integer { what.to_string() } else { format!("max_abs_diff {:e}", d.max_abs_diff) }
+        );
     }
-    println!("{} tensors judged against {} (k {}, δ {} ulp): {}", judged.len(), arbiter.display(), rule.k, rule.delta_ulps, if ok { "within" } else { "EXCEEDED" });
+    println!(
+        "{} tensors judged against {} (k {}, δ {} ulp): {}",
+        judged.len(),
+        arbiter.display(),
+        rule.k,
+        rule.delta_ulps,
+        if ok { "within" } else { "EXCEEDED" }
+    );
     Ok(if ok { ExitCode::SUCCESS } else { ExitCode::FAILURE })
 }
 

@@ -204,7 +204,6 @@ impl RelativeError {
     }
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -453,7 +453,12 @@ fn environment_access(file: &SourceFile) -> Vec<String> {
     for (i, line) in body.lines().enumerate() {
         let code = line.split("//").next().unwrap_or_default();
         if sets.iter().any(|p| code.contains(p)) || (!reader && reads.iter().any(|p| code.contains(p))) {
-            out.push(format!("{}:{}: `{}` (only the drivers set the environment; only context.rs reads it)", file.path.display(), i + 1, code.trim()));
+            out.push(format!(
+                "{}:{}: `{}` (only the drivers set the environment; only context.rs reads it)",
+                file.path.display(),
+                i + 1,
+                code.trim()
+            ));
         }
     }
     out

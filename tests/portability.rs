@@ -73,7 +73,8 @@ fn list_prints_each_trial_with_its_ep() {
     let cuda = listed.lines().find(|l| l.starts_with("causal-lm/unpinned@cuda::L1 on cuda:0  ")).unwrap_or_else(|| panic!("{listed}"));
     assert!(cuda.ends_with("run"), "{cuda}");
     // ORT GenAI runs on the CPU only (its CUDA build is not driven): its CUDA trial says so.
-    let genai = listed.lines().find(|l| l.starts_with("causal-lm/unpinned@cuda::L3 [ort-genai] on cuda:0  ")).unwrap_or_else(|| panic!("{listed}"));
+    let genai =
+        listed.lines().find(|l| l.starts_with("causal-lm/unpinned@cuda::L3 [ort-genai] on cuda:0  ")).unwrap_or_else(|| panic!("{listed}"));
     assert!(genai.contains("ignored: ORT GenAI on CUDAExecutionProvider"), "{genai}");
 }
 
@@ -104,9 +105,12 @@ fn a_moved_binary_judges_a_moved_repository() {
     let moved = bin_dir.join("onnx-parity");
     std::fs::copy(bin(), &moved).expect("copy the binary");
     let repo = dir.path().join("elsewhere");
-    for rel in
-        ["cases/causal-lm/builder-scale.yaml", "goldens/causal-lm/builder-scale.json", "goldens/causal-lm/builder-scale_generation.json", "fixtures/builder-scale"]
-    {
+    for rel in [
+        "cases/causal-lm/builder-scale.yaml",
+        "goldens/causal-lm/builder-scale.json",
+        "goldens/causal-lm/builder-scale_generation.json",
+        "fixtures/builder-scale",
+    ] {
         copy(rel, &repo);
     }
     let report = dir.path().join("r.json");

@@ -416,7 +416,11 @@ fn webgpu_without_a_device_says_which_device_is_missing() {
         "{message}"
     );
     assert!(levels[0].2.contains("checked against the webgpu EP contract (the EP of this trial)"), "{}", levels[0].2);
-    assert!(levels[0].2.contains("does not load it on WebGpuExecutionProvider") && levels[0].2.contains("no WebGPU adapter"), "{}", levels[0].2);
+    assert!(
+        levels[0].2.contains("does not load it on WebGpuExecutionProvider") && levels[0].2.contains("no WebGPU adapter"),
+        "{}",
+        levels[0].2
+    );
 }
 
 /// Kills: nodes that land on the CPU EP going unreported: OpenVINO's plugin EP (which runs on this
@@ -469,7 +473,10 @@ fn unknown_ep_is_an_error() {
         .expect("runs the onnx-parity binary");
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(2), "{err}");
-    assert!(err.contains("ONNX_PARITY_EP=cpu,rocm: expected a comma-separated list of cpu, cuda, cuda:N, webgpu, openvino, tensorrt-rtx"), "{err}");
+    assert!(
+        err.contains("ONNX_PARITY_EP=cpu,rocm: expected a comma-separated list of cpu, cuda, cuda:N, webgpu, openvino, tensorrt-rtx"),
+        "{err}"
+    );
     assert!(!report.exists());
 }
 

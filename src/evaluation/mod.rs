@@ -33,15 +33,15 @@ use crate::eps::RunEp;
 use crate::inputs::replay::IdsDrift;
 use crate::inputs::ModelInputs;
 use crate::metrics::greedy_token;
+use crate::metrics::{RelativeError, WeightError};
 use crate::onnx::package::{Layout, OnnxPackage};
 use crate::onnx::quantized::QuantizedBuild;
 use crate::outputs::{GeneratedTokens, Isolation, Run};
-use crate::metrics::{RelativeError, WeightError};
-use precision::Calibration;
 use implementations::Implementation;
 use onnx_parity_reference::model::LocalPle;
 use onnx_parity_reference::weights::{name_for, Overrides};
 use onnx_parity_reference::BidirectionalScope;
+use precision::Calibration;
 
 /// What the reference computed for a case.
 #[derive(Debug, Clone)]

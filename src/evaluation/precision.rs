@@ -154,4 +154,3 @@ pub struct Calibration<'a> {
     pub floor: &'a crate::outputs::Run,
     pub local: &'a crate::outputs::LocalLayers,
 }
-
