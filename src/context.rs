@@ -99,6 +99,11 @@ impl RunContext {
         self
     }
 
+    /// The context of these variables alone (tests, a driver that is given its settings).
+    pub fn from_pairs(pairs: &[(&str, &str)]) -> RunContext {
+        RunContext::from_lookup(|k| pairs.iter().find(|(n, _)| *n == k).map(|(_, v)| OsString::from(v)))
+    }
+
     /// The context of this process's environment.
     pub fn from_env() -> RunContext {
         RunContext::from_lookup(|k| std::env::var_os(k))
@@ -158,8 +163,7 @@ mod tests {
     use super::*;
 
     fn lookup(pairs: &[(&str, &str)]) -> RunContext {
-        let pairs: Vec<(String, OsString)> = pairs.iter().map(|(k, v)| (k.to_string(), OsString::from(v))).collect();
-        RunContext::from_lookup(|k| pairs.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone()))
+        RunContext::from_pairs(pairs)
     }
 
     /// Guards: each variable lands in its field; empty values are unset; CI's off spellings are off.

@@ -28,8 +28,7 @@ mod tests {
     use crate::context::{CACHE_ENV, EP_VAR};
 
     fn lookup(pairs: &[(&str, &str)]) -> RunContext {
-        let pairs: Vec<(String, OsString)> = pairs.iter().map(|(k, v)| (k.to_string(), OsString::from(v))).collect();
-        RunContext::from_lookup(|k| pairs.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone()))
+        RunContext::from_pairs(pairs)
     }
 
     /// Guards: the driver sets TF32 off only when CUDA may run and the user left it unset, and

@@ -100,6 +100,23 @@ pub struct NodeInfo {
 }
 
 impl GraphSummary {
+    /// A graph with nothing in it, named `path` (what a caller fills in by hand).
+    pub fn empty(path: &Path) -> Self {
+        GraphSummary {
+            path: path.into(),
+            producer: String::new(),
+            opsets: BTreeMap::new(),
+            inputs: vec![],
+            outputs: vec![],
+            initializer_count: 0,
+            op_inventory: BTreeMap::new(),
+            dangling_initializers: vec![],
+            nodes: vec![],
+            value_types: BTreeMap::new(),
+            initializer_bytes: vec![],
+        }
+    }
+
     /// Decodes the graph file at `path` (external-data weights are not read).
     pub fn load(path: &Path) -> Result<Self, GraphError> {
         let bytes = std::fs::read(path).map_err(|source| GraphError::Read { path: path.into(), source })?;

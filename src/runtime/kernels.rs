@@ -81,23 +81,6 @@ pub fn refused_everywhere(graphs: &BTreeMap<String, GraphSummary>) -> Vec<String
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// A graph summary with no nodes (each test adds its own).
-    fn empty_graph() -> GraphSummary {
-        GraphSummary {
-            path: "model.onnx".into(),
-            producer: String::new(),
-            opsets: Default::default(),
-            inputs: vec![],
-            outputs: vec![],
-            initializer_count: 0,
-            op_inventory: Default::default(),
-            dangling_initializers: vec![],
-            nodes: vec![],
-            value_types: Default::default(),
-            initializer_bytes: vec![],
-        }
-    }
     use crate::onnx::graph::NodeInfo;
 
     fn moe(name: &str, activation: &str) -> NodeInfo {
@@ -116,7 +99,7 @@ mod tests {
     /// activation the kernels take is none.
     #[test]
     fn geglu_runs_nowhere_and_silu_everywhere() {
-        let mut g = empty_graph();
+        let mut g = GraphSummary::empty(std::path::Path::new("model.onnx"));
         g.nodes = vec![moe("moe_silu", "silu"), moe("moe_geglu", "geglu")];
         let findings = refused_everywhere(&BTreeMap::from([("model".to_string(), g)]));
         assert_eq!(findings.len(), 1, "{findings:?}");

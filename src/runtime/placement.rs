@@ -155,23 +155,6 @@ fn produced_type(n: &NodeInfo, i: usize, types: &BTreeMap<&str, &'static str>) -
 mod tests {
     use super::*;
 
-    /// A graph summary with no nodes (each test adds its own).
-    fn empty_graph() -> GraphSummary {
-        GraphSummary {
-            path: "model.onnx".into(),
-            producer: String::new(),
-            opsets: Default::default(),
-            inputs: vec![],
-            outputs: vec![],
-            initializer_count: 0,
-            op_inventory: Default::default(),
-            dangling_initializers: vec![],
-            nodes: vec![],
-            value_types: Default::default(),
-            initializer_bytes: vec![],
-        }
-    }
-
     /// Guards the parsing of ORT 1.31.1's placement lines (as logged with a OpenVINO session)
     /// and that lines of other sessions or locations are not mixed in.
     #[test]
@@ -213,7 +196,7 @@ mod tests {
     /// cannot be known — are compute nodes, reported.
     #[test]
     fn placement_is_judged_by_what_nodes_output() {
-        let mut g = empty_graph();
+        let mut g = GraphSummary::empty(std::path::Path::new("model.onnx"));
         g.nodes = vec![
             node("node_Shape_17", "Shape", &["A"], &["val_5"], None),
             node("node_Gather_18", "Gather", &["val_5", "val_6"], &["val_7"], None),
