@@ -49,6 +49,9 @@ pub const DECODER_ISOLATED_PASS: &str = "decoder_isolated_pass";
 // L3 of a quantized build (`tiers::l3::quantization`).
 /// The build's quantization as its graphs say (the protocol line's part).
 pub const QUANTIZATION: &str = "quantization";
+/// How the EP's quantized kernel was modelled (`accuracy_level 4 modelled as MLAS's int8
+/// activation blocks (CPUExecutionProvider)`).
+pub const QUANTIZATION_KERNEL_MODEL: &str = "quantization_kernel_model";
 /// Per quantized weight: node, bits, `relative_error` against the checkpoint, `ratio_to_median`.
 pub const QUANTIZATION_WEIGHT_ERROR: &str = "quantization_weight_error";
 pub const QUANTIZATION_WEIGHT_ERROR_RATIO_MAX: &str = "quantization_weight_error_ratio_max";

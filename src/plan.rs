@@ -15,6 +15,7 @@ use std::sync::Arc;
 use crate::case::{discover, Candidate, Case, Level};
 use crate::eps::RunEp;
 use crate::evaluation::{implementations, CaseEvaluations};
+use crate::runtime::kernels::MatMulNBitsModel;
 use crate::tiers::outcome::{Status, TierOutcome};
 use crate::tiers::{static_skip, RunOptions};
 
@@ -112,17 +113,13 @@ pub fn plan(roots: &[PathBuf], opts: &RunOptions) -> Vec<PlannedTrial> {
                 }
                 // A quantized build is judged against the reference on its own dequantized
                 // weights: its own evaluation (and a float variant of a quantized case, the float
-                // reference's), shared by its trials on every EP.
-                let mut own: std::collections::BTreeMap<Option<String>, Arc<CaseEvaluations>> = Default::default();
+                // reference's), shared by its trials on every EP whose kernels compute it alike
+                // (MatMulNBits' activations: MLAS on the CPU quantizes them at accuracy_level 4,
+                // CUDA never does).
+                let mut own: std::collections::BTreeMap<(Option<String>, MatMulNBitsModel), Arc<CaseEvaluations>> = Default::default();
                 for (build, levels) in candidates {
                     let Some(view) = case.view(&build) else { continue };
-                    let eval = match build.variant.is_some() && (view.dtype.is_quantized() || base_quantized) {
-                        true => Arc::clone(
-                            own.entry(build.variant.clone())
-                                .or_insert_with(|| Arc::new(CaseEvaluations::for_build(&view, build.variant.as_deref()))),
-                        ),
-                        false => Arc::clone(&eval),
-                    };
+                    let quantized = build.variant.is_some() && (view.dtype.is_quantized() || base_quantized);
                     let view = Arc::new(view);
                     // A model implementation runs the checkpoint on the reference's device: one
                     // trial, no EP; a runtime on each selected EP.
@@ -131,6 +128,13 @@ pub fn plan(roots: &[PathBuf], opts: &RunOptions) -> Vec<PlannedTrial> {
                         false => &[RunEp::Cpu],
                     };
                     for &ep in eps {
+                        let eval = match quantized {
+                            true => Arc::clone(
+                                own.entry((build.variant.clone(), MatMulNBitsModel::of(ep)))
+                                    .or_insert_with(|| Arc::new(CaseEvaluations::for_build_on(&view, build.variant.as_deref(), ep))),
+                            ),
+                            false => Arc::clone(&eval),
+                        };
                         let candidate = build.clone().on(ep);
                         let id = candidate.id(&view);
                         for &level in levels {

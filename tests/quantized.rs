@@ -103,3 +103,29 @@ fn streamed_float_logits_give_the_same_cost() {
     cost(&streamed, &float, &mut none).expect("cost");
     assert!(kl(&none).iter().all(|&k| k < 1e-9) && none["quantization_top1_agreement"] == 1.0, "{none:?}");
 }
+
+/// Guards issue 37's per-EP model of MatMulNBits: at accuracy_level 4 the CPU EP's MLAS quantizes
+/// each block of activations to int8 and the reference on the build's weights does too; CUDA's
+/// kernel never reads the level (dequantize, then a float GEMM), so a CUDA trial's reference
+/// keeps its activations float. The tied table (GatherBlockQuantized) quantizes nothing either way.
+#[test]
+fn activation_quantization_follows_the_ep_s_kernel() {
+    use onnx_parity::eps::RunEp;
+    use onnx_parity::runtime::kernels::MatMulNBitsModel;
+    let mut q = QuantizedBuild::read(&repo("fixtures/gemma4-text-dense/variants/int4-acc4")).expect("read").expect("quantized");
+    assert!(q.at_level_4());
+    let blocks = |q: &QuantizedBuild| {
+        let o = q.dequantize().expect("dequantize");
+        let with: Vec<&str> =
+            q.weights.iter().filter(|w| o.get(&w.key).is_some_and(|o| o.activation_block.is_some())).map(|w| w.key.as_str()).collect();
+        with.len()
+    };
+    for (ep, expected) in [(RunEp::Cpu, 43), (RunEp::Cuda(0), 0)] {
+        q.int8_activations_at = MatMulNBitsModel::of(ep).quantizes_activations(4).then_some(4);
+        assert_eq!(blocks(&q), expected, "{ep}");
+        assert_eq!(q.quantizes_activations(), expected > 0, "{ep}");
+    }
+    // A build at accuracy_level 0 quantizes no activation on any EP.
+    let q0 = QuantizedBuild::read(&repo("fixtures/gemma4-text-dense/variants/int4")).expect("read").expect("quantized");
+    assert!(!q0.at_level_4() && !q0.quantizes_activations());
+}

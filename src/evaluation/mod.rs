@@ -37,6 +37,7 @@ use crate::metrics::{RelativeError, WeightError};
 use crate::onnx::package::{Layout, OnnxPackage};
 use crate::onnx::quantized::QuantizedBuild;
 use crate::outputs::{GeneratedTokens, Isolation, Run};
+use crate::runtime::kernels::MatMulNBitsModel;
 use implementations::Implementation;
 use onnx_parity_reference::model::LocalPle;
 use onnx_parity_reference::weights::{name_for, Overrides};
@@ -135,6 +136,9 @@ pub struct CaseEvaluation {
     /// The calibrated L3 rule's runs (the f64 arbiter, the reference at each precision).
     precision: precision::PrecisionRuns,
     candidates: Vec<CandidateSlot>,
+    /// What the kernel that runs a quantized build's MatMulNBits does with its activations (its
+    /// EP's: the reference on the build's weights computes the same, `runtime::kernels`).
+    matmul_nbits: MatMulNBitsModel,
 }
 
 impl Default for CaseEvaluation {
@@ -201,6 +205,7 @@ impl CaseEvaluation {
             float_reference: OnceLock::new(),
             precision: Default::default(),
             candidates,
+            matmul_nbits: MatMulNBitsModel::Mlas,
         }
     }
 
@@ -228,13 +233,14 @@ impl CaseEvaluation {
                 let artifacts = Artifacts::of(case);
                 let dir = artifacts.export.as_deref().ok_or(EvalError::NoArtifact("the case has no `onnx:` export"))?;
                 let err = |m: String| Arc::new(EvalError::Quantized(m));
-                let build = QuantizedBuild::read(dir).map_err(|e| err(e.to_string()))?.ok_or_else(|| {
+                let mut build = QuantizedBuild::read(dir).map_err(|e| err(e.to_string()))?.ok_or_else(|| {
                     err(format!(
                         "{}: dtype {} but no graph has a quantized weight (MatMulNBits, GatherBlockQuantized, DequantizeLinear into a MatMul): a float build under a quantized name",
                         dir.display(),
                         case.dtype
                     ))
                 })?;
+                build.int8_activations_at = self.matmul_nbits.quantizes_activations(4).then_some(4);
                 let weights = build.dequantize().map_err(|e| err(e.to_string()))?;
                 tracing::info!("{}: quantized build: {}", case.name, build.summary());
                 let checkpoint = artifacts.checkpoint.as_deref().ok_or(EvalError::NoArtifact(implementations::REFERENCE.missing))?;
@@ -416,6 +422,8 @@ pub struct CaseEvaluations {
     /// candidates too).
     variants: Vec<String>,
     others: Vec<ImplementationName>,
+    /// The quantized kernels' model its evaluations share (a replayed one too).
+    matmul_nbits: MatMulNBitsModel,
 }
 
 impl CaseEvaluations {
@@ -425,14 +433,27 @@ impl CaseEvaluations {
     }
 
     /// The evaluations of a variant's view of a case (`case`, [`Case::view`]) when that build
-    /// needs its own (a quantized build is judged against the reference on its own weights).
+    /// needs its own (a quantized build is judged against the reference on its own weights), as
+    /// the CPU EP's kernels run it.
     pub fn for_build(case: &Case, variant: Option<&str>) -> Self {
+        CaseEvaluations::for_build_on(case, variant, RunEp::Cpu)
+    }
+
+    /// [`CaseEvaluations::for_build`] as `ep`'s kernels run a quantized build (its MatMulNBits'
+    /// activations: [`MatMulNBitsModel::of`]).
+    pub fn for_build_on(case: &Case, variant: Option<&str>, ep: RunEp) -> Self {
+        let model = MatMulNBitsModel::of(ep);
+        let on = |mut e: CaseEvaluation| {
+            e.matmul_nbits = model;
+            e
+        };
         CaseEvaluations {
-            real: CaseEvaluation::for_case(case, variant),
-            synthetic: CaseEvaluation::for_case(case, variant),
+            real: on(CaseEvaluation::for_case(case, variant)),
+            synthetic: on(CaseEvaluation::for_case(case, variant)),
             replay: OnceLock::new(),
             variants: case.variants.keys().cloned().chain(variant.map(str::to_string)).collect(),
             others: other_implementations(case),
+            matmul_nbits: model,
         }
     }
 
@@ -456,7 +477,12 @@ impl CaseEvaluations {
                 if let Some(d) = &drift {
                     tracing::warn!("{}: {d}; L4/L5 replay the golden's input_ids", case.name);
                 }
-                Ok(drift.map(|d| (CaseEvaluation::of_inputs(inputs, &self.variants, &self.others), d)))
+                let of_inputs = |i| {
+                    let mut e = CaseEvaluation::of_inputs(i, &self.variants, &self.others);
+                    e.matmul_nbits = self.matmul_nbits;
+                    e
+                };
+                Ok(drift.map(|d| (of_inputs(inputs), d)))
             })
             .as_ref()
             .map_err(Arc::clone)?;

@@ -9,6 +9,7 @@
 use std::collections::BTreeMap;
 
 use super::provision::ORT_VERSION;
+use crate::eps::RunEp;
 use crate::onnx::graph::GraphSummary;
 
 /// A node configuration an EP's kernel refuses at session creation.
@@ -38,6 +39,55 @@ pub const MOE_ACTIVATION: ConfigurationRule = ConfigurationRule {
         ("CUDAExecutionProvider", "onnxruntime/contrib_ops/cuda/moe/moe_base.h:61 MoEBase::MoEBase"),
     ],
 };
+
+/// What an EP's `MatMulNBits` does with its activations, which the calibrated floor of a
+/// quantized build must model (the reference runs on the build's dequantized weights, and at
+/// `accuracy_level` 4 the CPU's kernel also rounds the activations):
+/// - the CPU EP (MLAS, `onnxruntime/core/mlas/lib/qnbitgemm.cpp`, the CompInt8 variant chosen at
+///   `accuracy_level` 4): each block of `block_size` activations quantized to int8 with its own
+///   scale, integer dot products with the int4 weights, then scaled back;
+/// - CUDA (`onnxruntime/contrib_ops/cuda/quantization/matmul_nbits.cc`): never reads
+///   `accuracy_level`; a fused GEMV for one row, else the weights dequantized to the activation
+///   type and a cuBLAS GEMM (fp32 with `use_tf32` honoured; fp16/bf16 through CUTLASS fpA_intB):
+///   the activations are never quantized.
+///
+/// `GatherBlockQuantized` dequantizes rows on every EP (a lookup, no activations).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default)]
+pub enum MatMulNBitsModel {
+    /// MLAS: int8 activation blocks at `accuracy_level` 4, float otherwise.
+    #[default]
+    Mlas,
+    /// Dequantize to the activation type, then a float GEMM, at every `accuracy_level`.
+    DequantizeThenGemm,
+}
+
+impl MatMulNBitsModel {
+    /// The model of `ep`'s kernel (plugin EPs: the CPU's until one is read and measured).
+    pub fn of(ep: RunEp) -> MatMulNBitsModel {
+        match ep {
+            RunEp::Cuda(_) => MatMulNBitsModel::DequantizeThenGemm,
+            _ => MatMulNBitsModel::Mlas,
+        }
+    }
+
+    /// Whether the kernel quantizes the activations of a node at `accuracy_level`.
+    pub fn quantizes_activations(self, accuracy_level: i64) -> bool {
+        self == MatMulNBitsModel::Mlas && accuracy_level == 4
+    }
+
+    /// How a build's `MatMulNBits` is modelled, for its report (`accuracy_level 4 modelled as
+    /// MLAS's int8 activation blocks (CPU EP)`).
+    pub fn describe(self, ep: RunEp, quantizes_at_level_4: bool) -> String {
+        match (self, quantizes_at_level_4) {
+            (MatMulNBitsModel::Mlas, true) => format!("accuracy_level 4 modelled as MLAS's int8 activation blocks ({})", ep.ort_name()),
+            (MatMulNBitsModel::Mlas, false) => format!("float activations as MLAS computes below accuracy_level 4 ({})", ep.ort_name()),
+            (MatMulNBitsModel::DequantizeThenGemm, true) => {
+                format!("accuracy_level 4 not applied: {} dequantizes the weights and runs a float GEMM at every level", ep.ort_name())
+            }
+            (MatMulNBitsModel::DequantizeThenGemm, false) => format!("dequantized weights and a float GEMM ({})", ep.ort_name()),
+        }
+    }
+}
 
 /// Every rule the harness knows.
 pub const RULES: &[ConfigurationRule] = &[MOE_ACTIVATION];
@@ -93,6 +143,19 @@ mod tests {
             value_dtype: None,
             string_attributes: BTreeMap::from([("activation_type".to_string(), activation.to_string())]),
         }
+    }
+
+    /// Guards the per-EP model of MatMulNBits: only the CPU's MLAS quantizes activations, and only
+    /// at accuracy_level 4; CUDA never does (it does not read the attribute).
+    #[test]
+    fn only_mlas_quantizes_activations_at_level_4() {
+        assert!(MatMulNBitsModel::of(RunEp::Cpu).quantizes_activations(4));
+        assert!(!MatMulNBitsModel::of(RunEp::Cpu).quantizes_activations(0));
+        for level in [0, 1, 2, 3, 4] {
+            assert!(!MatMulNBitsModel::of(RunEp::Cuda(0)).quantizes_activations(level));
+        }
+        let d = MatMulNBitsModel::of(RunEp::Cuda(0)).describe(RunEp::Cuda(0), true);
+        assert!(d.contains("accuracy_level 4 not applied") && d.contains("CUDAExecutionProvider"), "{d}");
     }
 
     /// Guards: a geglu MoE node is a finding naming each EP's refusal with its source line; an

@@ -116,7 +116,7 @@ fn run_l3(case: &Case, candidate: &Candidate, eval: &CaseEvaluation) -> TierOutc
     let mut out = per_candidate(candidates, |c| {
         let out = l3::compare(&reference.run, &c.forced, &c.isolation, reference.scope, &tol, calibration.as_ref());
         match quantized {
-            Some(q) => quantized_verdict(out, q, float, &c.forced),
+            Some(q) => quantized_verdict(out, q, float, &c.forced, candidate.ep),
             None => out,
         }
     });
@@ -132,9 +132,13 @@ fn run_l3(case: &Case, candidate: &Candidate, eval: &CaseEvaluation) -> TierOutc
 /// A quantized build's L3: the arithmetic verdict (against the reference on its dequantized
 /// weights) failed by a weight that is not the checkpoint's; the quantization named and its cost
 /// against the float reference reported.
-fn quantized_verdict(mut out: TierOutcome, q: &Dequantized, float: Option<&Run>, candidate: &Run) -> TierOutcome {
-    let mut lines = vec![format!("quantized build: {}; judged against the reference on its dequantized weights", q.build.summary())];
+fn quantized_verdict(mut out: TierOutcome, q: &Dequantized, float: Option<&Run>, candidate: &Run, ep: crate::eps::RunEp) -> TierOutcome {
+    // What the EP's MatMulNBits computes, as the reference on the build's weights modelled it.
+    let model = crate::runtime::kernels::MatMulNBitsModel::of(ep).describe(ep, q.build.at_level_4());
+    let mut lines =
+        vec![format!("quantized build: {}; judged against the reference on its dequantized weights, {model}", q.build.summary())];
     out.metrics.insert(key::QUANTIZATION.into(), q.build.summary().into());
+    out.metrics.insert(key::QUANTIZATION_KERNEL_MODEL.into(), model.into());
     if let Some(message) = l3::quantization::judge_weights(&q.errors, &mut out.metrics) {
         if out.status == Status::Pass {
             out.status = Status::Fail;

@@ -61,7 +61,7 @@ impl RmsNorm {
         let inv = (mean_sq + self.eps)?.sqrt()?.recip()?;
         let normed = x.broadcast_mul(&inv)?;
         Ok(match &self.weight {
-            Some(w) => normed.broadcast_mul(w)?,
+            Some(w) => normed.broadcast_mul(&w.to_dtype(x.dtype())?)?,
             None => normed,
         })
     }
@@ -191,11 +191,20 @@ impl LayerNorm {
                 eps: self.eps as f32,
             })?);
         }
+        self.composite(x)
+    }
+
+    /// The candle-ops path (other devices, f64): the parameters in `x`'s dtype, since a half
+    /// build's parameters are stored in half and its LayerNorm computes on `x` upcast to f32
+    /// (on the CPU the fused kernel reads the f32 copies; on CUDA this path once multiplied an
+    /// f32 tensor by f16 weights: "dtype mismatch in mul, lhs: F32, rhs: F16").
+    fn composite(&self, x: &Tensor) -> Result<Tensor> {
         let mean = x.mean_keepdim(D::Minus1)?;
         let centered = x.broadcast_sub(&mean)?;
         let var = centered.sqr()?.mean_keepdim(D::Minus1)?;
         let denom = (var + self.eps)?.sqrt()?;
-        Ok(centered.broadcast_div(&denom)?.broadcast_mul(&self.weight)?.broadcast_add(&self.bias)?)
+        let (weight, bias) = (self.weight.to_dtype(x.dtype())?, self.bias.to_dtype(x.dtype())?);
+        Ok(centered.broadcast_div(&denom)?.broadcast_mul(&weight)?.broadcast_add(&bias)?)
     }
 }
 
@@ -231,6 +240,33 @@ mod tests {
         };
         // mean 2, biased var 1 → [-1, 1] + 0.5
         assert_eq!(ln.forward(&x)?.to_vec2::<f32>()?, vec![vec![-0.5, 1.5]]);
+        Ok(())
+    }
+
+    /// Guards the device path of a half-precision build (what runs on CUDA): parameters stored in
+    /// f16 or bf16, the input upcast to f32, the composite path gives the fused kernel's values
+    /// (it once failed with "dtype mismatch in mul, lhs: F32, rhs: F16" on an H200).
+    #[test]
+    fn half_parameters_on_the_composite_path() -> Result<()> {
+        let x = Tensor::new(&[[1.0f32, 3.0, -2.0, 0.5]], &Device::Cpu)?;
+        for half in [DType::F16, DType::BF16] {
+            let w = Tensor::new(&[1.5f32, 0.5, 2.0, 1.0], &Device::Cpu)?.to_dtype(half)?;
+            let b = Tensor::new(&[0.25f32, -0.5, 0.0, 1.0], &Device::Cpu)?.to_dtype(half)?;
+            let ln = LayerNorm::from_parts(w.clone(), b, 1e-5)?;
+            let fused = ln.forward(&x)?.to_vec2::<f32>()?;
+            let composite = ln.composite(&x)?.to_vec2::<f32>()?;
+            for (f, c) in fused[0].iter().zip(&composite[0]) {
+                assert!((f - c).abs() < 1e-5, "{half:?}: fused {f} vs composite {c}");
+            }
+            // The half input takes the same route, its output rounded once to the half dtype.
+            assert_eq!(ln.forward(&x.to_dtype(half)?)?.dtype(), half);
+            let rms = RmsNorm { weight: Some(w), weight_f32: Some(vec![1.5, 0.5, 2.0, 1.0]), eps: 1e-6 };
+            let via_f64 = rms.forward(&x.to_dtype(DType::F64)?)?.to_dtype(DType::F32)?.to_vec2::<f32>()?;
+            let f32s = rms.forward(&x)?.to_vec2::<f32>()?;
+            for (a, b) in via_f64[0].iter().zip(&f32s[0]) {
+                assert!((a - b).abs() < 1e-5, "{half:?}: rms f64 path {a} vs f32 {b}");
+            }
+        }
         Ok(())
     }
 }

@@ -103,6 +103,10 @@ pub struct QuantizedBuild {
     pub weights: Vec<QuantizedWeight>,
     /// MatMuls on a float initializer the quantizer left (too small, or excluded).
     pub float_matmuls: usize,
+    /// The `accuracy_level` at which the kernel that runs the build quantizes a MatMulNBits'
+    /// activations to int8: `Some(4)` for the CPU EP's MLAS (what a build read here assumes),
+    /// `None` for a kernel that never does (CUDA's: `crate::runtime::kernels::MatMulNBitsModel`).
+    pub int8_activations_at: Option<i64>,
 }
 
 impl QuantizedBuild {
@@ -123,7 +127,7 @@ impl QuantizedBuild {
             weights.extend(found);
             float_matmuls += graph.float_matmuls();
         }
-        Ok((!weights.is_empty()).then(|| QuantizedBuild { root: root.into(), weights, float_matmuls }))
+        Ok((!weights.is_empty()).then(|| QuantizedBuild { root: root.into(), weights, float_matmuls, int8_activations_at: Some(4) }))
     }
 
     /// `n MatMulNBits (int4, block 32, symmetric, accuracy_level 4), m GatherBlockQuantized …`:
@@ -148,14 +152,29 @@ impl QuantizedBuild {
         self.weights.iter().map(|w| w.bits).max().unwrap_or(0)
     }
 
-    /// Whether some matmul quantizes its activations (MatMulNBits at `accuracy_level` 4).
-    pub fn quantizes_activations(&self) -> bool {
+    /// Whether some MatMulNBits is at `accuracy_level` 4 (where the CPU's kernel quantizes its
+    /// activations).
+    pub fn at_level_4(&self) -> bool {
         self.weights.iter().any(|w| w.op == QuantOp::MatMulNBits && w.accuracy_level == 4)
     }
 
-    /// Every quantized weight dequantized, keyed for the reference. A key two weights claim is
-    /// an error, except a tied `lm_head` also read as the embedding (kept apart by its key).
+    /// Whether some matmul quantizes its activations on the kernel that runs the build
+    /// ([`QuantizedBuild::int8_activations_at`]).
+    pub fn quantizes_activations(&self) -> bool {
+        self.weights.iter().any(|w| w.op == QuantOp::MatMulNBits && Some(w.accuracy_level) == self.int8_activations_at)
+    }
+
+    /// Every quantized weight dequantized, keyed for the reference, with int8 activation blocks
+    /// where the kernel that runs the build quantizes them ([`QuantizedBuild::int8_activations_at`]).
     pub fn dequantize(&self) -> Result<Overrides, QuantizedError> {
+        self.dequantize_with(|level| Some(level) == self.int8_activations_at)
+    }
+
+    /// Every quantized weight dequantized, keyed for the reference; `int8_activations(level)`
+    /// says whether the kernel that runs a MatMulNBits at `accuracy_level` quantizes its
+    /// activations (an EP's, `crate::runtime::kernels::MatMulNBitsModel`). A key two weights
+    /// claim is an error, except a tied `lm_head` also read as the embedding (kept apart by its key).
+    pub fn dequantize_with(&self, int8_activations: impl Fn(i64) -> bool) -> Result<Overrides, QuantizedError> {
         let package =
             OnnxPackage::open(&self.root).map_err(|e| QuantizedError::Package { path: self.root.clone(), message: e.to_string() })?;
         let mut out = Overrides::default();
@@ -170,7 +189,7 @@ impl QuantizedBuild {
             let mut k_parts: HashMap<&str, Override> = HashMap::new();
             for w in mine {
                 let values = graph.dequantize(w, path, &mut data)?;
-                let activation_block = (w.op == QuantOp::MatMulNBits && w.accuracy_level == 4).then_some(w.block_size);
+                let activation_block = (w.op == QuantOp::MatMulNBits && int8_activations(w.accuracy_level)).then_some(w.block_size);
                 let o = Override { shape: w.shape.to_vec(), data: values, activation_block, source: format!("{role}: {}", w.initializer) };
                 // A k_eq_v layer has no v_proj: the builder fills the fused matrix's v rows with
                 // k's, and the reference reads k for both. Equal rows are that copy.
