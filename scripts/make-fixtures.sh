@@ -16,7 +16,9 @@
 #                   gemma4-text-dense (variants/int4-mutant-scales, variants/int4-mutant-nibbles)
 #   jpeg family:    scripts/make_jpeg_fixtures.py, fixtures/jpeg/: JPEGs written by Pillow and Pillow's RGB decoding of them
 #   unrunnable family: scripts/make_unrunnable_fixtures.py, builds ORT accepts but cannot run on the CPU EP
-#                   (fixtures/gemma4-text-moe/variants/geglu: MoE activation_type geglu)
+#                   (fixtures/gemma4-text-moe/variants/geglu: MoE activation_type geglu); and
+#                   scripts/make_bf16_boundary_fixture.py, a bf16 build the CPU EP runs
+#                   (fixtures/unified-text-kvshare/variants/bf16-boundary: bf16 KV and logits, f32 inside)
 #   builder family: scripts/make_builder_fixtures.py, onnxruntime-genai 0.18.0 model builder exports of the
 #                   unified-vision checkpoint (fixtures/unified-vision/builder/<build>/) and of a hidden-48 composite
 #                   checkpoint (fixtures/builder-scale/), the builder's refusals in fixtures/builder.json
@@ -75,6 +77,7 @@ for family in $FAMILIES; do
       ;;
     unrunnable)
       "$PY" scripts/make_unrunnable_fixtures.py
+      "$PY" scripts/make_bf16_boundary_fixture.py
       ;;
     *) echo "unknown fixture family: $family (unified, gemma4, real, broken, mutant, quantized, jpeg, unrunnable, builder, dynamo)" >&2; exit 2 ;;
   esac

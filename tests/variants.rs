@@ -480,9 +480,11 @@ fn unknown_ep_is_an_error() {
     assert!(!report.exists());
 }
 
-/// Kills: a reference run per variant: the unified-text-kvshare case and its eight builds run
-/// the reference once, ORT GenAI once on the package that has a genai_config.json, and ONNX Runtime once per build that can run here (the portable bf16
-/// build fails at load, the CUDA bf16 build is skipped on the CPU EP), each build its own export.
+/// Kills: a reference run per variant: the unified-text-kvshare case and its builds run the
+/// reference once, ORT GenAI once on the package that has a genai_config.json, and ONNX Runtime
+/// once per build that can run here (the portable bf16 build fails at load, the CUDA bf16 build is
+/// skipped on the CPU EP; the bf16-boundary build runs, judged against the bf16 floor), each build
+/// its own export.
 #[test]
 fn one_reference_run_for_all_variants() {
     let o = std::process::Command::new(env!("CARGO_BIN_EXE_onnx-parity"))
@@ -497,15 +499,15 @@ fn one_reference_run_for_all_variants() {
     let reference = runs.iter().filter(|l| l.contains("candle reference") && !l.contains("(calibration)")).count();
     assert_eq!(reference, 1, "{log}");
     // The calibrated rule's runs: one f64 arbiter for the case, one floor per precision a build
-    // that ran computes in (the f32 builds share the f32 one, the two f16 builds the f16 one); the
-    // portable bf16 build fails at load, so no bf16 floor is run for it, and the CUDA one is
-    // skipped.
+    // that ran computes in (the f32 builds share the f32 one, the two f16 builds the f16 one, the
+    // bf16-boundary build the bf16 one); the portable bf16 build fails at load and the CUDA one is
+    // skipped, so they run none.
     let calibration: Vec<&str> = runs.iter().filter(|l| l.contains("(calibration)")).copied().collect();
-    for (dtype, n) in [("F64", 1), ("F32", 1), ("F16", 1), ("BF16", 0)] {
+    for (dtype, n) in [("F64", 1), ("F32", 1), ("F16", 1), ("BF16", 1)] {
         let got = calibration.iter().filter(|l| l.contains(&format!("candle reference {dtype} "))).count();
         assert_eq!(got, n, "{dtype}: {log}");
     }
-    assert_eq!(calibration.len(), 3, "{log}");
+    assert_eq!(calibration.len(), 4, "{log}");
     // ORT GenAI runs the mobius ort-genai package too (the variant lists it).
     let genai: Vec<&str> = runs.iter().filter(|l| l.contains("ONNX Runtime GenAI")).copied().collect();
     assert_eq!(genai.len(), 1, "{log}");
@@ -515,8 +517,17 @@ fn one_reference_run_for_all_variants() {
         .filter(|l| l.contains("ONNX Runtime") && !l.contains("ONNX Runtime GenAI"))
         .filter_map(|l| l.split("fixtures/unified-text-kvshare/").nth(1)?.split(',').next())
         .collect();
-    let expected =
-        ["dynamo", "onnx", "ort-genai", "variants/cuda-f16", "variants/gqa", "variants/static", "variants/webgpu", "variants/webgpu-f16"];
+    let expected = [
+        "dynamo",
+        "onnx",
+        "ort-genai",
+        "variants/bf16-boundary",
+        "variants/cuda-f16",
+        "variants/gqa",
+        "variants/static",
+        "variants/webgpu",
+        "variants/webgpu-f16",
+    ];
     assert_eq!(exports.into_iter().collect::<Vec<_>>(), expected, "{log}");
     assert_eq!(runs.len(), 1 + calibration.len() + expected.len() + genai.len(), "one run per build and runtime: {log}");
 }
@@ -600,4 +611,33 @@ fn rejected_graph_fails_and_a_kernel_less_graph_is_skipped() {
         assert_eq!(static_skip(&cuda, &Candidate::variant("cuda-bf16"), level, &opts), None, "{level}");
     }
     assert_fails_with(&l3(&cuda, "cuda-bf16"), &format!("Type Error: Type (tensor(float)) of output arg ({value}) of node"));
+}
+
+/// Kills a bf16 build fed or read as another type (issue 37): the bf16-boundary build (the f32
+/// export with bfloat16 KV caches and logits at its boundary) runs in the pipeline with its KV
+/// caches fed and returned in bf16 and its logits read back to f32: within bf16's rounding of the
+/// f32 export's logits (2⁻⁸ relative of the largest), the same greedy tokens, and the pipeline says
+/// it drives bfloat16.
+#[test]
+fn a_bf16_build_is_fed_and_read_in_bf16() {
+    use onnx_parity::backend::{Backend, GenerationRequest};
+    use onnx_parity::runtime::pipeline::{DecoderGraph, OnnxPipeline};
+    use onnx_parity::runtime::session::SessionOptions;
+    let inputs = onnx_parity::inputs::load_safetensors(&repo("fixtures/unified-text-kvshare/inputs.safetensors")).expect("inputs");
+    let request = GenerationRequest { max_new_tokens: 4, eos: &[], forced: None, all_position_logits: true, layer_outputs: false };
+    let run = |dir: &str| {
+        let mut p = OnnxPipeline::open_with(&repo(dir), &SessionOptions::default(), DecoderGraph::Original).expect("pipeline");
+        let description = p.describe();
+        (p.run(&inputs, &request).expect("runs"), description)
+    };
+    let (f32_run, _) = run("fixtures/unified-text-kvshare/onnx");
+    let (bf16_run, description) = run("fixtures/unified-text-kvshare/variants/bf16-boundary");
+    assert!(description.contains("bfloat16"), "{description}");
+    let (a, b) = (&f32_run.prefill.logits.data, &bf16_run.prefill.logits.data);
+    assert_eq!(a.len(), b.len());
+    let scale = a.iter().fold(0f32, |m, x| m.max(x.abs()));
+    let worst = a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0f32, f32::max);
+    assert!(worst > 0.0, "the logits were not rounded to bf16: the build's boundary was not exercised");
+    assert!(worst <= scale / 256.0, "bf16 logits {worst} off the f32 export's (largest |logit| {scale})");
+    assert_eq!(f32_run.generation.tokens, bf16_run.generation.tokens);
 }

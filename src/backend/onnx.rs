@@ -13,7 +13,7 @@ impl Backend for OnnxPipeline {
             self.ep().label(),
             self.root().display(),
             self.kv_pairs(),
-            if self.is_f16() { "float16" } else { "float32" }
+            self.float_type().name()
         )
     }
 

@@ -2,7 +2,7 @@
 //! given to ONNX Runtime and written as an ONNX `TensorProto` (a reproducer's
 //! `test_data_set_0/input_N.pb`, in ONNX's backend-test layout).
 
-use half::f16;
+use half::{bf16, f16};
 use ort::value::{DynValue, Tensor};
 use prost::Message;
 
@@ -11,8 +11,39 @@ use prost::Message;
 pub enum FeedData {
     F32(Vec<f32>),
     F16(Vec<f16>),
+    BF16(Vec<bf16>),
     I64(Vec<i64>),
     I32(Vec<i32>),
+}
+
+/// The float type an export computes its activations in (what its float inputs are fed as).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum FloatType {
+    #[default]
+    F32,
+    F16,
+    BF16,
+}
+
+impl FloatType {
+    /// From an ONNX element type name (`float32`, `float16`, `bfloat16`); `None` for another.
+    pub fn from_name(name: &str) -> Option<FloatType> {
+        match name {
+            "float32" => Some(FloatType::F32),
+            "float16" => Some(FloatType::F16),
+            "bfloat16" => Some(FloatType::BF16),
+            _ => None,
+        }
+    }
+
+    /// The ONNX element type name.
+    pub fn name(self) -> &'static str {
+        match self {
+            FloatType::F32 => "float32",
+            FloatType::F16 => "float16",
+            FloatType::BF16 => "bfloat16",
+        }
+    }
 }
 
 /// An owned tensor.
@@ -27,7 +58,7 @@ pub struct FeedTensor {
 pub enum TensorProtoError {
     #[error("not a TensorProto: {0}")]
     Decode(#[from] prost::DecodeError),
-    #[error("tensor `{name}`: element type {data_type} is not float32, float16, int64 or int32")]
+    #[error("tensor `{name}`: element type {data_type} is not float32, float16, bfloat16, int64 or int32")]
     Type { name: String, data_type: i32 },
     #[error("tensor `{name}`: {bytes} bytes of raw_data for shape {shape:?}")]
     Size { name: String, bytes: usize, shape: Vec<usize> },
@@ -51,12 +82,12 @@ impl FeedTensor {
         FeedTensor { shape, data: FeedData::F32(data) }
     }
 
-    /// f32 values in the export's activation type (`f16`: rounded).
-    pub fn float(shape: Vec<usize>, data: &[f32], f16: bool) -> Self {
-        if f16 {
-            FeedTensor { shape, data: FeedData::F16(data.iter().map(|&x| half::f16::from_f32(x)).collect()) }
-        } else {
-            FeedTensor::f32(shape, data.to_vec())
+    /// f32 values in the export's activation type (f16, bf16: rounded to nearest).
+    pub fn float(shape: Vec<usize>, data: &[f32], ty: FloatType) -> Self {
+        match ty {
+            FloatType::F32 => FeedTensor::f32(shape, data.to_vec()),
+            FloatType::F16 => FeedTensor { shape, data: FeedData::F16(data.iter().map(|&x| f16::from_f32(x)).collect()) },
+            FloatType::BF16 => FeedTensor { shape, data: FeedData::BF16(data.iter().map(|&x| bf16::from_f32(x)).collect()) },
         }
     }
 
@@ -66,6 +97,7 @@ impl FeedTensor {
         Ok(match &self.data {
             FeedData::F32(d) => Tensor::from_array((shape, d.clone()))?.into_dyn(),
             FeedData::F16(d) => Tensor::from_array((shape, d.clone()))?.into_dyn(),
+            FeedData::BF16(d) => Tensor::from_array((shape, d.clone()))?.into_dyn(),
             FeedData::I64(d) => Tensor::from_array((shape, d.clone()))?.into_dyn(),
             FeedData::I32(d) => Tensor::from_array((shape, d.clone()))?.into_dyn(),
         })
@@ -76,6 +108,7 @@ impl FeedTensor {
         match &self.data {
             FeedData::F32(d) => d.clone(),
             FeedData::F16(d) => d.iter().map(|x| x.to_f32()).collect(),
+            FeedData::BF16(d) => d.iter().map(|x| x.to_f32()).collect(),
             FeedData::I64(d) => d.iter().map(|&x| x as f32).collect(),
             FeedData::I32(d) => d.iter().map(|&x| x as f32).collect(),
         }
@@ -86,6 +119,7 @@ impl FeedTensor {
         let (data_type, raw_data): (i32, Vec<u8>) = match &self.data {
             FeedData::F32(d) => (1, d.iter().flat_map(|x| x.to_le_bytes()).collect()),
             FeedData::F16(d) => (10, d.iter().flat_map(|x| x.to_le_bytes()).collect()),
+            FeedData::BF16(d) => (16, d.iter().flat_map(|x| x.to_le_bytes()).collect()),
             FeedData::I64(d) => (7, d.iter().flat_map(|x| x.to_le_bytes()).collect()),
             FeedData::I32(d) => (6, d.iter().flat_map(|x| x.to_le_bytes()).collect()),
         };
@@ -99,7 +133,7 @@ impl FeedTensor {
         let n: usize = shape.iter().product();
         let width = match t.data_type {
             1 | 6 => 4,
-            10 => 2,
+            10 | 16 => 2,
             7 => 8,
             data_type => return Err(TensorProtoError::Type { name: t.name, data_type }),
         };
@@ -110,6 +144,7 @@ impl FeedTensor {
         let data = match t.data_type {
             1 => FeedData::F32(chunks.map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()),
             10 => FeedData::F16(chunks.map(|c| f16::from_le_bytes([c[0], c[1]])).collect()),
+            16 => FeedData::BF16(chunks.map(|c| bf16::from_le_bytes([c[0], c[1]])).collect()),
             7 => FeedData::I64(chunks.map(|c| i64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]])).collect()),
             _ => FeedData::I32(chunks.map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()),
         };
@@ -127,7 +162,8 @@ mod tests {
     fn tensor_proto_round_trip() {
         for t in [
             FeedTensor::f32(vec![2, 1], vec![1.5, -2.0]),
-            FeedTensor::float(vec![1, 2], &[0.25, 3.0], true),
+            FeedTensor::float(vec![1, 2], &[0.25, 3.0], FloatType::F16),
+            FeedTensor::float(vec![2], &[0.1, -3.0], FloatType::BF16),
             FeedTensor { shape: vec![3], data: FeedData::I64(vec![1, -2, 3]) },
             FeedTensor { shape: vec![1, 0, 4], data: FeedData::I32(vec![]) },
         ] {

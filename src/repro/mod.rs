@@ -66,8 +66,8 @@ pub fn make(case: &Case, candidate: &Candidate, level: Level, out: &Path, comman
     let inputs = eval.inputs(&case)?;
     let dir = Artifacts::of(&case).export.ok_or(ReproError::NoCandidate)?;
     let pipeline = OnnxPipeline::open(&dir, &SessionOptions::on(ep))?;
-    let f16 = pipeline.is_f16();
-    let float = |t: &Dense<f32>| FeedTensor::float(t.shape.clone(), &t.data, f16);
+    let ty = pipeline.float_type();
+    let float = |t: &Dense<f32>| FeedTensor::float(t.shape.clone(), &t.data, ty);
     let expected = |name: &str, t: &Dense<f32>| (name.to_string(), FeedTensor::f32(t.shape.clone(), t.data.clone()));
     let layer = outcome.metrics.get(key::FIRST_DIVERGENT_LAYER).and_then(|v| v.as_u64()).map(|k| k as usize);
     let local = matches!(&candidate.isolation, Isolation::Done(i) if matches!(i.local, LayerOutputs::Tensors(_)));

@@ -15,7 +15,7 @@ use ort::value::DynValue;
 use super::{float_value, to_dense_f32, CacheLayout, Embedded, OnnxPipeline, PipelineError, EMBEDDING};
 use crate::inputs::ModelInputs;
 use crate::onnx::cut::{self, CutModel, CutUnavailable};
-use crate::onnx::feed::{FeedData, FeedTensor};
+use crate::onnx::feed::{FeedData, FeedTensor, FloatType};
 use crate::onnx::proto::elem_type_name;
 use crate::outputs::{Component, Dense, Isolated, LayerOutputs, ModuleOutputs, Run};
 use crate::runtime::session::{self, ModelSource, SessionError};
@@ -180,12 +180,12 @@ impl OnnxPipeline {
     ) -> Result<Vec<(String, FeedTensor)>, PipelineError> {
         let role = self.decoder_role;
         let contract = |message: String| PipelineError::Contract { role, message };
-        let f16 = self.is_f16();
-        let float = |t: &Dense<f32>| FeedTensor::float(t.shape.clone(), &t.data, f16);
-        let stream = |name: &str, t: &Dense<f32>| match stream_types.get(name).map(|&code| elem_type_name(code)) {
-            Some("float16") => FeedTensor::float(t.shape.clone(), &t.data, true),
-            Some("float32") => FeedTensor::float(t.shape.clone(), &t.data, false),
-            _ => float(t),
+        let ty = self.float_type();
+        let float = |t: &Dense<f32>| FeedTensor::float(t.shape.clone(), &t.data, ty);
+        let stream = |name: &str, t: &Dense<f32>| match stream_types.get(name).and_then(|&code| FloatType::from_name(elem_type_name(code)))
+        {
+            Some(declared) => FeedTensor::float(t.shape.clone(), &t.data, declared),
+            None => float(t),
         };
         let mut out = Vec::with_capacity(names.len());
         for name in names {
@@ -203,9 +203,9 @@ impl OnnxPipeline {
                 let dims = if name == &slot.past_key { slot.key_dims } else { slot.value_dims };
                 let (a, b) = (dims[0] as usize, dims[1] as usize);
                 match slot.layout {
-                    CacheLayout::Dynamic => FeedTensor::float(vec![1, a, 0, b], &[], f16),
-                    CacheLayout::Static { .. } => FeedTensor::float(vec![1, a, b], &vec![0.0; a * b], f16),
-                    CacheLayout::Shared { capacity } => FeedTensor::float(vec![1, a, capacity, b], &vec![0.0; a * capacity * b], f16),
+                    CacheLayout::Dynamic => FeedTensor::float(vec![1, a, 0, b], &[], ty),
+                    CacheLayout::Static { .. } => FeedTensor::float(vec![1, a, b], &vec![0.0; a * b], ty),
+                    CacheLayout::Shared { capacity } => FeedTensor::float(vec![1, a, capacity, b], &vec![0.0; a * capacity * b], ty),
                 }
             } else if let Some(index) = self.index_feed(name, ids) {
                 index

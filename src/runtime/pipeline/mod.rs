@@ -14,7 +14,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use half::f16;
+use half::{bf16, f16};
 use ort::session::{Session, SessionInputValue};
 use ort::value::{DynValue, Tensor, TensorElementType};
 
@@ -28,6 +28,7 @@ use kv::{declared_shape, kv_slots, CacheLayout, KvSlot};
 use super::session::{self, ModelSource, Partition, SessionError, SessionOptions};
 use crate::inputs::{Dense, ModelInputs};
 use crate::metrics::greedy_token;
+use crate::onnx::feed::FloatType;
 use crate::onnx::layers::{self, LayerBoundary, LayersError};
 use crate::onnx::package::{Layout, OnnxPackage, DECODER, EMBEDDING, TEXT_MODEL, VISION_ENCODER};
 use crate::onnx::protocol::{ExportProtocol, Feed};
@@ -131,18 +132,26 @@ impl OnnxPipeline {
         // L1 checks; the session supplies the static geometry.
         let protocol = ExportProtocol::of_package(&package)?;
         let (kv, capacity) = kv_slots(&decoder, decoder_role, &protocol, opts.ep.is_cuda())?;
-        let float = decoder
+        let logits = decoder
             .outputs()
             .iter()
             .find(|o| o.name() == "logits")
             .and_then(|o| o.dtype().tensor_type())
             .ok_or_else(|| PipelineError::Contract { role: decoder_role, message: "no tensor output `logits`".into() })?;
-        if !matches!(float, TensorElementType::Float32 | TensorElementType::Float16) {
+        if !matches!(logits, TensorElementType::Float32 | TensorElementType::Float16 | TensorElementType::Bfloat16) {
             return Err(PipelineError::Contract {
                 role: decoder_role,
-                message: format!("logits are {float:?}; only float32 and float16 exports are driven"),
+                message: format!("logits are {logits:?}; float32, float16 and bfloat16 exports are driven"),
             });
         }
+        // The activations' type, as the protocol reads it (the KV cache's: ORT GenAI's builder
+        // casts a bf16 or f16 build's logits up to float32); the logits are read in whatever type
+        // they come.
+        let float = match FloatType::from_name(protocol.float) {
+            Some(FloatType::F16) => TensorElementType::Float16,
+            Some(FloatType::BF16) => TensorElementType::Bfloat16,
+            _ => logits,
+        };
         // A declared logits shape (rank 0: none declared; the run is checked either way).
         if let Some(shape) = declared_shape(decoder.outputs().iter().find(|o| o.name() == "logits").map(|o| o.dtype())) {
             if !shape.is_empty() {
@@ -185,9 +194,13 @@ impl OnnxPipeline {
         self.layers.as_ref().err()
     }
 
-    /// `true` for an f16 export (inputs and outputs converted at the boundary).
-    pub fn is_f16(&self) -> bool {
-        self.float == TensorElementType::Float16
+    /// The export's activation type (its float inputs are fed in it, outputs read back to f32).
+    pub fn float_type(&self) -> FloatType {
+        match self.float {
+            TensorElementType::Float16 => FloatType::F16,
+            TensorElementType::Bfloat16 => FloatType::BF16,
+            _ => FloatType::F32,
+        }
     }
 
     /// Number of KV pairs the decoder carries.
@@ -397,6 +410,7 @@ impl OnnxPipeline {
                         let allocator = ort::memory::Allocator::default();
                         match self.float {
                             TensorElementType::Float16 => Tensor::<f16>::new(&allocator, shape).map(Tensor::into_dyn),
+                            TensorElementType::Bfloat16 => Tensor::<bf16>::new(&allocator, shape).map(Tensor::into_dyn),
                             _ => Tensor::<f32>::new(&allocator, shape).map(Tensor::into_dyn),
                         }
                     }
@@ -660,18 +674,23 @@ fn float_value(float: TensorElementType, shape: &[usize], data: &[f32]) -> Resul
     let shape = shape.to_vec();
     Ok(match float {
         TensorElementType::Float16 => Tensor::from_array((shape, data.iter().map(|&x| f16::from_f32(x)).collect::<Vec<_>>()))?.into_dyn(),
+        TensorElementType::Bfloat16 => Tensor::from_array((shape, data.iter().map(|&x| bf16::from_f32(x)).collect::<Vec<_>>()))?.into_dyn(),
         _ => Tensor::from_array((shape, data.to_vec()))?.into_dyn(),
     })
 }
 
-/// Reads a float32 or float16 output `name` as f32 (f16 → f32 is exact).
+/// Reads a float32, float16 or bfloat16 output `name` as f32 (the halves widen exactly).
 fn to_dense_f32(v: &DynValue, role: &'static str, name: &str) -> Result<Dense<f32>, PipelineError> {
     let dims = |shape: &[i64]| shape.iter().map(|&d| d as usize).collect::<Vec<_>>();
     if let Ok((shape, data)) = v.try_extract_tensor::<f32>() {
         return Ok(Dense::new(dims(shape), data.to_vec()));
     }
-    let (shape, data) = v
-        .try_extract_tensor::<f16>()
-        .map_err(|e| PipelineError::Contract { role, message: format!("output `{name}`: expected a float32 or float16 tensor ({e})") })?;
+    if let Ok((shape, data)) = v.try_extract_tensor::<f16>() {
+        return Ok(Dense::new(dims(shape), data.iter().map(|x| x.to_f32()).collect()));
+    }
+    let (shape, data) = v.try_extract_tensor::<bf16>().map_err(|e| PipelineError::Contract {
+        role,
+        message: format!("output `{name}`: expected a float32, float16 or bfloat16 tensor ({e})"),
+    })?;
     Ok(Dense::new(dims(shape), data.iter().map(|x| x.to_f32()).collect()))
 }
