@@ -13,7 +13,9 @@
 #   quantized family: scripts/make_quantized_fixtures.py, ONNX Runtime MatMulNBits/GatherBlockQuantized builds (int4,
 #                   int4-acc4, int4-asym, int8) of the gemma4-text-dense, gemma4-text-ple and unified-vision f32 exports
 #                   (fixtures/<fixture>/variants/<build>/, fixtures/<fixture>/quantized.json) and two int4 mutants of
-#                   gemma4-text-dense (variants/int4-mutant-scales, variants/int4-mutant-nibbles)
+#                   gemma4-text-dense (variants/int4-mutant-scales, variants/int4-mutant-nibbles); and
+#                   scripts/make_quantizer_dialect_fixtures.py, ORT's RTN and QDQ dialects of gemma4-text-ple
+#                   (variants/rtn, rtn-acc4, qdq and their scale mutants; quantizer-dialects.json)
 #   jpeg family:    scripts/make_jpeg_fixtures.py, fixtures/jpeg/: JPEGs written by Pillow and Pillow's RGB decoding of them
 #   unrunnable family: scripts/make_unrunnable_fixtures.py, builds ORT accepts but cannot run on the CPU EP
 #                   (fixtures/gemma4-text-moe/variants/geglu: MoE activation_type geglu); and
@@ -62,6 +64,7 @@ for family in $FAMILIES; do
       ;;
     quantized)
       "$PY" scripts/make_quantized_fixtures.py
+      "$PY" scripts/make_quantizer_dialect_fixtures.py
       ;;
     jpeg)
       "$PY" scripts/make_jpeg_fixtures.py

@@ -129,3 +129,41 @@ fn activation_quantization_follows_the_ep_s_kernel() {
     let q0 = QuantizedBuild::read(&repo("fixtures/gemma4-text-dense/variants/int4")).expect("read").expect("quantized");
     assert!(!q0.at_level_4() && !q0.quantizes_activations());
 }
+
+/// Guards issue 38's names: ONNX Runtime's RTN path (`…weight_t_Q4G32`, `…weight_t_scale`) and QDQ
+/// path (`…weight_t_DQ_Q4` into a MatMul) are read as the parameters they replaced; which one comes
+/// from the name and, where it names none, from the node's module path, the two cross-checked (a
+/// name and a path naming two parameters is an error naming both); L1 holds every RTN weight's shape
+/// to the config's.
+#[test]
+fn every_quantizer_dialect_names_its_parameters() {
+    let config = repo("fixtures/gemma4-text-ple/checkpoint/config.json");
+    let model =
+        onnx_parity_reference::Gemma4::dry(onnx_parity_reference::ModelConfig::from_file(&config).expect("config")).expect("manifest");
+    let manifest = model.weight_manifest();
+    let resolves = |k: &str| onnx_parity_reference::weights::name_for(k, manifest.keys().map(String::as_str)).map(str::to_string);
+    for (build, op, n) in [("rtn", QuantOp::MatMulNBits, 84), ("qdq", QuantOp::DequantizeLinear, 84)] {
+        let mut q = QuantizedBuild::read(&repo(&format!("fixtures/gemma4-text-ple/variants/{build}"))).expect("read").expect("quantized");
+        assert_eq!(q.weights.iter().filter(|w| w.op == op).count(), n, "{build}");
+        q.resolve_keys(&resolves).expect("names and paths agree");
+        for w in &q.weights {
+            assert!(resolves(&w.key).is_some(), "{build}: `{}` ({}) stands for `{}`, not a parameter", w.initializer, w.node, w.key);
+            assert_eq!(w.node_key.as_deref(), Some(w.key.as_str()), "{build}: the node's path names its parameter too");
+        }
+        // ORT fuses a blocked int4 DequantizeLinear into MatMulNBits at level 4: modelled as such.
+        assert_eq!(q.at_level_4(), build == "qdq", "{build}");
+        // A name that names nothing: the node's path says what it replaced.
+        let mut renamed = q.clone();
+        renamed.weights[3].key = "unknown.weight".into();
+        renamed.resolve_keys(&resolves).expect("resolves by path");
+        assert_eq!(renamed.weights[3].key, q.weights[3].key);
+        // A name and a path naming two parameters: an error naming both.
+        let mut crossed = q.clone();
+        crossed.weights[3].node_key = Some(q.weights[4].key.clone());
+        let e = crossed.resolve_keys(&resolves).expect_err("ambiguous").to_string();
+        assert!(e.contains(&q.weights[3].key) && e.contains(&q.weights[4].key) && e.contains("ambiguous"), "{e}");
+        let pin = ExportPin { dtype: Some("int4".parse().expect("dtype")), ..Default::default() };
+        let out = l1::check_interface(L1Inputs { config: &config, export: &q.root, float_dtype: "float32", pin: Some(&pin) });
+        assert_eq!(out.status, Status::Pass, "{build}: {}", out.message);
+    }
+}

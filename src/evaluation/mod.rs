@@ -241,9 +241,17 @@ impl CaseEvaluation {
                     ))
                 })?;
                 build.int8_activations_at = self.matmul_nbits.quantizes_activations(4).then_some(4);
+                let checkpoint = artifacts.checkpoint.as_deref().ok_or(EvalError::NoArtifact(implementations::REFERENCE.missing))?;
+                // Which checkpoint tensor each quantized weight stands for: its name, else what the
+                // graph says it replaced (the node's module path), the two cross-checked.
+                let names: Vec<String> = onnx_parity_reference::weights::Weights::open(checkpoint)
+                    .map_err(|e| err(e.to_string()))?
+                    .names()
+                    .map(str::to_string)
+                    .collect();
+                build.resolve_keys(|k| name_for(k, names.iter().map(String::as_str)).map(str::to_string)).map_err(|e| err(e.to_string()))?;
                 let weights = build.dequantize().map_err(|e| err(e.to_string()))?;
                 tracing::info!("{}: quantized build: {}", case.name, build.summary());
-                let checkpoint = artifacts.checkpoint.as_deref().ok_or(EvalError::NoArtifact(implementations::REFERENCE.missing))?;
                 let errors = weight_errors(&build, &weights, checkpoint)?;
                 drop(weights);
                 Ok(Some(Dequantized { build, errors }))

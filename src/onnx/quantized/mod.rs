@@ -31,9 +31,12 @@ use prost::Message;
 use super::package::OnnxPackage;
 
 mod fused;
+mod names;
 mod payload;
 mod payload_proto;
 use fused::{int64s, unfused_keys, RowRange};
+use names::dq_fused_accuracy_level;
+pub use names::{key_of, key_of_node};
 use payload::{decode_floats, element, GatherRows, MatMulNBitsRows, Stored};
 use payload_proto::{PayloadModel, PayloadNode, PayloadTensor};
 
@@ -79,8 +82,14 @@ pub struct QuantizedWeight {
     pub op: QuantOp,
     /// The quantized initializer (`B`, `data`, `x`).
     pub initializer: String,
-    /// The reference's parameter it stands for ([`key_of`]).
+    /// The reference's parameter it stands for: from the initializer's name ([`key_of`]), or,
+    /// when that names no tensor of the model, from the node's module path
+    /// ([`QuantizedBuild::resolve_keys`]).
     pub key: String,
+    /// The parameter the node's module path names (`model/layers.0/self_attn/q_proj/MatMul_…`
+    /// → `layers.0.self_attn.q_proj.weight`; [`key_of_node`]), when the name has one: what the
+    /// graph says the node replaced, the cross-check of the initializer's name.
+    pub node_key: Option<String>,
     pub bits: u32,
     /// Elements per scale along the quantized axis (0: one scale per channel).
     pub block_size: usize,
@@ -136,7 +145,11 @@ impl QuantizedBuild {
         let mut groups: BTreeMap<String, usize> = BTreeMap::new();
         for w in &self.weights {
             let zp = if w.zero_points { "zero points" } else { "symmetric" };
-            let acc = if w.op == QuantOp::MatMulNBits { format!(", accuracy_level {}", w.accuracy_level) } else { String::new() };
+            let acc = match (w.op, w.accuracy_level) {
+                (QuantOp::MatMulNBits, level) => format!(", accuracy_level {level}"),
+                (QuantOp::DequantizeLinear, 4) => ", fused by ONNX Runtime into MatMulNBits at accuracy_level 4".to_string(),
+                _ => String::new(),
+            };
             let block = if w.block_size > 0 { format!("block {}", w.block_size) } else { "per channel".into() };
             *groups.entry(format!("{} (int{}, {block}, {zp}{acc}, scales {})", w.op.as_str(), w.bits, w.scale_type)).or_default() += 1;
         }
@@ -152,16 +165,48 @@ impl QuantizedBuild {
         self.weights.iter().map(|w| w.bits).max().unwrap_or(0)
     }
 
-    /// Whether some MatMulNBits is at `accuracy_level` 4 (where the CPU's kernel quantizes its
-    /// activations).
+    /// Settles which model parameter each weight stands for, given `resolves` (whether a key names
+    /// a tensor of the model: the checkpoint's names, or the config's manifest): the initializer's
+    /// name when it resolves, else the node's module path ([`key_of_node`]), the two cross-checked
+    /// — a name and a path that resolve to two different parameters are an error naming both. A
+    /// weight neither resolves keeps its name's key (the checks that look it up name it).
+    pub fn resolve_keys(&mut self, resolves: impl Fn(&str) -> Option<String>) -> Result<(), QuantizedError> {
+        for w in &mut self.weights {
+            let by_name = resolves(&w.key);
+            let by_node = w.node_key.as_deref().and_then(&resolves);
+            match (by_name, by_node) {
+                (Some(a), Some(b)) if a != b => {
+                    return Err(QuantizedError::Node {
+                        path: self.root.clone(),
+                        node: w.node.clone(),
+                        op: w.op.as_str().to_string(),
+                        message: format!(
+                            "its initializer `{}` names `{a}` and its module path names `{b}`: which parameter it replaced is ambiguous",
+                            w.initializer
+                        ),
+                    })
+                }
+                (None, Some(_)) => {
+                    if let Some(k) = w.node_key.clone() {
+                        w.key = k;
+                    }
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether some matmul computes at `accuracy_level` 4 (where the CPU's kernel quantizes its
+    /// activations): a MatMulNBits at that level, or a DequantizeLinear weight ORT fuses into one.
     pub fn at_level_4(&self) -> bool {
-        self.weights.iter().any(|w| w.op == QuantOp::MatMulNBits && w.accuracy_level == 4)
+        self.weights.iter().any(|w| w.op != QuantOp::GatherBlockQuantized && w.accuracy_level == 4)
     }
 
     /// Whether some matmul quantizes its activations on the kernel that runs the build
     /// ([`QuantizedBuild::int8_activations_at`]).
     pub fn quantizes_activations(&self) -> bool {
-        self.weights.iter().any(|w| w.op == QuantOp::MatMulNBits && Some(w.accuracy_level) == self.int8_activations_at)
+        self.weights.iter().any(|w| w.op != QuantOp::GatherBlockQuantized && Some(w.accuracy_level) == self.int8_activations_at)
     }
 
     /// Every quantized weight dequantized, keyed for the reference, with int8 activation blocks
@@ -189,7 +234,8 @@ impl QuantizedBuild {
             let mut k_parts: HashMap<&str, Override> = HashMap::new();
             for w in mine {
                 let values = graph.dequantize(w, path, &mut data)?;
-                let activation_block = (w.op == QuantOp::MatMulNBits && int8_activations(w.accuracy_level)).then_some(w.block_size);
+                let activation_block =
+                    (w.op != QuantOp::GatherBlockQuantized && int8_activations(w.accuracy_level)).then_some(w.block_size);
                 let o = Override { shape: w.shape.to_vec(), data: values, activation_block, source: format!("{role}: {}", w.initializer) };
                 // A k_eq_v layer has no v_proj: the builder fills the fused matrix's v rows with
                 // k's, and the reference reads k for both. Equal rows are that copy.
@@ -215,33 +261,6 @@ impl QuantizedBuild {
         }
         Ok(out)
     }
-}
-
-/// The reference parameter a quantized initializer (or its float original's name) stands for:
-/// quantizer suffixes and mobius's `_t` dropped, then the part from `layers.` on, or the name
-/// below its `model.` / `decoder.` prefixes (`lm_head.weight`, `embed_tokens.weight`).
-pub fn key_of(initializer: &str) -> String {
-    let mut s = initializer;
-    for suffix in ["_Q2", "_Q4", "_Q8", "_quantized", "_q4", "_q8", "_DQ"] {
-        if let Some(t) = s.strip_suffix(suffix) {
-            s = t;
-            break;
-        }
-    }
-    let s = s.strip_suffix("_t").unwrap_or(s);
-    // ORT GenAI's builder: `….attn.o_proj.MatMul.weight`.
-    let builder = s.strip_suffix(".MatMul.weight").map(|p| format!("{}.weight", p.replacen(".attn.", ".self_attn.", 1)));
-    let s = builder.as_deref().unwrap_or(s);
-    if let Some(i) = s.find("layers.") {
-        if i == 0 || s[..i].ends_with('.') {
-            return s[i..].to_string();
-        }
-    }
-    let mut s = s;
-    while let Some(rest) = ["decoder.", "embedding.", "model.", "language_model.", "text_model."].iter().find_map(|p| s.strip_prefix(p)) {
-        s = rest;
-    }
-    s.to_string()
 }
 
 /// ONNX element types the dequantization reads.
@@ -357,6 +376,7 @@ impl PayloadGraph {
                         op: QuantOp::MatMulNBits,
                         initializer: b.name.clone(),
                         key: key_of(&b.name),
+                        node_key: key_of_node(&n.name),
                         bits: bits as u32,
                         block_size: block as usize,
                         accuracy_level: attr(n, "accuracy_level").unwrap_or(0),
@@ -368,9 +388,10 @@ impl PayloadGraph {
                     match (unfused_keys(&whole.key), self.split_sizes(n)) {
                         (Some(keys), Some(sizes)) if sizes.len() == 3 && sizes.iter().sum::<usize>() == nn as usize => {
                             let mut first = 0;
-                            for (key, rows) in keys.into_iter().zip(sizes) {
+                            let node_keys = whole.node_key.as_deref().and_then(unfused_keys).map(|k| k.map(Some)).unwrap_or_default();
+                            for ((key, node_key), rows) in keys.into_iter().zip(node_keys).zip(sizes) {
                                 let shape = [rows, k as usize];
-                                out.push(QuantizedWeight { key, shape, first_row: Some(first), ..whole.clone() });
+                                out.push(QuantizedWeight { key, node_key, shape, first_row: Some(first), ..whole.clone() });
                                 first += rows;
                             }
                         }
@@ -401,6 +422,7 @@ impl PayloadGraph {
                         op: QuantOp::GatherBlockQuantized,
                         initializer: data.name.clone(),
                         key,
+                        node_key: None,
                         bits: bits as u32,
                         block_size: block as usize,
                         accuracy_level: 0,
@@ -439,9 +461,10 @@ impl PayloadGraph {
                         op: QuantOp::DequantizeLinear,
                         initializer: x.name.clone(),
                         key: key_of(&x.name),
+                        node_key: key_of_node(&n.name),
                         bits,
                         block_size: attr(n, "block_size").unwrap_or(0) as usize,
-                        accuracy_level: 0,
+                        accuracy_level: dq_fused_accuracy_level(bits, attr(n, "block_size").unwrap_or(0), attr(n, "axis").unwrap_or(1)),
                         zero_points: n.input.get(2).is_some_and(|s| !s.is_empty()),
                         shape: [nn, k],
                         scale_type: scale_type(scales),
@@ -667,20 +690,5 @@ impl ExternalData {
         }
         let (file, offset, len, path) = self.external(t, model)?;
         Stored::File { file, offset, len }.read(0, len).map_err(|source| QuantizedError::Io { path, source })
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// Guards the naming rule against the names quantizers and mobius write.
-    #[test]
-    fn keys_of_quantized_initializers() {
-        assert_eq!(key_of("model.layers.0.self_attn.q_proj.weight_t_Q4"), "layers.0.self_attn.q_proj.weight");
-        assert_eq!(key_of("decoder.model.layers.3.mlp.down_proj.weight_t_Q8"), "layers.3.mlp.down_proj.weight");
-        assert_eq!(key_of("lm_head.weight_t_Q4"), "lm_head.weight");
-        assert_eq!(key_of("model.embed_tokens.weight_Q4"), "embed_tokens.weight");
-        assert_eq!(key_of("model.per_layer_model_projection.weight_t_Q4"), "per_layer_model_projection.weight");
     }
 }

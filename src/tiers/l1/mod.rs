@@ -264,6 +264,11 @@ fn quantized_shape_violations(q: &QuantizedBuild, config_json: &std::path::Path)
     let manifest = model.weight_manifest();
     let mut out = Vec::new();
     let lookup = |key: &str| name_for(key, manifest.keys().map(String::as_str)).and_then(|n| manifest.get(n));
+    // Each weight's parameter: its name, else its node's module path (cross-checked).
+    let mut q = q.clone();
+    if let Err(e) = q.resolve_keys(|k| name_for(k, manifest.keys().map(String::as_str)).map(str::to_string)) {
+        return vec![e.to_string()];
+    }
     for w in &q.weights {
         // A k_eq_v layer has no v_proj: a fused matrix's v rows are k's copy there (the
         // dequantization checks they are equal), shaped as k_proj.
