@@ -145,7 +145,7 @@ fn every_quantizer_dialect_names_its_parameters() {
     for (build, op, n) in [("rtn", QuantOp::MatMulNBits, 84), ("qdq", QuantOp::DequantizeLinear, 84)] {
         let mut q = QuantizedBuild::read(&repo(&format!("fixtures/gemma4-text-ple/variants/{build}"))).expect("read").expect("quantized");
         assert_eq!(q.weights.iter().filter(|w| w.op == op).count(), n, "{build}");
-        q.resolve_keys(&resolves).expect("names and paths agree");
+        q.resolve_keys(resolves).expect("names and paths agree");
         for w in &q.weights {
             assert!(resolves(&w.key).is_some(), "{build}: `{}` ({}) stands for `{}`, not a parameter", w.initializer, w.node, w.key);
             assert_eq!(w.node_key.as_deref(), Some(w.key.as_str()), "{build}: the node's path names its parameter too");
@@ -155,12 +155,12 @@ fn every_quantizer_dialect_names_its_parameters() {
         // A name that names nothing: the node's path says what it replaced.
         let mut renamed = q.clone();
         renamed.weights[3].key = "unknown.weight".into();
-        renamed.resolve_keys(&resolves).expect("resolves by path");
+        renamed.resolve_keys(resolves).expect("resolves by path");
         assert_eq!(renamed.weights[3].key, q.weights[3].key);
         // A name and a path naming two parameters: an error naming both.
         let mut crossed = q.clone();
         crossed.weights[3].node_key = Some(q.weights[4].key.clone());
-        let e = crossed.resolve_keys(&resolves).expect_err("ambiguous").to_string();
+        let e = crossed.resolve_keys(resolves).expect_err("ambiguous").to_string();
         assert!(e.contains(&q.weights[3].key) && e.contains(&q.weights[4].key) && e.contains("ambiguous"), "{e}");
         let pin = ExportPin { dtype: Some("int4".parse().expect("dtype")), ..Default::default() };
         let out = l1::check_interface(L1Inputs { config: &config, export: &q.root, float_dtype: "float32", pin: Some(&pin) });
