@@ -60,11 +60,17 @@ fn main() {
             kind: TrialKind::Failing { message: e.to_string() },
         }],
     };
-    let trials = planned
+    // Trials ignored because an artifact is missing: counted at the end, so a run that judged
+    // little says so (ONNX_PARITY_STRICT=1 fails them instead).
+    let mut missing_artifacts = 0usize;
+    let trials: Vec<Trial> = planned
         .into_iter()
         .map(|t| match t.kind {
             TrialKind::Failing { message } => Trial::test(t.name, move || Err(Failed::from(message))),
-            TrialKind::Ignored { reason } => {
+            TrialKind::Ignored { reason, cause } => {
+                if cause == onnx_parity::tiers::SkipCause::MissingArtifact {
+                    missing_artifacts += 1;
+                }
                 if !listing {
                     eprintln!("ignored {}: {reason}", t.name);
                 }
@@ -108,5 +114,12 @@ fn main() {
             }
         })
         .collect();
-    libtest_mimic::run(&args, trials).exit();
+    let conclusion = libtest_mimic::run(&args, trials);
+    if !listing && missing_artifacts > 0 {
+        eprintln!(
+            "parity: {missing_artifacts} trials ignored because an artifact they need is missing (export, checkpoint, golden); \
+             ONNX_PARITY_STRICT=1 fails them"
+        );
+    }
+    conclusion.exit();
 }

@@ -28,6 +28,8 @@ pub const TESTDATA_ENV: &str = "ONNX_PARITY_TESTDATA";
 /// `ONNX_PARITY_GOLDENS`: the goldens folder (mobius's `testdata/golden` has the same layout);
 /// unset, each case's goldens are found beside its `cases/` folder ([`crate::golden::root_for`]).
 pub const GOLDENS_ENV: &str = "ONNX_PARITY_GOLDENS";
+/// `ONNX_PARITY_STRICT`: a missing artifact fails its trial instead of skipping it (`1`, `true`).
+pub const STRICT_ENV: &str = "ONNX_PARITY_STRICT";
 /// `ONNX_PARITY_CASES`: the case folders or files the test target plans (`:`-separated).
 pub const CASES_ENV: &str = "ONNX_PARITY_CASES";
 /// `NVIDIA_TF32_OVERRIDE`: cuBLAS/cuDNN's process-wide TF32 switch (`0`: off).
@@ -67,6 +69,8 @@ pub struct RunContext {
     pub ort_lib_path: Option<OsString>,
     /// Running under CI (`CI` set, not `0`/`false`/`no`/`off`): `ci_skip_reason` applies.
     pub ci: bool,
+    /// `ONNX_PARITY_STRICT` (same spellings as `CI`): missing artifacts fail their trials.
+    pub strict: bool,
     pub hub: HubSettings,
 }
 
@@ -131,6 +135,7 @@ impl RunContext {
             tf32_override: text(TF32_OVERRIDE_VAR),
             ort_lib_path: var(ORT_LIB_PATH_VAR),
             ci: ci_enabled(var("CI").as_deref()),
+            strict: ci_enabled(var(STRICT_ENV).as_deref()),
             hub: HubSettings::from_lookup(|k| text(k)),
         }
     }

@@ -115,6 +115,26 @@ impl GpuMetadata {
     }
 }
 
+impl GpuMetadata {
+    /// Whether the run used a GPU (the reference on one, or a CUDA EP).
+    pub fn used_gpu(&self) -> bool {
+        self.reference_device != "cpu" || self.ort_cuda_use_tf32.is_some() || !self.tf32_probe.is_empty()
+    }
+
+    /// The report's TF32 line: on a CPU run that no GPU was used (TF32 does not apply); else the
+    /// override and who set it.
+    pub fn tf32_line(&self) -> String {
+        if !self.used_gpu() {
+            return "no GPU used (reference on the CPU, no CUDA EP): TF32 does not apply".into();
+        }
+        format!(
+            "NVIDIA_TF32_OVERRIDE={} (set by {})",
+            self.tf32_env.nvidia_tf32_override.as_deref().unwrap_or("unset"),
+            self.tf32_env.set_by
+        )
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // The TF32 probe.
 
@@ -267,6 +287,20 @@ pub fn probe_gpu_run() -> Result<Vec<ProbeResult>, GpuError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Guards the report's TF32 line (issue 39): a CPU run says no GPU was used, never "set by
+    /// unset"; a GPU run names the override and who set it.
+    #[test]
+    fn tf32_line_says_whether_a_gpu_was_used() {
+        let mut m = GpuMetadata::current();
+        m.reference_device = "cpu".into();
+        m.ort_cuda_use_tf32 = None;
+        m.tf32_probe.clear();
+        assert!(m.tf32_line().starts_with("no GPU used"), "{}", m.tf32_line());
+        m.reference_device = "cuda:0".into();
+        m.tf32_env = crate::tf32::decide(None, true).1;
+        assert_eq!(m.tf32_line(), "NVIDIA_TF32_OVERRIDE=0 (set by harness)");
+    }
 
     /// Guards the probe's decision: the exact f32 product passes; a simulated TF32 product
     /// (inputs' mantissas rounded to 10 bits, then multiplied) is flagged, far above the bound.

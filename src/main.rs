@@ -30,9 +30,16 @@ enum Command {
     /// and parse errors, then each trial with the execution provider it runs on for the EPs
     /// `ONNX_PARITY_EP` selects (ignored ones with why). Exits 1 if any file is malformed.
     List { paths: Vec<PathBuf> },
-    /// Run tiers on the cases under PATHs and print a verdict per case × tier.
+    /// Run tiers on the cases under PATHs and print a verdict per case × tier. Exits 0 when every
+    /// tier that ran passed (xfail, ambiguous and skipped do not fail a run), 1 when one failed,
+    /// 3 when nothing ran (every trial asked for was skipped or ignored), 2 on an error.
     Run {
         paths: Vec<PathBuf>,
+        /// A trial whose artifact is missing (export, checkpoint, golden) fails naming it instead
+        /// of being skipped (also `ONNX_PARITY_STRICT=1`): for CI, where a missing export means
+        /// the job lost it.
+        #[arg(long)]
+        strict: bool,
         /// Comma-separated tiers to run, e.g. `L1,L3` (default: all).
         #[arg(long, value_delimiter = ',', value_parser = parse_level)]
         levels: Vec<Level>,
@@ -273,7 +280,7 @@ fn list(paths: Vec<PathBuf>) -> anyhow::Result<ExitCode> {
                 runs += 1;
                 "run".to_string()
             }
-            TrialKind::Ignored { reason } => format!("ignored: {reason}"),
+            TrialKind::Ignored { reason, .. } => format!("ignored: {reason}"),
             TrialKind::Failing { message } => format!("fails: {message}"),
         };
         println!("{}  [{}]  {what}", t.name, t.ep.label());
@@ -283,9 +290,13 @@ fn list(paths: Vec<PathBuf>) -> anyhow::Result<ExitCode> {
     Ok(if bad > 0 || found.is_empty() { ExitCode::FAILURE } else { ExitCode::SUCCESS })
 }
 
-fn run(paths: Vec<PathBuf>, levels: Vec<Level>, files: ReportFiles, goldens: Option<PathBuf>) -> anyhow::Result<ExitCode> {
+/// `run`'s exit status when no trial it was asked for ran (pytest's "no tests collected").
+const NOTHING_RAN: u8 = 3;
+
+fn run(paths: Vec<PathBuf>, levels: Vec<Level>, files: ReportFiles, goldens: Option<PathBuf>, strict: bool) -> anyhow::Result<ExitCode> {
     let levels = if levels.is_empty() { Level::ALL.to_vec() } else { levels };
     let mut opts = RunOptions::from_env();
+    opts.strict |= strict;
     if let Some(g) = goldens {
         opts.goldens_root = Some(g);
     }
@@ -320,7 +331,17 @@ fn run(paths: Vec<PathBuf>, levels: Vec<Level>, files: ReportFiles, goldens: Opt
     if !matrix.is_empty() {
         print!("\nvariant matrix (the README's table):\n\n{matrix}");
     }
-    Ok(if report_data.ok() { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+    if !report_data.ok() {
+        return Ok(ExitCode::FAILURE);
+    }
+    if report_data.count(onnx_parity::tiers::outcome::Status::Skipped) == report_data.cases.iter().map(|c| c.levels.len()).sum::<usize>() {
+        println!(
+            "nothing ran: every trial asked for was skipped or ignored (exit status {NOTHING_RAN}); see the reasons above, or \
+             --strict to fail missing artifacts"
+        );
+        return Ok(ExitCode::from(NOTHING_RAN));
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 fn golden(paths: Vec<PathBuf>, force: bool, goldens: Option<PathBuf>) -> anyhow::Result<ExitCode> {
@@ -340,7 +361,14 @@ fn golden(paths: Vec<PathBuf>, force: bool, goldens: Option<PathBuf>) -> anyhow:
             }
         };
         if Artifacts::of(&case).checkpoint.is_none() {
-            println!("skipped   {}: no checkpoint for the reference (`checkpoint:`, or {} in the HF cache)", path.display(), case.model_id);
+            let why = format!("{}: no checkpoint for the reference (`checkpoint:`, or {} in the HF cache)", path.display(), case.model_id);
+            // Strict (ONNX_PARITY_STRICT=1): a missing checkpoint is an error, not a skip.
+            if onnx_parity::context::current().strict {
+                ok = false;
+                println!("ERROR     {why} (strict mode)");
+            } else {
+                println!("skipped   {why}");
+            }
             continue;
         }
         let case_root = root.clone().unwrap_or_else(|| onnx_parity::golden::root_for(&case.path));
@@ -726,7 +754,7 @@ fn main() -> ExitCode {
     }
     let result = match cli.command {
         Command::List { paths } => list(paths),
-        Command::Run { paths, levels, files, goldens } => run(paths, levels, files, goldens),
+        Command::Run { paths, levels, files, goldens, strict } => run(paths, levels, files, goldens, strict),
         Command::Golden { paths, force, goldens } => golden(paths, force, goldens),
         Command::Fetch { paths, weights, runtimes, no_hub } => fetch(paths, weights, runtimes, no_hub),
         Command::Inputs { case, out, synthetic, replay, goldens } => inputs(case, out, synthetic, replay, goldens),

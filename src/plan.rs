@@ -17,7 +17,7 @@ use crate::eps::RunEp;
 use crate::evaluation::{implementations, CaseEvaluations};
 use crate::runtime::kernels::MatMulNBitsModel;
 use crate::tiers::outcome::{Status, TierOutcome};
-use crate::tiers::{static_skip, RunOptions};
+use crate::tiers::{skip_of, RunOptions, Skip, SkipCause};
 
 /// One trial: a case, the candidate it judges (a build in an implementation) and a tier.
 #[derive(Debug, Clone)]
@@ -40,7 +40,7 @@ pub enum TrialKind {
     /// Run the trial; trials of one case share `eval`.
     Run { trial: Trial, eval: Arc<CaseEvaluations> },
     /// Not run, for this reason.
-    Ignored { reason: String },
+    Ignored { reason: String, cause: SkipCause },
     /// Fails with this message without running anything (malformed YAML, no cases).
     Failing { message: String },
 }
@@ -140,8 +140,13 @@ pub fn plan(roots: &[PathBuf], opts: &RunOptions) -> Vec<PlannedTrial> {
                         for &level in levels {
                             let trial = Trial { case: Arc::clone(&view), candidate: candidate.clone(), level };
                             let name = trial.name();
-                            let kind = match static_skip(&trial.case, &trial.candidate, level, opts) {
-                                Some(reason) => TrialKind::Ignored { reason },
+                            let kind = match skip_of(&trial.case, &trial.candidate, level, opts) {
+                                // Strict: a missing artifact fails the trial (a CI run that lost
+                                // its exports must not go green having judged nothing).
+                                Some(Skip { cause: SkipCause::MissingArtifact, reason }) if opts.strict => {
+                                    TrialKind::Failing { message: format!("strict mode: a needed artifact is missing: {reason}") }
+                                }
+                                Some(Skip { cause, reason }) => TrialKind::Ignored { reason, cause },
                                 None => TrialKind::Run { trial, eval: Arc::clone(&eval) },
                             };
                             trials.push(PlannedTrial { name, case: Some(id.clone()), level: Some(level), ep, kind });
@@ -160,7 +165,7 @@ pub fn plan(roots: &[PathBuf], opts: &RunOptions) -> Vec<PlannedTrial> {
 /// is a failure naming what could not run, since a test runner counts a skip as a pass.
 pub fn run_trial(kind: TrialKind, opts: &RunOptions, tf32_probe: &[crate::gpu::ProbeResult]) -> TierOutcome {
     match kind {
-        TrialKind::Ignored { reason } => TierOutcome::skipped(reason),
+        TrialKind::Ignored { reason, .. } => TierOutcome::skipped(reason),
         TrialKind::Failing { message } => TierOutcome::fail(message),
         TrialKind::Run { trial, eval } => {
             let mut outcome = crate::tiers::run_level(&trial.case, &trial.candidate, trial.level, opts, &eval);
@@ -189,7 +194,7 @@ mod tests {
             .iter()
             .map(|t| match &t.kind {
                 TrialKind::Run { .. } => (t.name.clone(), "run", String::new()),
-                TrialKind::Ignored { reason } => (t.name.clone(), "ignored", reason.clone()),
+                TrialKind::Ignored { reason, .. } => (t.name.clone(), "ignored", reason.clone()),
                 TrialKind::Failing { message } => (t.name.clone(), "failing", message.clone()),
             })
             .collect()
@@ -199,7 +204,7 @@ mod tests {
     /// a failing one a failure with its message (never a pass).
     #[test]
     fn planned_skips_and_failures_keep_their_verdicts() {
-        let o = run_trial(TrialKind::Ignored { reason: "why".into() }, &opts(false), &[]);
+        let o = run_trial(TrialKind::Ignored { reason: "why".into(), cause: SkipCause::Asked }, &opts(false), &[]);
         assert_eq!((o.status, o.message.as_str()), (Status::Skipped, "why"));
         let o = run_trial(TrialKind::Failing { message: "bad yaml".into() }, &opts(false), &[]);
         assert_eq!((o.status, o.message.as_str()), (Status::Fail, "bad yaml"));

@@ -231,10 +231,9 @@ impl RunReport {
             .map(|p| format!("{} {:.1e}{}", p.backend, p.max_rel_err, if p.tf32_like { " TF32-LIKE" } else { "" }))
             .collect();
         s.push_str(&format!(
-            "\nreference on {}; NVIDIA_TF32_OVERRIDE={} (set by {}){}\n",
+            "\nreference on {}; TF32: {}{}\n",
             g.reference_device,
-            g.tf32_env.nvidia_tf32_override.as_deref().unwrap_or("unset"),
-            g.tf32_env.set_by,
+            g.tf32_line(),
             if probe.is_empty() { String::new() } else { format!("; TF32 probe: {}", probe.join(", ")) }
         ));
         s

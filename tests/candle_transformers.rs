@@ -347,11 +347,11 @@ fn trials_of_other_implementations() {
     assert!(matches!(find("causal-lm/dense::L3").kind, TrialKind::Run { .. }));
     assert!(!trials.iter().any(|t| t.name.starts_with("causal-lm/dense::L1 [")), "no L1 for candle-transformers");
     match &find("causal-lm/dense::L4 [candle-transformers]").kind {
-        TrialKind::Ignored { reason } => assert!(reason.contains("golden"), "{reason}"),
+        TrialKind::Ignored { reason, .. } => assert!(reason.contains("golden"), "{reason}"),
         _ => panic!("L4 without a golden is ignored naming it"),
     }
     match &find("causal-lm/ple::L3 [candle-transformers]").kind {
-        TrialKind::Ignored { reason } => assert!(reason.contains("per-layer embeddings") && reason.contains("KV sharing"), "{reason}"),
+        TrialKind::Ignored { reason, .. } => assert!(reason.contains("per-layer embeddings") && reason.contains("KV sharing"), "{reason}"),
         _ => panic!("an unsupported model is ignored naming what is missing"),
     }
     assert!(!trials.iter().any(|t| t.name == "causal-lm/ple::L3"), "no export trial without onnx in the list");

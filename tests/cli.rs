@@ -643,3 +643,45 @@ fn readme_variant_table_equals_the_run() {
     assert_eq!(table, printed, "README's variant table differs from the run:\n{printed}");
     assert!(o.status.success(), "{}", text(&o));
 }
+
+/// Guards issue 39: a case whose `onnx:` names a folder that does not exist (a typo) is all skips
+/// without strict mode, and `run` says nothing ran and exits 3 (not 0, not 1); with `--strict` (or
+/// `ONNX_PARITY_STRICT=1`) its trials fail naming the path (exit 1). A fixture case with all its
+/// artifacts gets the same verdicts in both modes (exit 0).
+#[test]
+fn strict_mode_and_nothing_ran() {
+    let dir = tmpdir();
+    let typo = dir.path().join("no-such-export");
+    let case = write_case(
+        dir.path(),
+        "typo",
+        &fixture("unified-vision/checkpoint"),
+        &typo.display().to_string(),
+        &format!("levels: [L1, L3, L4, L5]\ninputs:\n  tensors: {}\n", fixture("unified-vision/inputs.safetensors")),
+    );
+    let case = case.display().to_string();
+    let o = cli(&["run", &case]);
+    assert_eq!(o.status.code(), Some(3), "{}", text(&o));
+    assert!(text(&o).contains("nothing ran: every trial asked for was skipped or ignored"), "{}", text(&o));
+    for strict in [cli(&["run", &case, "--strict"]), {
+        let mut c = std::process::Command::new(env!("CARGO_BIN_EXE_onnx-parity"));
+        c.args(["run", &case]).current_dir(root()).env("ONNX_PARITY_LOG", "warn").env("ONNX_PARITY_STRICT", "1");
+        c.output().expect("runs")
+    }] {
+        let t = text(&strict);
+        assert_eq!(strict.status.code(), Some(1), "{t}");
+        assert!(t.contains("strict mode: a needed artifact is missing") && t.contains(&typo.display().to_string()), "{t}");
+    }
+    let full = "cases/causal-lm/gemma4-text-dense.yaml";
+    let verdicts = |o: &std::process::Output| {
+        String::from_utf8_lossy(&o.stdout)
+            .lines()
+            .filter(|l| l.contains("::L"))
+            .map(|l| l.split_whitespace().take(2).collect::<Vec<_>>().join(" "))
+            .collect::<Vec<_>>()
+    };
+    let (loose, strict) = (cli(&["run", full, "--levels", "L1"]), cli(&["run", full, "--levels", "L1", "--strict"]));
+    assert!(loose.status.success() && strict.status.success(), "{}{}", text(&loose), text(&strict));
+    assert_eq!(verdicts(&loose), verdicts(&strict));
+    assert!(!verdicts(&loose).is_empty());
+}

@@ -687,7 +687,10 @@ fn l4_l5_skip_names_their_own_golden() {
     use onnx_parity::case::Level::{L4, L5};
     use onnx_parity::tiers::{static_skip, RunOptions};
     let tmp = tempfile::tempdir().unwrap();
-    let case = skip_case(tmp.path(), "onnx: /some/export\n");
+    // An export folder that exists (a missing one is its own skip, before the goldens).
+    let export = tmp.path().join("export");
+    std::fs::create_dir_all(&export).unwrap();
+    let case = skip_case(tmp.path(), &format!("onnx: {}\n", export.display()));
     let goldens = tmp.path().join("goldens");
     std::fs::create_dir_all(goldens.join("cat")).unwrap();
     let opts = RunOptions::with_goldens(goldens.clone());

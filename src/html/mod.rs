@@ -96,7 +96,7 @@ fn header(h: &mut String, r: &RunReport) {
         h,
         "<h1>onnx-parity report</h1><table class=\"meta\"><tr><td>onnx-parity</td><td>{}</td><td>ONNX Runtime</td><td>{} ({})</td></tr>\
 <tr><td>ORT GenAI</td><td>{}</td><td>reference</td><td>{}</td></tr><tr><td>device</td><td colspan=\"3\">{}</td></tr>\
-<tr><td>TF32</td><td>NVIDIA_TF32_OVERRIDE={} (set by {})</td><td>TF32 probe</td><td>{}</td></tr>\
+<tr><td>TF32</td><td>{}</td><td>TF32 probe</td><td>{}</td></tr>\
 <tr><td>recorded by the exports and checkpoints</td><td>{}</td><td>date</td><td>{date} (wall {:.1} s)</td></tr></table>",
         esc(m.onnx_parity_version),
         esc(m.onnxruntime_version),
@@ -104,8 +104,7 @@ fn header(h: &mut String, r: &RunReport) {
         esc(&m.ort_genai),
         esc(&m.reference),
         esc(&g.reference_device),
-        esc(g.tf32_env.nvidia_tf32_override.as_deref().unwrap_or("unset")),
-        esc(&g.tf32_env.set_by.to_string()),
+        esc(&g.tf32_line()),
         esc(&probe),
         esc(&versions),
         m.wall_s

@@ -15,4 +15,4 @@ mod skip;
 
 pub use options::{RunOptions, GOLDENS_ENV};
 pub use runner::run_level;
-pub use skip::{static_skip, tier_case};
+pub use skip::{skip_of, static_skip, tier_case, Skip, SkipCause};

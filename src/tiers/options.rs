@@ -18,6 +18,9 @@ pub struct RunOptions {
     pub ci: bool,
     /// The execution providers the trials run on (`ONNX_PARITY_EP`), in order.
     pub eps: Vec<RunEp>,
+    /// Strict mode (`--strict`, `ONNX_PARITY_STRICT=1`): a trial whose artifact is missing
+    /// (export, checkpoint, golden) fails naming it instead of being skipped.
+    pub strict: bool,
 }
 
 impl RunOptions {
@@ -25,12 +28,12 @@ impl RunOptions {
     /// selection reads as the CPU here, and the drivers refuse it before planning).
     pub fn from_env() -> Self {
         let context = crate::context::current();
-        RunOptions { goldens_root: context.goldens_root.clone(), ci: context.ci, eps: context.eps_or_cpu() }
+        RunOptions { goldens_root: context.goldens_root.clone(), ci: context.ci, eps: context.eps_or_cpu(), strict: context.strict }
     }
 
     /// A CPU run outside CI with the goldens under `root` (tests).
     pub fn with_goldens(root: impl Into<PathBuf>) -> Self {
-        RunOptions { goldens_root: Some(root.into()), ci: false, eps: vec![RunEp::Cpu] }
+        RunOptions { goldens_root: Some(root.into()), ci: false, eps: vec![RunEp::Cpu], strict: false }
     }
 
     /// The goldens folder of `case`: the run's, else the one beside the case's own `cases/`

@@ -16,58 +16,96 @@ use crate::eps::{BuildTarget, Ep, RunEp};
 use crate::golden::golden_paths;
 use crate::onnx::graph::GraphSummary;
 
+/// Why a trial is skipped: what strict mode (`--strict`, `ONNX_PARITY_STRICT=1`) turns into a
+/// failure is a missing artifact; the rest stay skips.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SkipCause {
+    /// The case asked for it: a level it does not request, `skip_reason`, `ci_skip_reason`, a tier
+    /// that judges the config once (L2 of a variant or off the CPU).
+    Asked,
+    /// An artifact the trial needs is not there: export, checkpoint (config, weights), golden.
+    MissingArtifact,
+    /// This machine cannot run it: the EP's kernels or device are missing here (a bf16 build on
+    /// the CPU EP).
+    Environment,
+    /// The build or implementation cannot run it anywhere the harness drives: not built for the
+    /// trial's EP, no EP runs a node of it, an implementation lacking a feature, audio, a text
+    /// component asked for images.
+    Unsupported,
+}
+
+/// A skip known before running, with its cause.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Skip {
+    pub cause: SkipCause,
+    pub reason: String,
+}
+
+impl Skip {
+    fn new(cause: SkipCause, reason: impl Into<String>) -> Skip {
+        Skip { cause, reason: reason.into() }
+    }
+}
+
 /// The reason a trial will not run, if it can be known before running it.
 pub fn static_skip(case: &Case, candidate: &Candidate, level: Level, opts: &RunOptions) -> Option<String> {
+    skip_of(case, candidate, level, opts).map(|s| s.reason)
+}
+
+/// [`static_skip`] with its cause.
+pub fn skip_of(case: &Case, candidate: &Candidate, level: Level, opts: &RunOptions) -> Option<Skip> {
+    use SkipCause::{Asked, Environment, MissingArtifact, Unsupported};
     if !case.levels.contains(&level) {
         let listed = case.levels.iter().map(|l| l.to_string()).collect::<Vec<_>>().join(", ");
-        return Some(format!("the case does not request {level} (levels: {listed})"));
+        return Some(Skip::new(Asked, format!("the case does not request {level} (levels: {listed})")));
     }
     if let Some(r) = &case.skip_reason {
-        return Some(format!("skip_reason: {r}"));
+        return Some(Skip::new(Asked, format!("skip_reason: {r}")));
     }
     if opts.ci {
         if let Some(r) = &case.ci_skip_reason {
-            return Some(format!("ci_skip_reason (CI is set): {r}"));
+            return Some(Skip::new(Asked, format!("ci_skip_reason (CI is set): {r}")));
         }
     }
     if !case.inputs.audio.is_empty() {
-        return Some("audio inputs are out of scope: the reference implements text and vision only".into());
+        return Some(Skip::new(Unsupported, "audio inputs are out of scope: the reference implements text and vision only"));
     }
     if onnx_parity_reference::ModelType::parse(&case.model_type).is_err() {
-        return Some(format!(
-            "model_type {:?} is not implemented (the reference covers gemma4, gemma4_text, gemma4_unified, gemma4_unified_text)",
-            case.model_type
+        return Some(Skip::new(
+            Unsupported,
+            format!(
+                "model_type {:?} is not implemented (the reference covers gemma4, gemma4_text, gemma4_unified, gemma4_unified_text)",
+                case.model_type
+            ),
         ));
     }
     if !candidate.ep.is_cpu() {
-        if let Some(reason) = ep_skip(&tier_case(case, level), candidate, level) {
-            return Some(reason);
+        if let Some(skip) = ep_skip(&tier_case(case, level), candidate, level) {
+            return Some(skip);
         }
     }
     if !candidate.implementation.is_onnx() {
         return implementation_skip(&tier_case(case, level), candidate, level, opts);
     }
     if candidate.variant.is_some() && level == Level::L2 {
-        return Some("L2 judges the model's config and checkpoint, the same for every build: see the case's own L2".into());
+        return Some(Skip::new(Asked, "L2 judges the model's config and checkpoint, the same for every build: see the case's own L2"));
     }
     let case = tier_case(case, level);
     let case = case.as_ref();
     let artifacts = Artifacts::of(case);
     if matches!(level, Level::L3 | Level::L4 | Level::L5) {
-        if let Some(reason) = artifacts.export.as_deref().and_then(|export| not_runnable_here(case, export, candidate.ep)) {
-            return Some(reason);
-        }
-        if let Some(reason) = artifacts.export.as_deref().and_then(|export| no_ep_runs_it(export, candidate.ep)) {
-            return Some(reason);
-        }
-        if let Some(reason) = artifacts.export.as_deref().and_then(|export| text_component_only(case, export)) {
-            return Some(reason);
-        }
-        if let Some(reason) = artifacts.export.as_deref().and_then(no_embedding_model) {
-            return Some(reason);
+        if let Some(export) = artifacts.export.as_deref() {
+            if let Some(reason) = not_runnable_here(case, export, candidate.ep) {
+                return Some(Skip::new(Environment, reason));
+            }
+            let unsupported =
+                no_ep_runs_it(export, candidate.ep).or_else(|| text_component_only(case, export)).or_else(|| no_embedding_model(export));
+            if let Some(reason) = unsupported {
+                return Some(Skip::new(Unsupported, reason));
+            }
         }
     }
-    match level {
+    let missing = match level {
         Level::L1 | Level::L3 => artifact_skip(case, &artifacts, level == Level::L3),
         Level::L2 => artifacts.config.is_none().then(|| {
             format!(
@@ -77,34 +115,36 @@ pub fn static_skip(case: &Case, candidate: &Candidate, level: Level, opts: &RunO
                 case.revision.as_deref().unwrap_or("main")
             )
         }),
-        Level::L4 | Level::L5 => {
-            if artifacts.export.is_none() {
-                return Some(format!(
-                    "no export of {}: add `onnx: <export folder>` to {} or put it at {} (`python -m mobius build --config <checkpoint> <folder> --dtype {}`)",
-                    case.model_id,
-                    case.path.display(),
-                    export_hint(case),
-                    case.dtype.as_str()
-                ));
+        Level::L4 | Level::L5 => match &artifacts.export {
+            None => Some(format!(
+                "no export of {}: add `onnx: <export folder>` to {} or put it at {} (`python -m mobius build --config <checkpoint> <folder> --dtype {}`)",
+                case.model_id,
+                case.path.display(),
+                export_hint(case),
+                case.dtype.as_str()
+            )),
+            Some(dir) if case.onnx.is_some() && !dir.is_dir() => {
+                Some(format!("ONNX export {} does not exist: export it (scripts/make-fixtures.sh for fixtures)", dir.display()))
             }
-            golden_skip(case, level, opts)
-        }
-    }
+            Some(_) => golden_skip(case, level, opts),
+        },
+    };
+    missing.map(|reason| Skip::new(MissingArtifact, reason))
 }
 
 /// Why a trial on `candidate.ep` (not the CPU) does not run: L2 judges the config, the same on
 /// every EP; the build is not for that EP ([`build_target`]); the implementation does not run on it.
-fn ep_skip(case: &Case, candidate: &Candidate, level: Level) -> Option<String> {
+fn ep_skip(case: &Case, candidate: &Candidate, level: Level) -> Option<Skip> {
     if level == Level::L2 {
-        return Some(format!(
-            "L2 judges the model's config and checkpoint, the same on every EP: see its CPU trial (not {})",
-            candidate.ep
+        return Some(Skip::new(
+            SkipCause::Asked,
+            format!("L2 judges the model's config and checkpoint, the same on every EP: see its CPU trial (not {})", candidate.ep),
         ));
     }
     if let Some(reason) = crate::evaluation::implementations::candidate(&candidate.implementation).and_then(|i| (i.not_on)(candidate.ep)) {
-        return Some(reason);
+        return Some(Skip::new(SkipCause::Unsupported, reason));
     }
-    build_target(case).not_for(candidate.ep)
+    build_target(case).not_for(candidate.ep).map(|reason| Skip::new(SkipCause::Unsupported, reason))
 }
 
 /// Which EPs the case's build is for, from what its case or exporter wrote: the case's (or
@@ -125,43 +165,53 @@ pub fn build_target(case: &Case) -> BuildTarget {
 /// export as another runtime runs it); it must implement what the model and the prompt use (a
 /// feature it lacks is a skip naming it, never a silently different model that passes or
 /// fails); L4/L5 need the goldens. An unreadable config is not a skip: the run fails and says why.
-fn implementation_skip(case: &Case, candidate: &Candidate, level: Level, opts: &RunOptions) -> Option<String> {
+fn implementation_skip(case: &Case, candidate: &Candidate, level: Level, opts: &RunOptions) -> Option<Skip> {
+    use SkipCause::{Environment, MissingArtifact, Unsupported};
     let name = &candidate.implementation;
     let Some(implementation) = crate::evaluation::implementations::candidate(name) else {
-        return Some(format!("no implementation is named {name:?} (see `onnx-parity logits --help`)"));
+        return Some(Skip::new(Unsupported, format!("no implementation is named {name:?} (see `onnx-parity logits --help`)")));
     };
     let artifacts = Artifacts::of(case);
     if implementation.per_export {
         let Some(dir) = artifacts.export.as_deref() else {
-            return Some(format!("{name} runs the export: add `onnx: <export folder>` to {}", case.path.display()));
+            return Some(Skip::new(
+                MissingArtifact,
+                format!("{name} runs the export: add `onnx: <export folder>` to {}", case.path.display()),
+            ));
         };
         if !dir.is_dir() {
-            return Some(format!("{name} runs the export {}, which is missing: {}", dir.display(), export_hint(case)));
+            return Some(Skip::new(
+                MissingArtifact,
+                format!("{name} runs the export {}, which is missing: {}", dir.display(), export_hint(case)),
+            ));
         }
         // What keeps the pipeline from running the build keeps another runtime on the same
         // execution provider from it too (kernels the build's EP has and the CPU lacks, a
         // package that cannot run alone).
-        if let Some(reason) =
-            not_runnable_here(case, dir, candidate.ep).or_else(|| no_ep_runs_it(dir, candidate.ep)).or_else(|| no_embedding_model(dir))
-        {
-            return Some(reason);
+        if let Some(reason) = not_runnable_here(case, dir, candidate.ep) {
+            return Some(Skip::new(Environment, reason));
         }
-        if let Some(reason) = (implementation.unsupported)(case, dir) {
-            return Some(reason);
+        if let Some(reason) =
+            no_ep_runs_it(dir, candidate.ep).or_else(|| no_embedding_model(dir)).or_else(|| (implementation.unsupported)(case, dir))
+        {
+            return Some(Skip::new(Unsupported, reason));
         }
     } else {
         let Some(dir) = &artifacts.checkpoint else {
-            return Some(format!("{name} loads the checkpoint: add `checkpoint: <HF folder with config.json>` to {}", case.path.display()));
+            return Some(Skip::new(
+                MissingArtifact,
+                format!("{name} loads the checkpoint: add `checkpoint: <HF folder with config.json>` to {}", case.path.display()),
+            ));
         };
         if let Some(reason) = incomplete_checkpoint(dir, true) {
-            return Some(reason);
+            return Some(Skip::new(MissingArtifact, reason));
         }
         if let Some(reason) = (implementation.unsupported)(case, dir) {
-            return Some(reason);
+            return Some(Skip::new(Unsupported, reason));
         }
     }
     if matches!(level, Level::L4 | Level::L5) {
-        return golden_skip(case, level, opts);
+        return golden_skip(case, level, opts).map(|reason| Skip::new(MissingArtifact, reason));
     }
     None
 }
