@@ -36,7 +36,8 @@ mod tests {
     #[cfg(target_os = "linux")]
     fn peak_follows_allocations() {
         let before = peak_rss_bytes().expect("VmHWM");
-        let block = vec![1u8; 64 << 20];
+        // black_box: an optimised build may otherwise never write (or keep) the block.
+        let block = std::hint::black_box(vec![1u8; 64 << 20]);
         let during = peak_rss_bytes().expect("VmHWM");
         assert!(during >= before && during >= 64 << 20, "{before} {during} {}", block.len());
         drop(block);

@@ -180,6 +180,10 @@ pub struct Isolated {
     pub modules: Vec<ModuleOutputs>,
     /// `(layer, module)` pairs the export's node names do not identify, and why.
     pub unidentified: BTreeMap<(usize, String), String>,
+    /// The activations the local run's quantized matmuls multiplied (their `A`), by tensor name,
+    /// where the EP's kernel quantizes them to int8: the rounding hints the reference's local
+    /// floors take at near-ties (`onnx_parity_reference::weights::rounding`).
+    pub local_activations: BTreeMap<String, Dense<f32>>,
     /// The package is one text-only model (the decoder embeds the ids itself).
     pub text_only: bool,
 }

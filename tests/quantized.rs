@@ -167,3 +167,52 @@ fn every_quantizer_dialect_names_its_parameters() {
         assert_eq!(out.status, Status::Pass, "{build}: {}", out.message);
     }
 }
+
+/// Guards issue 38's near-tie rule on a real build (ONNX Runtime's RTN at accuracy_level 4, whose
+/// MLAS kernel rounds each activation to int8): judged with the plain local floors, one activation
+/// of layer 5 that lies within f32 rounding of a half step rounds to the other step in ORT, and the
+/// layer fails by ~1e4x; with the floors taking the candidate's step at such near-ties (and saying
+/// how many) it passes; and a layer the candidate computes wrong (one value of layer 5's local
+/// output off by 1e-4, far below the flip's effect) still fails under the hinted floors.
+#[test]
+fn int8_near_ties_take_the_candidate_s_step_and_nothing_else() {
+    use onnx_parity::case::{Candidate, Case, Level};
+    use onnx_parity::evaluation::CaseEvaluations;
+    use onnx_parity::outputs::Isolation;
+    use onnx_parity::tiers::l3::{self, Calibration};
+    use onnx_parity::tiers::{run_level, RunOptions};
+    use onnx_parity::tolerance::Tolerances;
+    let case = Case::load(&repo("cases/causal-lm/gemma4-text-ple.yaml")).expect("case").for_variant("rtn-acc4").expect("rtn-acc4");
+    let candidate = Candidate::variant("rtn-acc4");
+    let evals = CaseEvaluations::for_build(&case, Some("rtn-acc4"));
+    let outcome = run_level(&case, &candidate, Level::L3, &RunOptions::with_goldens(repo("goldens")), &evals);
+    assert_eq!(outcome.status, Status::Pass, "{}", outcome.message);
+    let adopted = outcome.metrics.get("int8_steps_adopted").and_then(|v| v.as_u64()).expect("adoptions reported");
+    assert!((1..=16).contains(&adopted), "{adopted} near-ties adopted");
+
+    let eval = evals.for_level(Level::L3, &case);
+    let reference = eval.reference(&case).expect("reference");
+    let run = eval.candidates(&case, &candidate).into_iter().next().expect("one candidate").expect("ran");
+    let hinted = run.hinted.as_ref().expect("an accuracy_level 4 build on the CPU EP is judged with hints");
+    let plain = eval.calibration(&case).expect("calibrated rule").expect("calibration");
+    let tol = case.thresholds(&Tolerances::defaults()).expect("tolerances").require_l3().expect("L3 row");
+    let judge = |isolation: &Isolation, cal: &Calibration<'_>| {
+        l3::compare(&reference.run, &run.forced, isolation, reference.scope, &tol, Some(cal))
+    };
+    let with_hints = Calibration { local: &hinted.floor, local_truth: Some(&hinted.truth), ..plain };
+    assert_eq!(judge(&run.isolation, &with_hints).status, Status::Pass);
+
+    // The plain floors: the flip fails layer 5.
+    let without = judge(&run.isolation, &plain);
+    assert_eq!(without.status, Status::Fail, "{}", without.message);
+    assert_eq!(without.metrics.get("first_divergent_layer").and_then(|v| v.as_u64()), Some(5), "{}", without.message);
+
+    // A wrong value in layer 5 (1e-4, ~400x the floor's error there): no hint hides it.
+    let Isolation::Done(iso) = &run.isolation else { panic!("isolation ran") };
+    let mut broken = iso.clone();
+    let onnx_parity::outputs::LayerOutputs::Tensors(local) = &mut broken.local else { panic!("local layers ran") };
+    local[5].data[64 * 13 + 7] += 1e-4;
+    let broken = judge(&Isolation::Done(broken), &with_hints);
+    assert_eq!(broken.status, Status::Fail, "{}", broken.message);
+    assert_eq!(broken.metrics.get("first_divergent_layer").and_then(|v| v.as_u64()), Some(5), "{}", broken.message);
+}

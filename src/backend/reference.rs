@@ -93,6 +93,23 @@ impl ReferenceBackend {
     }
 }
 
+impl ReferenceBackend {
+    /// [`ReferenceBackend::local_layers`] with `hints` active: at a near-tie of an int8
+    /// activation step the candidate's step is taken (`onnx_parity_reference::weights::rounding`);
+    /// returns the near-ties adopted.
+    pub fn local_layers_hinted(
+        &self,
+        inputs: &ModelInputs,
+        oracle: &Run,
+        ple: LocalPle,
+        hints: onnx_parity_reference::weights::rounding::RoundingHints,
+    ) -> Result<(LocalLayers, Vec<onnx_parity_reference::weights::rounding::Adopted>), BackendError> {
+        let (local, adopted) =
+            onnx_parity_reference::weights::rounding::with_rounding_hints(hints, || self.local_layers(inputs, oracle, ple));
+        Ok((local?, adopted))
+    }
+}
+
 /// Each layer's output `[S, hidden]` and its modules' as the export's layout, `[1, S, hidden]`.
 fn layer_outputs(layers: &[Tensor], modules: &[ReferenceModules]) -> candle_core::Result<(Vec<Dense<f32>>, Vec<ModuleOutputs>)> {
     let d = |t: &Tensor| t.unsqueeze(0).and_then(|t| dense(&t));

@@ -66,6 +66,9 @@ pub struct CandidateRun {
     pub isolation: Isolation,
     /// `partitioned: …` when the EP asked for left compute nodes to the CPU EP.
     pub partitioned: Option<String>,
+    /// A build whose kernel quantizes activations to int8: its local floors conditioned on its
+    /// own steps at near-ties (None otherwise, or without local activations).
+    pub hinted: Option<precision::HintedLocal>,
 }
 
 /// One candidate and its run, computed on first use.
@@ -331,7 +334,7 @@ impl CaseEvaluation {
             let build = self.build(case)?;
             let truth = self.precision.arbiter(case, inputs, reference, build)?;
             let at = self.precision.at_precision(case, case.dtype, inputs, reference, truth, build, local_ple(case))?;
-            Ok(Calibration { rule, truth, floor: at.run.as_ref().unwrap_or(reference), local: &at.local })
+            Ok(Calibration { rule, truth, floor: at.run.as_ref().unwrap_or(reference), local: &at.local, local_truth: None })
         };
         Some(get())
     }
@@ -370,14 +373,39 @@ impl CaseEvaluation {
                 };
                 let (run, opened) =
                     run_once(&c.implementation, case, c.ep, |backend| candidate_runs(case, backend, inputs, reference, oracle))?;
+                let hinted = self.hinted_local(case, &run.2)?;
                 let label = match &c.variant {
                     None => c.implementation.label.to_string(),
                     Some(v) => format!("{}@{v}", c.implementation.label),
                 };
-                Ok(CandidateRun { label, forced: run.0, free: run.1, isolation: run.2, partitioned: opened.partitioned })
+                Ok(CandidateRun { label, forced: run.0, free: run.1, isolation: run.2, partitioned: opened.partitioned, hinted })
             })
             .as_ref()
             .map_err(Arc::clone)
+    }
+}
+
+impl CaseEvaluation {
+    /// The local floors conditioned on the candidate's int8 steps at near-ties, for a quantized
+    /// build whose kernel quantizes activations and whose local run exposed them; `None` otherwise.
+    fn hinted_local(&self, case: &Case, isolation: &Isolation) -> Result<Option<precision::HintedLocal>, SharedError> {
+        let Isolation::Done(iso) = isolation else { return Ok(None) };
+        let Some(d) = self.dequantized(case)? else { return Ok(None) };
+        if iso.local_activations.is_empty() || !d.build.quantizes_activations() || precision::calibrated_rule(case).is_none() {
+            return Ok(None);
+        }
+        let mut hints = onnx_parity_reference::weights::rounding::RoundingHints::new(precision::NEAR_TIE_TOLERANCE);
+        for w in &d.build.weights {
+            if let Some(values) = w.activation.as_ref().and_then(|a| iso.local_activations.get(a)) {
+                hints.insert(w.key.clone(), values.data.clone());
+            }
+        }
+        if hints.is_empty() {
+            return Ok(None);
+        }
+        let (inputs, reference) = (self.inputs(case)?, &self.reference(case)?.run);
+        let arbiter = self.precision.arbiter(case, inputs, reference, Some(&d.build))?;
+        precision::hinted_local(case, inputs, arbiter, &d.build, local_ple(case), &hints).map(Some)
     }
 }
 

@@ -1,6 +1,7 @@
 //! Runs one tier of one case: gathers what the tier's comparison needs (the evaluation's runs,
 //! the golden, the thresholds, the artifacts) and calls it, once per candidate implementation.
 
+use super::l3::Calibration;
 use super::options::RunOptions;
 use super::outcome::{Status, TierOutcome};
 use super::skip::tier_case;
@@ -114,7 +115,15 @@ fn run_l3(case: &Case, candidate: &Candidate, eval: &CaseEvaluation) -> TierOutc
         Err(e) => return TierOutcome::fail(format!("the float reference (the quantization's cost): {e}")),
     };
     let mut out = per_candidate(candidates, |c| {
-        let out = l3::compare(&reference.run, &c.forced, &c.isolation, reference.scope, &tol, calibration.as_ref());
+        // A build quantizing activations to int8: its local floors take its own steps at near-ties.
+        let hinted = match (&c.hinted, calibration) {
+            (Some(h), Some(cal)) => Some(Calibration { local: &h.floor, local_truth: Some(&h.truth), ..cal }),
+            _ => calibration,
+        };
+        let mut out = l3::compare(&reference.run, &c.forced, &c.isolation, reference.scope, &tol, hinted.as_ref());
+        if let Some(h) = &c.hinted {
+            out = adopted_steps(out, h);
+        }
         match quantized {
             Some(q) => quantized_verdict(out, q, float, &c.forced, candidate.ep),
             None => out,
@@ -126,6 +135,32 @@ fn run_l3(case: &Case, candidate: &Candidate, eval: &CaseEvaluation) -> TierOutc
             out = out.metric(key::IMAGE_BLOCKS, blocks);
         }
     }
+    out
+}
+
+/// Reports the near-ties where the local floors took the candidate's int8 step: how many, and the
+/// first few (key, position, channel, both scaled values), so a reader sees what was adopted.
+fn adopted_steps(mut out: TierOutcome, h: &crate::evaluation::precision::HintedLocal) -> TierOutcome {
+    let adopted = h.floor_adopted.iter().chain(&h.truth_adopted);
+    let count = h.floor_adopted.len() + h.truth_adopted.len();
+    let first: Vec<serde_json::Value> = adopted
+        .take(8)
+        .map(|a| serde_json::json!({"key": a.key, "row": a.row, "col": a.col, "own": a.own, "candidate": a.candidate}))
+        .collect();
+    out.metrics.insert(key::INT8_STEPS_ADOPTED.into(), count.into());
+    if !first.is_empty() {
+        out.metrics.insert(key::INT8_STEPS_ADOPTED_FIRST.into(), first.into());
+    }
+    let widest = h.floor_adopted.iter().chain(&h.truth_adopted).map(|a| (a.own - a.candidate).abs()).fold(0.0, f64::max);
+    out.message = format!(
+        "{}; local floors took the candidate's int8 step at {} near-tie(s) (floor {}, f64 {}; widest {:.1e} of a step apart, within {} relative)",
+        out.message,
+        count,
+        h.floor_adopted.len(),
+        h.truth_adopted.len(),
+        widest,
+        crate::evaluation::precision::NEAR_TIE_TOLERANCE
+    );
     out
 }
 

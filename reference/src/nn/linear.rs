@@ -3,7 +3,8 @@
 use candle_core::{DType, Tensor};
 
 use crate::error::Result;
-use crate::weights::{quantize_activations, Weights};
+use crate::weights::rounding::quantize_with_hints;
+use crate::weights::Weights;
 
 /// `nn.Linear`: `x · Wᵀ (+ b)`. `W` is stored `[out, in]` in the checkpoint and kept
 /// transposed, `weight_t = Wᵀ` (`[in, out]`, contiguous), so the matmul reads a row-major
@@ -15,6 +16,9 @@ pub(crate) struct Linear {
     /// A quantized export's int8 activation block for this matmul (MatMulNBits at
     /// `accuracy_level` 4), emulated before the matmul ([`crate::weights::quantize_activations`]).
     activation_block: Option<usize>,
+    /// Its weight's key in the quantized build, where rounding hints are looked up
+    /// ([`crate::weights::rounding`]).
+    hint_key: Option<String>,
 }
 
 impl Linear {
@@ -24,12 +28,13 @@ impl Linear {
             weight_t: w.get_t(&name, [out_dim, in_dim])?,
             bias: if bias { Some(w.get(&format!("{prefix}.bias"), &[out_dim])?) } else { None },
             activation_block: w.activation_block(&name),
+            hint_key: w.activation_key(&name),
         })
     }
 
     /// A bias-free Linear from an already transposed weight `[in, out]`.
     pub(crate) fn from_weight_t(weight_t: Tensor) -> Self {
-        Self { weight_t, bias: None, activation_block: None }
+        Self { weight_t, bias: None, activation_block: None, hint_key: None }
     }
 
     /// With its activations quantized per `block` as a quantized export's matmul does.
@@ -41,7 +46,7 @@ impl Linear {
     /// `x` as this matmul sees it: quantized per block when the export does that.
     fn input(&self, x: &Tensor) -> Result<Tensor> {
         match self.activation_block {
-            Some(block) => quantized_input(x, block),
+            Some(block) => quantized_input_hinted(x, block, self.hint_key.as_deref()),
             None => Ok(x.clone()),
         }
     }
@@ -76,6 +81,12 @@ impl Linear {
 /// `x` (`[.., k]`) quantized to int8 per `block` of its last axis as MLAS does, in `x`'s own
 /// precision ([`quantize_activations`]).
 pub(crate) fn quantized_input(x: &Tensor, block: usize) -> Result<Tensor> {
+    quantized_input_hinted(x, block, None)
+}
+
+/// [`quantized_input`] taking the candidate's step at near-ties when rounding hints for `key` are
+/// active on this thread.
+fn quantized_input_hinted(x: &Tensor, block: usize, key: Option<&str>) -> Result<Tensor> {
     let dims = x.dims().to_vec();
     let k = dims.last().copied().unwrap_or(0);
     let dtype = x.dtype();
@@ -83,12 +94,12 @@ pub(crate) fn quantized_input(x: &Tensor, block: usize) -> Result<Tensor> {
     Ok(match dtype {
         DType::F64 => {
             let mut v = flat.to_vec1::<f64>()?;
-            quantize_activations(&mut v, k, block);
+            quantize_with_hints(key, &mut v, k, block);
             Tensor::from_vec(v, dims, x.device())?
         }
         _ => {
             let mut v = flat.to_dtype(DType::F32)?.to_vec1::<f32>()?;
-            quantize_activations(&mut v, k, block);
+            quantize_with_hints(key, &mut v, k, block);
             Tensor::from_vec(v, dims, x.device())?.to_dtype(dtype)?
         }
     })

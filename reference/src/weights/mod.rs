@@ -27,6 +27,7 @@ use crate::error::{Error, Result};
 
 mod decode;
 mod overrides;
+pub mod rounding;
 mod rows;
 mod shard;
 
@@ -332,6 +333,12 @@ impl Weights {
     /// (see [`Override::activation_block`]).
     pub fn activation_block(&self, module_name: &str) -> Option<usize> {
         self.overrides.lookup(module_name).and_then(|(_, o)| o.activation_block)
+    }
+
+    /// The quantized build's parameter key of `module_name` when its matmul quantizes its
+    /// activations: what rounding hints are looked up by ([`rounding`]).
+    pub fn activation_key(&self, module_name: &str) -> Option<String> {
+        self.overrides.lookup(module_name).filter(|(_, o)| o.activation_block.is_some()).map(|(k, _)| k.to_string())
     }
 
     /// The device returned tensors live on.

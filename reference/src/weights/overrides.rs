@@ -178,6 +178,8 @@ pub trait ActFloat: Copy + PartialEq + std::ops::Mul<Output = Self> {
     /// `127 / self`.
     fn inv127(self) -> Self;
     fn round_even(self) -> Self;
+    fn to_f64(self) -> f64;
+    fn from_f64(v: f64) -> Self;
 }
 
 /// Both float types do MLAS's arithmetic the same way, each in its own precision.
@@ -196,6 +198,12 @@ macro_rules! act_float {
             }
             fn round_even(self) -> Self {
                 self.round_ties_even()
+            }
+            fn to_f64(self) -> f64 {
+                self as f64
+            }
+            fn from_f64(v: f64) -> Self {
+                v as $t
             }
         }
     )*};

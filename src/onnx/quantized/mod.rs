@@ -30,30 +30,19 @@ use prost::Message;
 
 use super::package::OnnxPackage;
 
+mod error;
+mod external;
 mod fused;
 mod names;
 mod payload;
 mod payload_proto;
+pub use error::QuantizedError;
+use external::{ExternalData, Payload};
 use fused::{int64s, unfused_keys, RowRange};
 use names::dq_fused_accuracy_level;
 pub use names::{key_of, key_of_node};
 use payload::{decode_floats, element, GatherRows, MatMulNBitsRows, Stored};
 use payload_proto::{PayloadModel, PayloadNode, PayloadTensor};
-
-/// Why a quantized build's weights cannot be read.
-#[derive(Debug, thiserror::Error)]
-pub enum QuantizedError {
-    #[error("{path}: {source}")]
-    Io { path: PathBuf, source: std::io::Error },
-    #[error("{path}: not an ONNX model: {source}")]
-    Decode { path: PathBuf, source: prost::DecodeError },
-    #[error("{path}: {message}")]
-    Package { path: PathBuf, message: String },
-    #[error("{path}: node `{node}` ({op}): {message}")]
-    Node { path: PathBuf, node: String, op: String, message: String },
-    #[error("{path}: {message}")]
-    Overrides { path: PathBuf, message: String },
-}
 
 /// How one weight is quantized.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -103,6 +92,9 @@ pub struct QuantizedWeight {
     pub scale_type: &'static str,
     /// A part of a fused matrix (ORT GenAI's `qkv_proj`): its first row in the node's `B`.
     pub first_row: Option<usize>,
+    /// The value the matmul multiplies the weight with (its activations, `A`): MatMulNBits'
+    /// input 0, the MatMul's input 0 for a DequantizeLinear weight; `None` for a gathered table.
+    pub activation: Option<String>,
 }
 
 /// A package's quantized weights, read from its graphs (payloads not yet read).
@@ -384,6 +376,7 @@ impl PayloadGraph {
                         shape: [nn as usize, k as usize],
                         scale_type: scale_type(scales),
                         first_row: None,
+                        activation: n.input.first().filter(|a| !a.is_empty()).cloned(),
                     };
                     match (unfused_keys(&whole.key), self.split_sizes(n)) {
                         (Some(keys), Some(sizes)) if sizes.len() == 3 && sizes.iter().sum::<usize>() == nn as usize => {
@@ -430,6 +423,7 @@ impl PayloadGraph {
                         shape: [dims[0] as usize, cols],
                         scale_type: scale_type(scales),
                         first_row: None,
+                        activation: None,
                     });
                 }
                 "DequantizeLinear" => {
@@ -442,6 +436,12 @@ impl PayloadGraph {
                     if !feeds_matmul || x.dims.len() != 2 {
                         continue;
                     }
+                    let activation = self.consumers.get(&out_name).and_then(|c| {
+                        c.iter()
+                            .map(|&i| &self.nodes[i])
+                            .find(|m| m.op_type == "MatMul" && m.input.get(1) == Some(&out_name))
+                            .and_then(|m| m.input.first().cloned())
+                    });
                     let scales = input(1, "x_scale")?;
                     let bits = match x.data_type {
                         UINT4 | INT4 => 4,
@@ -469,6 +469,7 @@ impl PayloadGraph {
                         shape: [nn, k],
                         scale_type: scale_type(scales),
                         first_row: None,
+                        activation,
                     });
                 }
                 _ => {}
@@ -619,76 +620,5 @@ impl PayloadGraph {
                 Ok(OverrideData::Dense(Arc::new(out)))
             }
         }
-    }
-}
-
-/// An initializer's bytes, element type and dims.
-type Payload = (Vec<u8>, i32, Vec<i64>);
-
-/// External-data files of one graph, opened once and read by range.
-struct ExternalData {
-    dir: PathBuf,
-    files: HashMap<String, Arc<std::fs::File>>,
-}
-
-impl ExternalData {
-    fn new(model: &Path) -> Self {
-        ExternalData { dir: model.parent().map(Path::to_path_buf).unwrap_or_default(), files: HashMap::new() }
-    }
-
-    /// Where `t`'s bytes are: in memory for inline data, its range of the external file (open,
-    /// not read) otherwise.
-    fn stored(&mut self, t: &PayloadTensor, model: &Path) -> Result<Stored, QuantizedError> {
-        if t.data_location != 1 {
-            return Ok(Stored::Memory(self.bytes(t, model)?));
-        }
-        let (file, offset, len, _) = self.external(t, model)?;
-        Ok(Stored::File { file, offset, len })
-    }
-
-    /// `t`'s external file, offset, length and path.
-    fn external(&mut self, t: &PayloadTensor, model: &Path) -> Result<(Arc<std::fs::File>, u64, usize, PathBuf), QuantizedError> {
-        let get = |k: &str| t.external_data.iter().find(|e| e.key == k).map(|e| e.value.as_str());
-        let bad = |message: String| QuantizedError::Node { path: model.into(), node: t.name.clone(), op: "initializer".into(), message };
-        let location = get("location").ok_or_else(|| bad("external data without a location".into()))?;
-        let offset: u64 = get("offset").unwrap_or("0").parse().map_err(|_| bad("external data offset is not a number".into()))?;
-        let length: usize = get("length")
-            .ok_or_else(|| bad("external data without a length".into()))?
-            .parse()
-            .map_err(|_| bad("external data length is not a number".into()))?;
-        let path = self.dir.join(location);
-        if !self.files.contains_key(location) {
-            let f = std::fs::File::open(&path).map_err(|source| QuantizedError::Io { path: path.clone(), source })?;
-            self.files.insert(location.to_string(), Arc::new(f));
-        }
-        let f = Arc::clone(&self.files[location]);
-        let size = f.metadata().map_err(|source| QuantizedError::Io { path: path.clone(), source })?.len();
-        if offset + length as u64 > size {
-            return Err(bad(format!(
-                "external data {offset}..{} beyond the end of {} ({size} bytes)",
-                offset + length as u64,
-                path.display()
-            )));
-        }
-        Ok((f, offset, length, path))
-    }
-
-    /// `t`'s bytes: `raw_data`, the typed fields, or its range of an external file.
-    fn bytes(&mut self, t: &PayloadTensor, model: &Path) -> Result<Vec<u8>, QuantizedError> {
-        if t.data_location != 1 {
-            if !t.raw_data.is_empty() {
-                return Ok(t.raw_data.clone());
-            }
-            if !t.float_data.is_empty() {
-                return Ok(t.float_data.iter().flat_map(|v| v.to_le_bytes()).collect());
-            }
-            // int32_data holds each (u)int8 / (u)int4 byte and each float16 as its bits.
-            return Ok(match t.data_type {
-                FLOAT16 => t.int32_data.iter().flat_map(|&v| (v as u16).to_le_bytes()).collect(),
-                _ => t.int32_data.iter().map(|&v| v as u8).collect(),
-            });
-        }
-        let (file, offset, len, path) = self.external(t, model)?;
-        Stored::File { file, offset, len }.read(0, len).map_err(|source| QuantizedError::Io { path, source })
     }
 }

@@ -107,13 +107,23 @@ impl OnnxPipeline {
             iso.local = LayerOutputs::Unavailable("the reference returned no layer outputs".into());
             return Ok(());
         }
-        let cut = match self.cut(None) {
+        let mut cut = match self.cut(None) {
             Ok(c) => c,
             Err(why) => {
                 iso.local = LayerOutputs::Unavailable(why.to_string());
                 return Ok(());
             }
         };
+        // The activations of the quantized matmuls whose kernel rounds them to int8 here, exposed
+        // as outputs of the cut: the reference takes the candidate's step at their near-ties.
+        let activations = self.quantized_activations(&cut.bytes);
+        if !activations.is_empty() {
+            let typed: Vec<(String, i32)> = activations.iter().map(|a| (a.clone(), 1)).collect();
+            cut.bytes = crate::onnx::layers::with_extra_outputs(&cut.bytes, &typed).map_err(|e| PipelineError::Contract {
+                role: self.decoder_role,
+                message: format!("exposing the quantized matmuls' inputs: {e}"),
+            })?;
+        }
         let feed = self.local_feed(&cut.inputs, &cut.stream_types, ids, reference)?;
         self.decoder = None;
         let t = std::time::Instant::now();
@@ -143,12 +153,36 @@ impl OnnxPipeline {
         for m in &cut.modules {
             modules[m.layer].insert(m.module.to_string(), take(&m.tensor)?);
         }
+        for a in &activations {
+            iso.local_activations.insert(a.clone(), take(a)?);
+        }
         drop(out);
         tracing::debug!("{} local layer runs in {:.2} s", layers.len(), t.elapsed().as_secs_f64());
         iso.local = LayerOutputs::Tensors(layers);
         iso.modules = modules;
         iso.unidentified = cut.unidentified.into_iter().map(|((l, m), why)| ((l, m.to_string()), why)).collect();
         Ok(())
+    }
+
+    /// The activation tensors of the decoder's quantized matmuls (MatMulNBits, or a
+    /// DequantizeLinear weight ORT fuses into one) whose kernel on this pipeline's EP quantizes
+    /// them to int8, that the graph `model` (a cut of the decoder) computes; none for a float build.
+    fn quantized_activations(&self, model: &[u8]) -> Vec<String> {
+        use crate::runtime::kernels::MatMulNBitsModel;
+        let Ok(Some(build)) = crate::onnx::quantized::QuantizedBuild::read(&self.root) else { return Vec::new() };
+        let kernel = MatMulNBitsModel::of(self.opts.ep);
+        let Ok(graph) = crate::onnx::graph::GraphSummary::from_bytes(model, &self.decoder_path) else { return Vec::new() };
+        let computed: std::collections::BTreeSet<&str> = graph.nodes.iter().flat_map(|n| n.outputs.iter().map(String::as_str)).collect();
+        let mut out: Vec<String> = build
+            .weights
+            .iter()
+            .filter(|w| w.submodel == self.decoder_role && kernel.quantizes_activations(w.accuracy_level))
+            .filter_map(|w| w.activation.clone())
+            .filter(|a| computed.contains(a.as_str()))
+            .collect();
+        out.sort();
+        out.dedup();
+        out
     }
 
     /// The decoder cut at its layers ([`cut::local_model`]: all of them, or `only`), or why not.

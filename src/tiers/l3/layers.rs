@@ -16,6 +16,9 @@ pub(super) struct LayerFloors<'a> {
     pub propagated: &'a LayerOutputs,
     pub truth: &'a LayerOutputs,
     pub local: &'a [Dense<f32>],
+    /// The local truth when it is not the arbiter's own layer outputs (its layers run like the
+    /// floor's, conditioned on the candidate's int8 steps at near-ties).
+    pub local_truth: Option<&'a [Dense<f32>]>,
 }
 
 /// Per layer, the reference at the candidate's precision and the arbiter (calibration pairs).
@@ -139,7 +142,7 @@ pub(super) fn layer_localisation(
         metrics.insert(key::LAYER_E_CAND.into(), cand.into());
         metrics.insert(key::LAYER_E_FLOOR.into(), floor.into());
     }
-    let local_floor = floors.map(|f| (f.local, tensors(f.truth)));
+    let local_floor = floors.map(|f| (f.local, f.local_truth.unwrap_or_else(|| tensors(f.truth))));
     let local = match local.and_then(|l| profile(expected, l, local_floor, rules)) {
         Some(Ok(l)) => Some(l),
         Some(Err(why)) => {

@@ -170,6 +170,7 @@ pub fn compare(
         propagated: &c.floor.prefill.layers,
         truth: &c.truth.prefill.layers,
         local: &c.local.layers,
+        local_truth: c.local_truth.map(|t| t.layers.as_slice()),
     });
     let blamed =
         layer_localisation(&expected.prefill.layers, layers, local, floors.as_ref(), upstream.as_deref(), &rules, &mut lines, &mut metrics);
@@ -186,7 +187,8 @@ pub fn compare(
         first_divergence.get_or_insert(Stage::Layer(k));
     }
     if let (Some(k), Some(iso)) = (blamed, iso.filter(|i| matches!(i.local, LayerOutputs::Tensors(_)))) {
-        let floors = calibration.map(|c| (c.local.modules.as_slice(), c.truth.prefill.modules.as_slice()));
+        let floors = calibration
+            .map(|c| (c.local.modules.as_slice(), c.local_truth.map_or(c.truth.prefill.modules.as_slice(), |t| t.modules.as_slice())));
         module_blame(k, &expected.prefill.modules, &iso.modules, &iso.unidentified, floors, &rules, &mut lines, &mut metrics);
     }
     let said: Vec<String> = lines.drain(before..).collect();
@@ -625,7 +627,7 @@ mod tests {
     }
 
     fn judged(floor: &Run, truth: &Run, cand: &Run, local: &LocalLayers) -> TierOutcome {
-        let cal = Calibration { rule: CAL, truth, floor, local };
+        let cal = Calibration { rule: CAL, truth, floor, local, local_truth: None };
         super::compare(floor, cand, &Isolation::NotRun, BidirectionalScope::None, &TOL, Some(&cal))
     }
 
@@ -676,7 +678,7 @@ mod tests {
             local: LayerOutputs::Tensors(l(&[1.0002, 2.001, 3.0002])),
             ..Default::default()
         }));
-        let cal = Calibration { rule: CAL, truth: &truth, floor: &reference, local: &local };
+        let cal = Calibration { rule: CAL, truth: &truth, floor: &reference, local: &local, local_truth: None };
         let out = super::compare(&reference, &cand, &iso, BidirectionalScope::None, &TOL, Some(&cal));
         assert_eq!(out.metrics.get("first_divergent_layer").and_then(|v| v.as_u64()), Some(1), "{}", out.message);
         let ratios: Vec<f64> =
