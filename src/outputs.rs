@@ -67,6 +67,10 @@ pub struct Prefill {
     /// With the layer outputs (the reference): each layer's module outputs by HF module name
     /// (`self_attn`, `mlp`, the norms), which name the part of a blamed layer that differs.
     pub modules: Vec<ModuleOutputs>,
+    /// With the layer outputs (a candidate whose EP's kernel quantizes its quantized matmuls'
+    /// activations to int8): those activations (their `A`) by tensor name, the rounding hints
+    /// of the floors at near-ties (`onnx_parity_reference::weights::rounding`). Empty otherwise.
+    pub activations: BTreeMap<String, Dense<f32>>,
 }
 
 /// All-position logits `[1, S, vocab]` kept as the final normed hidden state and the head that
@@ -174,6 +178,9 @@ pub struct Isolated {
     pub step_logits: Option<Vec<f32>>,
     /// Each layer's output in the isolated decoder run (error propagated inside the decoder only).
     pub layers: LayerOutputs,
+    /// The isolated decoder run's int8-quantized activations ([`Prefill::activations`]); empty
+    /// for a text-only package (its forced run's are those).
+    pub activations: BTreeMap<String, Dense<f32>>,
     /// Each layer's output when fed the reference's residual stream entering it (local error).
     pub local: LayerOutputs,
     /// The local run's module outputs per layer (those the export's node names identify).

@@ -194,6 +194,7 @@ fn int8_near_ties_take_the_candidate_s_step_and_nothing_else() {
     let reference = eval.reference(&case).expect("reference");
     let run = eval.candidates(&case, &candidate).into_iter().next().expect("one candidate").expect("ran");
     let hinted = run.hinted.as_ref().expect("an accuracy_level 4 build on the CPU EP is judged with hints");
+    let hinted = hinted.local.as_ref().expect("its local run gave hints");
     let plain = eval.calibration(&case).expect("calibrated rule").expect("calibration");
     let tol = case.thresholds(&Tolerances::defaults()).expect("tolerances").require_l3().expect("L3 row");
     let judge = |isolation: &Isolation, cal: &Calibration<'_>| {

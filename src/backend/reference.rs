@@ -108,6 +108,22 @@ impl ReferenceBackend {
             onnx_parity_reference::weights::rounding::with_rounding_hints(hints, || self.local_layers(inputs, oracle, ple));
         Ok((local?, adopted))
     }
+
+    /// [`Backend::run`] with `hints` active (a teacher-forced run: they apply where a matmul's
+    /// input has the hint's size, the prefill; the decode steps quantize as MLAS does); returns
+    /// the near-ties adopted, each once.
+    pub fn run_hinted(
+        &mut self,
+        inputs: &ModelInputs,
+        request: &GenerationRequest<'_>,
+        hints: onnx_parity_reference::weights::rounding::RoundingHints,
+    ) -> Result<(Run, Vec<onnx_parity_reference::weights::rounding::Adopted>), BackendError> {
+        let (run, mut adopted) = onnx_parity_reference::weights::rounding::with_rounding_hints(hints, || self.run(inputs, request));
+        // The lm_head's matmul runs per vocabulary slice, each quantizing the same input.
+        let mut seen = std::collections::BTreeSet::new();
+        adopted.retain(|a| seen.insert((a.key.clone(), a.row, a.col)));
+        Ok((run?, adopted))
+    }
 }
 
 /// Each layer's output `[S, hidden]` and its modules' as the export's layout, `[1, S, hidden]`.

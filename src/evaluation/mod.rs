@@ -13,6 +13,7 @@
 //! what lets a real checkpoint and its export share one machine.
 
 mod error;
+pub mod hinted;
 pub mod implementations;
 mod loaded;
 pub mod precision;
@@ -68,7 +69,7 @@ pub struct CandidateRun {
     pub partitioned: Option<String>,
     /// A build whose kernel quantizes activations to int8: its local floors conditioned on its
     /// own steps at near-ties (None otherwise, or without local activations).
-    pub hinted: Option<precision::HintedLocal>,
+    pub hinted: Option<hinted::Hinted>,
 }
 
 /// One candidate and its run, computed on first use.
@@ -334,7 +335,14 @@ impl CaseEvaluation {
             let build = self.build(case)?;
             let truth = self.precision.arbiter(case, inputs, reference, build)?;
             let at = self.precision.at_precision(case, case.dtype, inputs, reference, truth, build, local_ple(case))?;
-            Ok(Calibration { rule, truth, floor: at.run.as_ref().unwrap_or(reference), local: &at.local, local_truth: None })
+            Ok(Calibration {
+                rule,
+                truth,
+                floor: at.run.as_ref().unwrap_or(reference),
+                local: &at.local,
+                local_truth: None,
+                isolated: None,
+            })
         };
         Some(get())
     }
@@ -373,7 +381,7 @@ impl CaseEvaluation {
                 };
                 let (run, opened) =
                     run_once(&c.implementation, case, c.ep, |backend| candidate_runs(case, backend, inputs, reference, oracle))?;
-                let hinted = self.hinted_local(case, &run.2)?;
+                let hinted = self.hinted(case, &run.0, &run.2)?;
                 let label = match &c.variant {
                     None => c.implementation.label.to_string(),
                     Some(v) => format!("{}@{v}", c.implementation.label),
@@ -386,26 +394,30 @@ impl CaseEvaluation {
 }
 
 impl CaseEvaluation {
-    /// The local floors conditioned on the candidate's int8 steps at near-ties, for a quantized
-    /// build whose kernel quantizes activations and whose local run exposed them; `None` otherwise.
-    fn hinted_local(&self, case: &Case, isolation: &Isolation) -> Result<Option<precision::HintedLocal>, SharedError> {
-        let Isolation::Done(iso) = isolation else { return Ok(None) };
+    /// The floors of `case`'s candidate conditioned on its int8 steps, for a quantized build whose
+    /// kernel quantizes activations under the calibrated rule; `None` otherwise.
+    fn hinted(&self, case: &Case, forced: &Run, isolation: &Isolation) -> Result<Option<hinted::Hinted>, SharedError> {
         let Some(d) = self.dequantized(case)? else { return Ok(None) };
-        if iso.local_activations.is_empty() || !d.build.quantizes_activations() || precision::calibrated_rule(case).is_none() {
-            return Ok(None);
-        }
-        let mut hints = onnx_parity_reference::weights::rounding::RoundingHints::new(precision::NEAR_TIE_TOLERANCE);
-        for w in &d.build.weights {
-            if let Some(values) = w.activation.as_ref().and_then(|a| iso.local_activations.get(a)) {
-                hints.insert(w.key.clone(), values.data.clone());
-            }
-        }
-        if hints.is_empty() {
+        if !d.build.quantizes_activations() || precision::calibrated_rule(case).is_none() {
             return Ok(None);
         }
         let (inputs, reference) = (self.inputs(case)?, &self.reference(case)?.run);
-        let arbiter = self.precision.arbiter(case, inputs, reference, Some(&d.build))?;
-        precision::hinted_local(case, inputs, arbiter, &d.build, local_ple(case), &hints).map(Some)
+        let build = &d.build;
+        let tokens = &reference.generation.tokens;
+        let mut out = hinted::Hinted::default();
+        if let Isolation::Done(iso) = isolation {
+            if let Some(h) = hinted::hints(build, &iso.local_activations) {
+                let arbiter = self.precision.arbiter(case, inputs, reference, Some(build))?;
+                out.local = Some(hinted::local(case, inputs, arbiter, build, local_ple(case), &h)?);
+            }
+            if let Some(h) = hinted::hints(build, &iso.activations) {
+                out.isolated = Some(hinted::runs(case, inputs, tokens, build, &h)?);
+            }
+        }
+        if let Some(h) = hinted::hints(build, &forced.prefill.activations) {
+            out.prefill = Some(hinted::runs(case, inputs, tokens, build, &h)?);
+        }
+        Ok((out.local.is_some() || out.prefill.is_some() || out.isolated.is_some()).then_some(out))
     }
 }
 

@@ -48,7 +48,7 @@ pub struct PrecisionRuns {
 
 /// Which precision's slot and compute dtype `dtype` computes in (a quantized build: its
 /// activations', [`Dtype::compute`]).
-fn slot(dtype: Dtype) -> Option<(usize, DType)> {
+pub(super) fn slot(dtype: Dtype) -> Option<(usize, DType)> {
     match dtype.compute() {
         Dtype::Float32 => Some((0, DType::F32)),
         Dtype::Float16 => Some((1, DType::F16)),
@@ -112,46 +112,6 @@ impl PrecisionRuns {
     }
 }
 
-/// The local floors of a build whose kernel quantizes activations to int8, conditioned on the
-/// candidate's own steps at near-ties (`onnx_parity_reference::weights::rounding`): the reference
-/// at the candidate's precision and the f64 arbiter, each layer fed the arbiter's stream, with the
-/// candidate's activations of its local run as rounding hints.
-#[derive(Debug, Clone)]
-pub struct HintedLocal {
-    /// The floor: the reference at the candidate's precision.
-    pub floor: LocalLayers,
-    /// The truth: the arbiter's layers run the same way.
-    pub truth: LocalLayers,
-    /// The near-ties where the floor and the truth took the candidate's step.
-    pub floor_adopted: Vec<onnx_parity_reference::weights::rounding::Adopted>,
-    pub truth_adopted: Vec<onnx_parity_reference::weights::rounding::Adopted>,
-}
-
-/// How close (relative to the scaled value, at least one step) the reference's and the
-/// candidate's scaled activation must be for the candidate's step to be taken: above two f32
-/// computations' rounding of one activation (measured 3e-6 relative at the fixtures' near-ties;
-/// ~√k·ε grows to ~4e-6 at real width), far below a wrong weight's or scale's effect (a x1.25
-/// scale moves it by 25 %). At 1e-3 a 4e-4 difference left by an upstream one-step flip was taken
-/// too (gemma4-text-ple@int4-acc4, layer 2): not rounding, so not adopted.
-pub const NEAR_TIE_TOLERANCE: f64 = 1e-4;
-
-/// [`HintedLocal`] of `case`'s build on its weights `build`, fed `arbiter`'s streams.
-pub(super) fn hinted_local(
-    case: &Case,
-    inputs: &ModelInputs,
-    arbiter: &Run,
-    build: &QuantizedBuild,
-    ple: LocalPle,
-    hints: &onnx_parity_reference::weights::rounding::RoundingHints,
-) -> Result<HintedLocal, SharedError> {
-    let compute = slot(case.dtype).map_or(DType::F32, |(_, d)| d);
-    let (floor, floor_adopted) =
-        with_reference(case, compute, Some(build), |b| b.local_layers_hinted(inputs, arbiter, ple, hints.clone()))?;
-    let (truth, truth_adopted) =
-        with_reference(case, DType::F64, Some(build), |b| b.local_layers_hinted(inputs, arbiter, ple, hints.clone()))?;
-    Ok(HintedLocal { floor, truth, floor_adopted, truth_adopted })
-}
-
 /// A run teacher-forced with `tokens`, every position's logits and every layer kept.
 pub(super) fn forced<'a>(case: &Case, eos: &'a [i64], tokens: &'a [i64]) -> GenerationRequest<'a> {
     GenerationRequest { max_new_tokens: max_new_tokens(case), eos, forced: Some(tokens), all_position_logits: true, layer_outputs: true }
@@ -194,6 +154,27 @@ pub struct Calibration<'a> {
     pub floor: &'a crate::outputs::Run,
     pub local: &'a crate::outputs::LocalLayers,
     /// The local truth when it is not the arbiter's own layer outputs: its layers run like the
-    /// floor's, conditioned on the candidate's int8 steps at near-ties ([`HintedLocal`]).
+    /// floor's, conditioned on the candidate's int8 steps at near-ties
+    /// ([`super::hinted::HintedLocal`]).
     pub local_truth: Option<&'a crate::outputs::LocalLayers>,
+    /// A multimodal package's isolated decoder run's floor and truth when they are not `floor`
+    /// and `truth` (conditioned on that run's own int8 steps: [`super::hinted::HintedRuns`]).
+    pub isolated: Option<RunPair<'a>>,
+}
+
+/// A floor run and its truth.
+#[derive(Debug, Clone, Copy)]
+pub struct RunPair<'a> {
+    pub floor: &'a crate::outputs::Run,
+    pub truth: &'a crate::outputs::Run,
+}
+
+impl<'a> Calibration<'a> {
+    /// What the isolated decoder run is judged with: `isolated`'s pair where given.
+    pub fn for_isolated_decoder(&self) -> Calibration<'a> {
+        match self.isolated {
+            Some(p) => Calibration { floor: p.floor, truth: p.truth, ..*self },
+            None => *self,
+        }
+    }
 }

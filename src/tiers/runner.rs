@@ -1,13 +1,13 @@
 //! Runs one tier of one case: gathers what the tier's comparison needs (the evaluation's runs,
 //! the golden, the thresholds, the artifacts) and calls it, once per candidate implementation.
 
-use super::l3::Calibration;
 use super::options::RunOptions;
 use super::outcome::{Status, TierOutcome};
 use super::skip::tier_case;
 use super::{l1, l2, l3, l4, l5};
 use crate::artifacts::Artifacts;
 use crate::case::{Candidate, Case, Level};
+use crate::evaluation::hinted::{Hinted, NEAR_TIE_TOLERANCE};
 use crate::evaluation::{CandidateRun, CaseEvaluation, CaseEvaluations, Dequantized, ReferenceRun, SharedError};
 use crate::golden::{golden_paths, GenerationGolden, Golden};
 use crate::metric_keys as key;
@@ -117,7 +117,7 @@ fn run_l3(case: &Case, candidate: &Candidate, eval: &CaseEvaluation) -> TierOutc
     let mut out = per_candidate(candidates, |c| {
         // A build quantizing activations to int8: its local floors take its own steps at near-ties.
         let hinted = match (&c.hinted, calibration) {
-            (Some(h), Some(cal)) => Some(Calibration { local: &h.floor, local_truth: Some(&h.truth), ..cal }),
+            (Some(h), Some(cal)) => Some(h.calibration(cal)),
             _ => calibration,
         };
         let mut out = l3::compare(&reference.run, &c.forced, &c.isolation, reference.scope, &tol, hinted.as_ref());
@@ -138,28 +138,33 @@ fn run_l3(case: &Case, candidate: &Candidate, eval: &CaseEvaluation) -> TierOutc
     out
 }
 
-/// Reports the near-ties where the local floors took the candidate's int8 step: how many, and the
-/// first few (key, position, channel, both scaled values), so a reader sees what was adopted.
-fn adopted_steps(mut out: TierOutcome, h: &crate::evaluation::precision::HintedLocal) -> TierOutcome {
-    let adopted = h.floor_adopted.iter().chain(&h.truth_adopted);
-    let count = h.floor_adopted.len() + h.truth_adopted.len();
+/// Reports the near-ties where the floors took the candidate's int8 step: how many, and the
+/// first few (run, floor or f64, key, position, channel, both scaled values), so a reader sees
+/// what was adopted.
+fn adopted_steps(mut out: TierOutcome, h: &Hinted) -> TierOutcome {
+    let adopted = h.adopted();
     let first: Vec<serde_json::Value> = adopted
-        .take(8)
-        .map(|a| serde_json::json!({"key": a.key, "row": a.row, "col": a.col, "own": a.own, "candidate": a.candidate}))
+        .iter()
+        .take(12)
+        .map(|(run, which, a)| {
+            serde_json::json!({"run": run, "in": which, "key": a.key, "row": a.row, "col": a.col, "own": a.own, "candidate": a.candidate})
+        })
         .collect();
-    out.metrics.insert(key::INT8_STEPS_ADOPTED.into(), count.into());
+    out.metrics.insert(key::INT8_STEPS_ADOPTED.into(), adopted.len().into());
     if !first.is_empty() {
         out.metrics.insert(key::INT8_STEPS_ADOPTED_FIRST.into(), first.into());
     }
-    let widest = h.floor_adopted.iter().chain(&h.truth_adopted).map(|a| (a.own - a.candidate).abs()).fold(0.0, f64::max);
+    let widest = adopted.iter().map(|(_, _, a)| (a.own - a.candidate).abs()).fold(0.0, f64::max);
+    let count = |run: &str| adopted.iter().filter(|(r, _, _)| *r == run).count();
     out.message = format!(
-        "{}; local floors took the candidate's int8 step at {} near-tie(s) (floor {}, f64 {}; widest {:.1e} of a step apart, within {} relative)",
+        "{}; the floors took the candidate's int8 step at {} near-tie(s) (local {}, prefill {}, isolated decoder {}; widest {:.1e} of a step apart, within {} relative)",
         out.message,
-        count,
-        h.floor_adopted.len(),
-        h.truth_adopted.len(),
+        adopted.len(),
+        count("local"),
+        count("prefill"),
+        count("isolated decoder"),
         widest,
-        crate::evaluation::precision::NEAR_TIE_TOLERANCE
+        NEAR_TIE_TOLERANCE
     );
     out
 }

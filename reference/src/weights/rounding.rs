@@ -25,7 +25,7 @@ use super::overrides::ActFloat;
 /// matmul.
 #[derive(Debug, Clone, Default)]
 pub struct RoundingHints {
-    by_key: HashMap<String, Vec<f32>>,
+    by_key: HashMap<String, std::sync::Arc<[f32]>>,
     /// How close the two scaled values must be to adopt the candidate's step, relative to the
     /// larger of 1 and the scaled value (a step is 1).
     pub tolerance: f64,
@@ -37,8 +37,9 @@ impl RoundingHints {
     }
 
     /// The candidate's activations for the matmul of `key`.
-    pub fn insert(&mut self, key: impl Into<String>, values: Vec<f32>) {
-        self.by_key.insert(key.into(), values);
+    /// (Matmuls that share an input, q/k/v, share one buffer: pass an `Arc`.)
+    pub fn insert(&mut self, key: impl Into<String>, values: impl Into<std::sync::Arc<[f32]>>) {
+        self.by_key.insert(key.into(), values.into());
     }
 
     pub fn is_empty(&self) -> bool {
@@ -116,13 +117,16 @@ fn quantize_adopting<T: ActFloat>(
             let amax = xb.iter().fold(T::ZERO, |m, v| m.max_abs(*v));
             let scale = amax.div127();
             let inv = if amax == T::ZERO { T::ZERO } else { T::inv127(amax) };
-            let hmax = hb.iter().fold(0f64, |m, v| m.max((*v as f64).abs()));
-            let hinv = if hmax == 0.0 { 0.0 } else { 127.0 / hmax };
+            // The candidate's step as its kernel computed it: MLAS's arithmetic in f32 on its
+            // activations (in f64 an exact `.5` that f32 makes `63.499996` would round the other
+            // way: the structural ties of an int4 table's rows, README "Quantized builds").
+            let hmax = hb.iter().fold(0f32, |m, v| m.max_abs(*v));
+            let hinv = if hmax == 0.0 { 0.0 } else { f32::inv127(hmax) };
             for (i, (v, h)) in xb.iter_mut().zip(hb).enumerate() {
                 let own = *v * inv;
                 let mut q = own.round_even();
-                let (own64, cand) = (own.to_f64(), *h as f64 * hinv);
-                let cand_q = cand.round_ties_even();
+                let cand32 = *h * hinv;
+                let (own64, cand, cand_q) = (own.to_f64(), cand32.to_f64(), cand32.round_even().to_f64());
                 let one_step = (q.to_f64() - cand_q).abs() == 1.0;
                 if one_step && (own64 - cand).abs() <= tolerance * own64.abs().max(1.0) {
                     q = T::from_f64(cand_q);

@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 
 use ort::value::DynValue;
 
-use super::{float_value, to_dense_f32, CacheLayout, Embedded, OnnxPipeline, PipelineError, EMBEDDING};
+use super::{activations, float_value, to_dense_f32, CacheLayout, Embedded, OnnxPipeline, PipelineError, EMBEDDING};
 use crate::inputs::ModelInputs;
 use crate::onnx::cut::{self, CutModel, CutUnavailable};
 use crate::onnx::feed::{FeedData, FeedTensor, FloatType};
@@ -67,6 +67,7 @@ impl OnnxPipeline {
                 let cache = self.empty_cache()?;
                 let prefill = self.run_decoder(ids, embedded, s, cache, true)?;
                 iso.logits = Some(prefill.logits);
+                iso.activations = prefill.activations;
                 iso.layers = match prefill.layers {
                     Some(layers) => LayerOutputs::Tensors(layers),
                     None => LayerOutputs::Unavailable(
@@ -116,10 +117,9 @@ impl OnnxPipeline {
         };
         // The activations of the quantized matmuls whose kernel rounds them to int8 here, exposed
         // as outputs of the cut: the reference takes the candidate's step at their near-ties.
-        let activations = self.quantized_activations(&cut.bytes);
+        let activations = activations::quantized(&self.root, self.decoder_role, self.opts.ep, &self.decoder_path, &cut.bytes);
         if !activations.is_empty() {
-            let typed: Vec<(String, i32)> = activations.iter().map(|a| (a.clone(), 1)).collect();
-            cut.bytes = crate::onnx::layers::with_extra_outputs(&cut.bytes, &typed).map_err(|e| PipelineError::Contract {
+            cut.bytes = activations::expose(&cut.bytes, &activations).map_err(|e| PipelineError::Contract {
                 role: self.decoder_role,
                 message: format!("exposing the quantized matmuls' inputs: {e}"),
             })?;
@@ -153,36 +153,13 @@ impl OnnxPipeline {
         for m in &cut.modules {
             modules[m.layer].insert(m.module.to_string(), take(&m.tensor)?);
         }
-        for a in &activations {
-            iso.local_activations.insert(a.clone(), take(a)?);
-        }
+        iso.local_activations = activations::take(&mut out, &activations, role)?;
         drop(out);
         tracing::debug!("{} local layer runs in {:.2} s", layers.len(), t.elapsed().as_secs_f64());
         iso.local = LayerOutputs::Tensors(layers);
         iso.modules = modules;
         iso.unidentified = cut.unidentified.into_iter().map(|((l, m), why)| ((l, m.to_string()), why)).collect();
         Ok(())
-    }
-
-    /// The activation tensors of the decoder's quantized matmuls (MatMulNBits, or a
-    /// DequantizeLinear weight ORT fuses into one) whose kernel on this pipeline's EP quantizes
-    /// them to int8, that the graph `model` (a cut of the decoder) computes; none for a float build.
-    fn quantized_activations(&self, model: &[u8]) -> Vec<String> {
-        use crate::runtime::kernels::MatMulNBitsModel;
-        let Ok(Some(build)) = crate::onnx::quantized::QuantizedBuild::read(&self.root) else { return Vec::new() };
-        let kernel = MatMulNBitsModel::of(self.opts.ep);
-        let Ok(graph) = crate::onnx::graph::GraphSummary::from_bytes(model, &self.decoder_path) else { return Vec::new() };
-        let computed: std::collections::BTreeSet<&str> = graph.nodes.iter().flat_map(|n| n.outputs.iter().map(String::as_str)).collect();
-        let mut out: Vec<String> = build
-            .weights
-            .iter()
-            .filter(|w| w.submodel == self.decoder_role && kernel.quantizes_activations(w.accuracy_level))
-            .filter_map(|w| w.activation.clone())
-            .filter(|a| computed.contains(a.as_str()))
-            .collect();
-        out.sort();
-        out.dedup();
-        out
     }
 
     /// The decoder cut at its layers ([`cut::local_model`]: all of them, or `only`), or why not.

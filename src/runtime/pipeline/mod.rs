@@ -18,12 +18,15 @@ use half::{bf16, f16};
 use ort::session::{Session, SessionInputValue};
 use ort::value::{DynValue, Tensor, TensorElementType};
 
+mod activations;
 mod error;
 mod isolation;
 mod kv;
+mod values;
 
 pub use error::PipelineError;
 use kv::{declared_shape, kv_slots, CacheLayout, KvSlot};
+use values::{check_value, data_address, float_value, to_dense_f32};
 
 use super::session::{self, ModelSource, Partition, SessionError, SessionOptions};
 use crate::inputs::{Dense, ModelInputs};
@@ -32,7 +35,7 @@ use crate::onnx::feed::FloatType;
 use crate::onnx::layers::{self, LayerBoundary, LayersError};
 use crate::onnx::package::{Layout, OnnxPackage, DECODER, EMBEDDING, TEXT_MODEL, VISION_ENCODER};
 use crate::onnx::protocol::{ExportProtocol, Feed};
-use crate::onnx::shapes::{self, Axis, ShapeError, Source};
+use crate::onnx::shapes::{self, Axis, Source};
 use crate::outputs::{Component, GeneratedTokens, LayerOutputs, Prefill};
 
 /// Which graph the decoder session runs.
@@ -77,6 +80,9 @@ pub struct OnnxPipeline {
     /// The extra output holding the stream entering layer 0, where the decoder embeds the ids
     /// itself (captured with the layers, as the `inputs_embeds` component).
     embeddings_output: Option<String>,
+    /// Extra outputs captured with the layers: the inputs of the quantized matmuls this EP's
+    /// kernel rounds to int8 ([`activations`]), with their element types.
+    activations: Vec<(String, i32)>,
     /// Sub-models whose compute nodes ONNX Runtime put partly on the CPU EP although the
     /// session's EP was another (what a user of the build on that EP gets: L3–L5 say so).
     partitions: Vec<Partition>,
@@ -122,7 +128,8 @@ impl OnnxPipeline {
         let decoder_path = decoder_path
             .ok_or_else(|| PipelineError::Contract { role: decoder_role, message: format!("missing from {}", dir.display()) })?;
         let mut partitions = Vec::new();
-        let (decoder, layers, embeddings_output) = open_decoder(decoder_path, opts, graph, &mut partitions)?;
+        let (decoder, layers, embeddings_output, activations) =
+            open_decoder(dir, decoder_role, decoder_path, opts, graph, &mut partitions)?;
         let embedding = package.submodel(EMBEDDING).map(|p| open_session(ModelSource::File(p), opts, &mut partitions)).transpose()?;
         let vision_path = package.submodel(VISION_ENCODER).map(Path::to_path_buf);
         if package.layout == Layout::Multimodal && embedding.is_none() {
@@ -185,6 +192,7 @@ impl OnnxPipeline {
             opts: opts.clone(),
             layers,
             embeddings_output,
+            activations,
             partitions,
         })
     }
@@ -323,7 +331,8 @@ impl OnnxPipeline {
                 LayerOutputs::Unavailable(self.layer_outputs_unavailable().map_or_else(|| "not exposed".to_string(), |e| e.to_string()))
             }
         };
-        Ok((Prefill { logits: out.logits, components, layers, modules: Vec::new(), streamed: None }, out.present))
+        let prefill = Prefill { logits: out.logits, components, layers, activations: out.activations, ..Default::default() };
+        Ok((prefill, out.present))
     }
 
     /// The vision encoder's `image_features` for these images: the memo of the last call when
@@ -542,6 +551,10 @@ impl OnnxPipeline {
             }
             _ => None,
         };
+        let activations = match (&self.layers, capture_layers) {
+            (Ok(_), true) => activations::take(&mut out, &self.activations, role)?,
+            _ => BTreeMap::new(),
+        };
         let positions = if self.protocol.last_position_logits { 1 } else { s };
         shapes::check_returned(
             role,
@@ -588,7 +601,7 @@ impl OnnxPipeline {
                 present.push(value);
             }
         }
-        Ok(DecoderStep { logits, present, layers, embeddings })
+        Ok(DecoderStep { logits, present, layers, embeddings, activations })
     }
 }
 
@@ -603,27 +616,43 @@ struct DecoderStep {
     layers: Option<Vec<Dense<f32>>>,
     /// The stream entering layer 0, when captured with the layers and the decoder makes it.
     embeddings: Option<Dense<f32>>,
+    /// The int8-quantized matmuls' inputs, captured with the layers ([`activations`]).
+    activations: BTreeMap<String, Dense<f32>>,
 }
 
-/// The decoder session for `graph`, its layer outputs (or why there are none) and the output
-/// holding the stream entering layer 0 (when exposed).
+/// The decoder session for `graph`, its layer outputs (or why there are none), the output
+/// holding the stream entering layer 0 (when exposed) and the int8-quantized matmuls' inputs
+/// exposed with them (a quantized build of the package at `root` whose kernel on `opts.ep`
+/// quantizes them).
 fn open_decoder(
+    root: &Path,
+    role: &'static str,
     path: &Path,
     opts: &SessionOptions,
     graph: DecoderGraph,
     partitions: &mut Vec<Partition>,
-) -> Result<(Session, LayerOutputsOf, Option<String>), PipelineError> {
+) -> Result<OpenedDecoder, PipelineError> {
     if graph == DecoderGraph::Original {
-        return Ok((open_session(ModelSource::File(path), opts, partitions)?, Err(NoLayerOutputs::NotRequested), None));
+        return Ok((open_session(ModelSource::File(path), opts, partitions)?, Err(NoLayerOutputs::NotRequested), None, Vec::new()));
     }
     let t = std::time::Instant::now();
-    let copy = match layers::instrument(path) {
+    let mut copy = match layers::instrument(path) {
         Ok(copy) => copy,
         Err(e) => {
             tracing::info!("{e}: the decoder runs as exported, without layer outputs");
-            return Ok((open_session(ModelSource::File(path), opts, partitions)?, Err(e.into()), None));
+            return Ok((open_session(ModelSource::File(path), opts, partitions)?, Err(e.into()), None, Vec::new()));
         }
     };
+    let mut quantized = activations::quantized(root, role, opts.ep, path, &copy.bytes);
+    if !quantized.is_empty() {
+        match activations::expose(&copy.bytes, &quantized) {
+            Ok(bytes) => copy.bytes = bytes,
+            Err(e) => {
+                tracing::warn!("{}: its quantized matmuls' inputs cannot be exposed ({e}); no rounding hints", path.display());
+                quantized.clear();
+            }
+        }
+    }
     let source = ModelSource::Memory { path, bytes: &copy.bytes, external_data_dir: &copy.external_data_dir };
     let session = match open_session(source, opts, partitions) {
         Ok(s) => s,
@@ -633,13 +662,17 @@ fn open_decoder(
             let reason = NoLayerOutputs::DoesNotLoad(e);
             tracing::warn!("{reason}; it runs as exported");
             drop(copy);
-            return Ok((open_session(ModelSource::File(path), opts, partitions)?, Err(reason), None));
+            return Ok((open_session(ModelSource::File(path), opts, partitions)?, Err(reason), None, Vec::new()));
         }
         Err(e) => return Err(e.into()),
     };
     tracing::debug!("decoder with {} layer outputs opened in {:.2} s", copy.layers.len(), t.elapsed().as_secs_f64());
-    Ok((session, Ok(copy.layers), copy.embeddings))
+    Ok((session, Ok(copy.layers), copy.embeddings, quantized))
 }
+
+/// A decoder session, its layer outputs, the stream entering layer 0 and the quantized matmuls'
+/// inputs it exposes ([`open_decoder`]).
+type OpenedDecoder = (Session, LayerOutputsOf, Option<String>, Vec<(String, i32)>);
 
 /// Opens a session on `opts.ep`, keeping where ORT put compute nodes on the CPU instead (one
 /// entry per graph file).
@@ -656,41 +689,4 @@ pub(super) fn open_session(
         }
     }
     Ok(placed.session)
-}
-
-/// Where a tensor's data lives (`None` for a non-tensor): two values share a buffer when equal.
-fn data_address(v: &DynValue) -> Option<usize> {
-    v.view().downcast::<ort::value::DynTensorValueType>().ok().map(|t| t.data_ptr() as usize)
-}
-
-/// [`shapes::check_returned`] of a value a session returned.
-fn check_value(role: &'static str, name: &str, axes: &[Axis], value: &DynValue) -> Result<(), ShapeError> {
-    let shape = declared_shape(Some(value.dtype())).unwrap_or_default();
-    shapes::check(role, "output", name, axes, &shape, Source::Returned)
-}
-
-/// A float tensor in the export's activation type.
-fn float_value(float: TensorElementType, shape: &[usize], data: &[f32]) -> Result<DynValue, ort::Error> {
-    let shape = shape.to_vec();
-    Ok(match float {
-        TensorElementType::Float16 => Tensor::from_array((shape, data.iter().map(|&x| f16::from_f32(x)).collect::<Vec<_>>()))?.into_dyn(),
-        TensorElementType::Bfloat16 => Tensor::from_array((shape, data.iter().map(|&x| bf16::from_f32(x)).collect::<Vec<_>>()))?.into_dyn(),
-        _ => Tensor::from_array((shape, data.to_vec()))?.into_dyn(),
-    })
-}
-
-/// Reads a float32, float16 or bfloat16 output `name` as f32 (the halves widen exactly).
-fn to_dense_f32(v: &DynValue, role: &'static str, name: &str) -> Result<Dense<f32>, PipelineError> {
-    let dims = |shape: &[i64]| shape.iter().map(|&d| d as usize).collect::<Vec<_>>();
-    if let Ok((shape, data)) = v.try_extract_tensor::<f32>() {
-        return Ok(Dense::new(dims(shape), data.to_vec()));
-    }
-    if let Ok((shape, data)) = v.try_extract_tensor::<f16>() {
-        return Ok(Dense::new(dims(shape), data.iter().map(|x| x.to_f32()).collect()));
-    }
-    let (shape, data) = v.try_extract_tensor::<bf16>().map_err(|e| PipelineError::Contract {
-        role,
-        message: format!("output `{name}`: expected a float32, float16 or bfloat16 tensor ({e})"),
-    })?;
-    Ok(Dense::new(dims(shape), data.iter().map(|x| x.to_f32()).collect()))
 }

@@ -93,6 +93,9 @@ pub(super) fn judge(
     }
     let mut v = Verdict::default();
     let logits = iso.logits.as_ref().unwrap_or(&actual.prefill.logits);
+    // Its own floors where they differ from the forced run's (conditioned on its int8 steps).
+    let calibration = calibration.map(Calibration::for_isolated_decoder);
+    let calibration = calibration.as_ref();
     v.note(Stage::Logits, "logits", prefill_logits(logits, expected, calibration, rules));
     if let (Some(a), Some(e)) = (&iso.step_logits, expected.generation.step_logits.get(1)) {
         let floor = calibration.and_then(|c| c.step(1));

@@ -166,9 +166,11 @@ pub fn compare(
         Some(iso) => (&iso.layers, Some(&iso.local)),
         None => (&actual.prefill.layers, None),
     };
-    let floors = calibration.map(|c| layers::LayerFloors {
-        propagated: &c.floor.prefill.layers,
-        truth: &c.truth.prefill.layers,
+    // The propagated layers are the isolated decoder run's where it ran: its floors.
+    let propagated = calibration.map(|c| if iso.is_some() { c.for_isolated_decoder() } else { *c });
+    let floors = propagated.as_ref().zip(calibration).map(|(p, c)| layers::LayerFloors {
+        propagated: &p.floor.prefill.layers,
+        truth: &p.truth.prefill.layers,
         local: &c.local.layers,
         local_truth: c.local_truth.map(|t| t.layers.as_slice()),
     });
@@ -343,8 +345,7 @@ mod tests {
                     logits: Dense::new(vec![1, 2, 3], vec![0.0, 1.0, 2.0, 3.0, 4.0, 5.0]),
                     components: [(Component::InputsEmbeds, embeds.clone())].into(),
                     layers: LayerOutputs::NotRequested,
-                    modules: Vec::new(),
-                    streamed: None,
+                    ..Default::default()
                 },
                 generation: GeneratedTokens { tokens: vec![2, 2], step_logits: vec![vec![3.0, 4.0, 5.0], vec![1.0, 1.0, 9.0]] },
                 step_inputs: Default::default(),
@@ -356,8 +357,7 @@ mod tests {
                     logits: Dense::new(vec![1, 2, 3], onnx_logits),
                     components: [(Component::InputsEmbeds, embeds)].into(),
                     layers: LayerOutputs::NotRequested,
-                    modules: Vec::new(),
-                    streamed: None,
+                    ..Default::default()
                 },
                 generation: GeneratedTokens { tokens: vec![2, 2], step_logits: vec![vec![3.0, 4.0, 5.0], onnx_step] },
                 step_inputs: Default::default(),
@@ -627,7 +627,7 @@ mod tests {
     }
 
     fn judged(floor: &Run, truth: &Run, cand: &Run, local: &LocalLayers) -> TierOutcome {
-        let cal = Calibration { rule: CAL, truth, floor, local, local_truth: None };
+        let cal = Calibration { rule: CAL, truth, floor, local, local_truth: None, isolated: None };
         super::compare(floor, cand, &Isolation::NotRun, BidirectionalScope::None, &TOL, Some(&cal))
     }
 
@@ -678,7 +678,7 @@ mod tests {
             local: LayerOutputs::Tensors(l(&[1.0002, 2.001, 3.0002])),
             ..Default::default()
         }));
-        let cal = Calibration { rule: CAL, truth: &truth, floor: &reference, local: &local, local_truth: None };
+        let cal = Calibration { rule: CAL, truth: &truth, floor: &reference, local: &local, local_truth: None, isolated: None };
         let out = super::compare(&reference, &cand, &iso, BidirectionalScope::None, &TOL, Some(&cal));
         assert_eq!(out.metrics.get("first_divergent_layer").and_then(|v| v.as_u64()), Some(1), "{}", out.message);
         let ratios: Vec<f64> =

@@ -1,0 +1,154 @@
+//! The calibrated floors of a build whose kernel rounds its quantized matmuls' activations to
+//! int8 (MLAS at `accuracy_level` 4), conditioned on the candidate's own step at each near-tie
+//! (`onnx_parity_reference::weights::rounding`): the reference at the candidate's precision and
+//! the f64 arbiter run again with the candidate's activations as rounding hints, so a value within
+//! rounding of a step's boundary that ORT rounds one way and the reference the other is no longer
+//! a difference of the arithmetic the rule must budget (it cannot: it is a discontinuity). What
+//! the candidate computes differently beyond rounding keeps the reference's step and its error.
+//!
+//! Three runs of the candidate give hints, each conditioning the floors it is judged against:
+//! its layers run locally on the arbiter's streams (the local floors), its forced run's prefill
+//! (the logits' and the propagated layers' floors; a text-only package's isolated decoder run is
+//! that run), and a multimodal package's decoder run in isolation on the arbiter's embeddings.
+//! Decode steps are not hinted (one row per matmul; their floors quantize as MLAS does).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use candle_core::DType;
+use onnx_parity_reference::weights::rounding::{Adopted, RoundingHints};
+
+use super::error::SharedError;
+use super::precision::{forced, slot, with_reference, Calibration, RunPair};
+use super::request::eos_ids;
+use crate::case::Case;
+use crate::inputs::{Dense, ModelInputs};
+use crate::onnx::quantized::QuantizedBuild;
+use crate::outputs::{LocalLayers, Run};
+use onnx_parity_reference::model::LocalPle;
+
+/// How close (relative to the scaled value, at least one step) the reference's and the
+/// candidate's scaled activation must be for the candidate's step to be taken: above two f32
+/// computations' rounding of one activation (measured 3e-6 relative at the fixtures' near-ties;
+/// ~√k·ε grows to ~4e-6 at real width), far below a wrong weight's or scale's effect (a x1.25
+/// scale moves it by 25 %). At 1e-3 a 4e-4 difference left by an upstream one-step flip was taken
+/// too (gemma4-text-ple@int4-acc4, layer 2): not rounding, so not adopted.
+pub const NEAR_TIE_TOLERANCE: f64 = 1e-4;
+
+/// The local floors conditioned on the candidate's local run: the reference at the candidate's
+/// precision and the f64 arbiter, each layer fed the arbiter's stream.
+#[derive(Debug, Clone)]
+pub struct HintedLocal {
+    /// The floor: the reference at the candidate's precision.
+    pub floor: LocalLayers,
+    /// The truth: the arbiter's layers run the same way.
+    pub truth: LocalLayers,
+    /// The near-ties where the floor and the truth took the candidate's step.
+    pub floor_adopted: Vec<Adopted>,
+    pub truth_adopted: Vec<Adopted>,
+}
+
+/// A floor run and its truth, teacher-forced with the reference's tokens, their prefill
+/// conditioned on one of the candidate's prefills.
+#[derive(Debug, Clone)]
+pub struct HintedRuns {
+    pub floor: Run,
+    pub truth: Run,
+    pub floor_adopted: Vec<Adopted>,
+    pub truth_adopted: Vec<Adopted>,
+}
+
+/// Every floor of one candidate conditioned on its int8 steps (see the module doc).
+#[derive(Debug, Clone, Default)]
+pub struct Hinted {
+    pub local: Option<HintedLocal>,
+    /// The forced run's prefill (a text-only package's isolated decoder run too).
+    pub prefill: Option<HintedRuns>,
+    /// A multimodal package's isolated decoder run.
+    pub isolated: Option<HintedRuns>,
+}
+
+impl Hinted {
+    /// Each near-tie adopted, with the run whose floors took it (`local`, `prefill`,
+    /// `isolated decoder`) and which of them (`floor`, `f64`).
+    pub fn adopted(&self) -> Vec<(&'static str, &'static str, &Adopted)> {
+        let runs = [
+            ("local", self.local.as_ref().map(|l| (&l.floor_adopted, &l.truth_adopted))),
+            ("prefill", self.prefill.as_ref().map(|p| (&p.floor_adopted, &p.truth_adopted))),
+            ("isolated decoder", self.isolated.as_ref().map(|i| (&i.floor_adopted, &i.truth_adopted))),
+        ];
+        let mut out = Vec::new();
+        for (run, lists) in runs {
+            if let Some((floor, truth)) = lists {
+                out.extend(floor.iter().map(|a| (run, "floor", a)));
+                out.extend(truth.iter().map(|a| (run, "f64", a)));
+            }
+        }
+        out
+    }
+
+    /// `cal` with every floor these runs condition replaced by its conditioned run.
+    pub fn calibration<'a>(&'a self, cal: Calibration<'a>) -> Calibration<'a> {
+        let mut out = cal;
+        if let Some(l) = &self.local {
+            out.local = &l.floor;
+            out.local_truth = Some(&l.truth);
+        }
+        if let Some(p) = &self.prefill {
+            out.floor = &p.floor;
+            out.truth = &p.truth;
+        }
+        if let Some(i) = &self.isolated {
+            out.isolated = Some(RunPair { floor: &i.floor, truth: &i.truth });
+        }
+        out
+    }
+}
+
+/// The hints a candidate run's `activations` (by tensor name) give `build`'s matmuls (by weight
+/// key; matmuls sharing an input share its values); `None` when they give none.
+pub(super) fn hints(build: &QuantizedBuild, activations: &BTreeMap<String, Dense<f32>>) -> Option<RoundingHints> {
+    let shared: BTreeMap<&str, Arc<[f32]>> = activations.iter().map(|(n, d)| (n.as_str(), Arc::from(d.data.as_slice()))).collect();
+    let mut hints = RoundingHints::new(NEAR_TIE_TOLERANCE);
+    for w in &build.weights {
+        if let Some(values) = w.activation.as_deref().and_then(|a| shared.get(a)) {
+            hints.insert(w.key.clone(), Arc::clone(values));
+        }
+    }
+    (!hints.is_empty()).then_some(hints)
+}
+
+/// [`HintedLocal`] of `case`'s build on its weights `build`, fed `arbiter`'s streams.
+pub(super) fn local(
+    case: &Case,
+    inputs: &ModelInputs,
+    arbiter: &Run,
+    build: &QuantizedBuild,
+    ple: LocalPle,
+    hints: &RoundingHints,
+) -> Result<HintedLocal, SharedError> {
+    let compute = slot(case.dtype).map_or(DType::F32, |(_, d)| d);
+    let (floor, floor_adopted) =
+        with_reference(case, compute, Some(build), |b| b.local_layers_hinted(inputs, arbiter, ple, hints.clone()))?;
+    let (truth, truth_adopted) =
+        with_reference(case, DType::F64, Some(build), |b| b.local_layers_hinted(inputs, arbiter, ple, hints.clone()))?;
+    Ok(HintedLocal { floor, truth, floor_adopted, truth_adopted })
+}
+
+/// [`HintedRuns`] of `case`'s build on its weights `build`, teacher-forced with `tokens`. The f64
+/// run keeps its all-position logits (not streamed: its head must run while the hints are
+/// active), one more `[S, vocab]` tensor for such a build only.
+pub(super) fn runs(
+    case: &Case,
+    inputs: &ModelInputs,
+    tokens: &[i64],
+    build: &QuantizedBuild,
+    hints: &RoundingHints,
+) -> Result<HintedRuns, SharedError> {
+    let compute = slot(case.dtype).map_or(DType::F32, |(_, d)| d);
+    let eos = eos_ids(case);
+    let request = forced(case, &eos, tokens);
+    let (floor, floor_adopted) = with_reference(case, compute, Some(build), |b| b.run_hinted(inputs, &request, hints.clone()))?;
+    let (truth, truth_adopted) = with_reference(case, DType::F64, Some(build), |b| b.run_hinted(inputs, &request, hints.clone()))?;
+    Ok(HintedRuns { floor, truth, floor_adopted, truth_adopted })
+}
