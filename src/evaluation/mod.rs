@@ -107,7 +107,8 @@ fn weight_errors(build: &QuantizedBuild, weights: &Overrides, checkpoint: &std::
     for q in &build.weights {
         let Some(o) = weights.get(&q.key) else { continue };
         let name = name_for(&q.key, names.iter().map(String::as_str)).ok_or_else(|| {
-            err(format!("`{}` (node `{}`) stands for `{}`, which the checkpoint does not hold", q.initializer, q.node, q.key))
+            let why = crate::onnx::quantized::not_a_parameter(&q.key).map(|why| format!(": {why}")).unwrap_or_default();
+            err(format!("`{}` (node `{}`) stands for `{}`, which the checkpoint does not hold{why}", q.initializer, q.node, q.key))
         })?;
         // A band of rows at a time on both sides: the checkpoint's from its mapping, the build's
         // dequantized from its payload (a 262144-row table is never whole in memory).

@@ -40,7 +40,7 @@ pub use error::QuantizedError;
 use external::{ExternalData, Payload};
 use fused::{int64s, unfused_keys, RowRange};
 use names::dq_fused_accuracy_level;
-pub use names::{key_of, key_of_node};
+pub use names::{key_of, key_of_node, not_a_parameter};
 use payload::{decode_floats, element, GatherRows, MatMulNBitsRows, Stored};
 use payload_proto::{PayloadModel, PayloadNode, PayloadTensor};
 

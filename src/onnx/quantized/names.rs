@@ -22,6 +22,17 @@ pub fn key_of(initializer: &str) -> String {
     canonical_key(s)
 }
 
+/// Why a quantized tensor that stands for no parameter is not one, where its name says so: a RoPE
+/// cos/sin cache is computed from the config (mobius stores it as an initializer the rotary
+/// embedding gathers from by position), so a quantizer that takes every Gather on an initializer
+/// for a token table rounds every position's rotation instead (Olive's RTN pass does, by default).
+pub fn not_a_parameter(key: &str) -> Option<&'static str> {
+    let rope = key.contains("rotary_emb") || key.ends_with("cos_cache") || key.ends_with("sin_cache");
+    rope.then_some(
+        "a RoPE cos/sin cache, computed from the config rather than a checkpoint parameter: the quantizer took its Gather for a token table and rounds every position's rotation (exclude the rotary_emb Gathers from quantization)",
+    )
+}
+
 /// `…_Q4`, `…_Q8`, `…_Q4G32` (bits, then an optional block size) removed.
 fn strip_bits_suffix(s: &str) -> &str {
     let Some(i) = s.rfind("_Q") else { return s };

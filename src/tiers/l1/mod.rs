@@ -276,11 +276,12 @@ fn quantized_shape_violations(q: &QuantizedBuild, config_json: &std::path::Path)
         let key = if k_eq_v_copy { w.key.replace("v_proj.weight", "k_proj.weight") } else { w.key.clone() };
         match lookup(&key) {
             None => out.push(format!(
-                "{}: `{}` ({}) stands for `{}`, which the model has no tensor for",
+                "{}: `{}` ({}) stands for `{}`, which the model has no tensor for{}",
                 w.submodel,
                 w.initializer,
                 w.op.as_str(),
-                w.key
+                w.key,
+                crate::onnx::quantized::not_a_parameter(&w.key).map(|why| format!(": {why}")).unwrap_or_default()
             )),
             Some(s) if s.as_slice() != w.shape => out.push(format!(
                 "{}: `{}` ({}) is [{}, {}]; the config makes `{}` {s:?}",
