@@ -149,7 +149,9 @@ impl QuantizedBuild {
         if self.float_matmuls > 0 {
             parts.push(format!("{} MatMul left in float", self.float_matmuls));
         }
-        parts.join(", ")
+        let dialects: std::collections::BTreeSet<&str> = self.weights.iter().map(|w| names::dialect_of(&w.initializer)).collect();
+        let dialects: Vec<&str> = dialects.into_iter().collect();
+        format!("{}; names: {}", parts.join(", "), dialects.join(" and "))
     }
 
     /// The widest weight bit count (8 for an int8 build, 4 for int4).

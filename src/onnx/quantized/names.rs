@@ -22,6 +22,23 @@ pub fn key_of(initializer: &str) -> String {
     canonical_key(s)
 }
 
+/// The naming dialect a quantized initializer is written in (what the report says was
+/// recognised): ONNX Runtime's RTN path, its QDQ path, the `_Q<bits>` / `_scales` names its default
+/// path, Olive's RTN pass and ORT GenAI's builder share, or none known (then the node's module
+/// path names the parameter).
+pub fn dialect_of(initializer: &str) -> &'static str {
+    let bits_block = |s: &str| s.rfind("_Q").is_some_and(|i| s[i + 2..].contains('G'));
+    if initializer.contains("_DQ_") {
+        "ONNX Runtime QDQ (`…_DQ_Q4` into MatMul)"
+    } else if bits_block(initializer) {
+        "ONNX Runtime RTN (`…_Q4G32`, `…_scale`)"
+    } else if strip_bits_suffix(initializer) != initializer {
+        "`…_Q4`, `…_scales` (ONNX Runtime's default path, Olive, the ORT GenAI builder)"
+    } else {
+        "no known quantizer's names (the node's module path names the parameter)"
+    }
+}
+
 /// Why a quantized tensor that stands for no parameter is not one, where its name says so: a RoPE
 /// cos/sin cache is computed from the config (mobius stores it as an initializer the rotary
 /// embedding gathers from by position), so a quantizer that takes every Gather on an initializer
@@ -117,5 +134,17 @@ mod tests {
         assert_eq!(key_of_node("/model/layers.2/attn/qkv_proj/MatMulNBits").as_deref(), Some("layers.2.self_attn.qkv_proj.weight"));
         assert_eq!(key_of_node("lm_head/MatMul_node_522_Q4").as_deref(), Some("lm_head.weight"));
         assert_eq!(key_of_node("node_MatMul_12"), None);
+    }
+
+    /// Guards what the report says was recognised: each quantizer's names, an unknown name said
+    /// so; and which tensors are named as no parameter (a RoPE cache), and which are not.
+    #[test]
+    fn dialects_and_non_parameters_are_named() {
+        assert!(dialect_of("model.layers.0.mlp.up_proj.weight_t_Q4G32").starts_with("ONNX Runtime RTN"));
+        assert!(dialect_of("model.layers.0.mlp.up_proj.weight_t_DQ_Q4").starts_with("ONNX Runtime QDQ"));
+        assert!(dialect_of("model.layers.1.attn.qkv_proj.MatMul.weight_Q4").contains("ORT GenAI builder"));
+        assert!(dialect_of("w_quantized_custom").starts_with("no known quantizer"));
+        assert!(not_a_parameter("rotary_emb_local.cos_cache").is_some_and(|w| w.contains("RoPE")));
+        assert_eq!(not_a_parameter("layers.0.mlp.up_proj.weight"), None);
     }
 }
