@@ -23,7 +23,9 @@
 #                   (fixtures/unified-text-kvshare/variants/bf16-boundary: bf16 KV and logits, f32 inside)
 #   builder family: scripts/make_builder_fixtures.py, onnxruntime-genai 0.18.0 model builder exports of the
 #                   unified-vision checkpoint (fixtures/unified-vision/builder/<build>/) and of a hidden-48 composite
-#                   checkpoint (fixtures/builder-scale/), the builder's refusals in fixtures/builder.json
+#                   checkpoint (fixtures/builder-scale/), the builder's refusals in fixtures/builder.json; and
+#                   scripts/make_olive_builder_fixtures.py, Olive 0.13.0's RTN builds of gemma4-text-ple
+#                   (variants/olive*), rtn-acc4's mutant, the builder's int4 at accuracy_level 1 and its mutants
 #   dynamo family:  scripts/make_dynamo_fixtures.py, torch.onnx.export(dynamo=True) exports of HF's own text models
 #                   (fixtures/<fixture>/dynamo/) and a one-layer mutant (fixtures/gemma4-text-dense/dynamo-mutant/)
 # and the float64 HF oracles of the unified and gemma4 families (reference/tests/data/<fixture>-f64.safetensors).
@@ -71,6 +73,9 @@ for family in $FAMILIES; do
       ;;
     builder)
       "$PY" scripts/make_builder_fixtures.py
+      # Olive's RTN builds of gemma4-text-ple and the builder's quantized variants (issue 38); after
+      # the builder's int4 build, whose mutant it derives. No telemetry leaves the machine.
+      OLIVE_DISABLE_TELEMETRY=1 "$PY" scripts/make_olive_builder_fixtures.py
       ;;
     dynamo)
       "$PY" scripts/make_dynamo_fixtures.py
