@@ -380,9 +380,16 @@ impl CaseEvaluation {
                     (Some(_), Some(_)) => Some(self.arbiter(case)?),
                     _ => reference,
                 };
-                let (run, opened) =
+                let (mut run, opened) =
                     run_once(&c.implementation, case, c.ep, |backend| candidate_runs(case, backend, inputs, reference, oracle))?;
                 let hinted = self.hinted(case, &run.0, &run.2)?;
+                // The activations were the hints' only use: not kept beside the runs (at E2B width
+                // and 600 positions they are ~1 GB per run of an int8-activation build).
+                run.0.prefill.activations.clear();
+                if let Isolation::Done(iso) = &mut run.2 {
+                    iso.activations.clear();
+                    iso.local_activations.clear();
+                }
                 let label = match &c.variant {
                     None => c.implementation.label.to_string(),
                     Some(v) => format!("{}@{v}", c.implementation.label),
