@@ -418,9 +418,9 @@ fn fetch_runtimes(paths: &[PathBuf]) -> anyhow::Result<bool> {
             println!("ERROR     {e}");
         }
     }
-    let genai = discover(paths).into_iter().filter_map(|(_, c)| c.ok()).any(|c| {
-        c.implementations.iter().chain(c.variants.values().flat_map(|v| &v.implementations)).any(|e| e.name.as_str() == "ort-genai")
-    });
+    let genai_name = implementations::ORT_GENAI.name;
+    let genai =
+        discover(paths).into_iter().filter_map(|(_, c)| c.ok()).any(|c| c.listed_implementations().any(|e| e.name.as_str() == genai_name));
     if genai {
         let root = onnx_parity::runtime::wheel::cache_root();
         match onnx_parity::ort_genai::install(&root, &onnx_parity::runtime::wheel::WheelSource::Pip) {

@@ -93,6 +93,11 @@ pub struct Variant {
 }
 
 impl Case {
+    /// Every `implementations:` entry the case lists, its own and its variants'.
+    pub fn listed_implementations(&self) -> impl Iterator<Item = &ImplementationEntry> {
+        self.implementations.iter().chain(self.variants.values().flat_map(|v| &v.implementations))
+    }
+
     /// Reads and validates one case file.
     pub fn load(path: &Path) -> Result<Case, CaseError> {
         let text = std::fs::read_to_string(path).map_err(|source| CaseError::Io { path: path.to_path_buf(), source })?;

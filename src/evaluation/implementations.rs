@@ -197,8 +197,7 @@ pub fn candidate(name: &ImplementationName) -> Option<Implementation> {
 /// The first name `case` lists (in `implementations:`, its own or a variant's) that the
 /// registry does not hold, as the error a planned trial fails with.
 pub fn unknown_implementation(case: &Case) -> Option<String> {
-    let listed = case.implementations.iter().chain(case.variants.values().flat_map(|v| &v.implementations));
-    listed.map(|e| &e.name).find(|n| candidate(n).is_none()).map(|n| {
+    case.listed_implementations().map(|e| &e.name).find(|n| candidate(n).is_none()).map(|n| {
         let known: Vec<&str> = REGISTRY.iter().map(|i| i.name).collect();
         format!("{}: implementations: unknown implementation {:?}, expected one of {}", case.path.display(), n.as_str(), known.join(", "))
     })

@@ -155,8 +155,8 @@ impl Default for CaseEvaluation {
 
 /// The implementations other than the export that `case` judges.
 fn other_implementations(case: &Case) -> Vec<ImplementationName> {
-    let listed = case.implementations.iter().chain(case.variants.values().flat_map(|v| &v.implementations));
-    let names: std::collections::BTreeSet<ImplementationName> = listed.map(|e| e.name.clone()).filter(|n| !n.is_onnx()).collect();
+    let names: std::collections::BTreeSet<ImplementationName> =
+        case.listed_implementations().map(|e| e.name.clone()).filter(|n| !n.is_onnx()).collect();
     names.into_iter().collect()
 }
 
