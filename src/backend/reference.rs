@@ -111,17 +111,14 @@ impl ReferenceBackend {
 
     /// [`Backend::run`] with `hints` active (a teacher-forced run: they apply where a matmul's
     /// input has the hint's size, the prefill; the decode steps quantize as MLAS does); returns
-    /// the near-ties adopted, each once.
+    /// the near-ties adopted.
     pub fn run_hinted(
         &mut self,
         inputs: &ModelInputs,
         request: &GenerationRequest<'_>,
         hints: onnx_parity_reference::weights::rounding::RoundingHints,
     ) -> Result<(Run, Vec<onnx_parity_reference::weights::rounding::Adopted>), BackendError> {
-        let (run, mut adopted) = onnx_parity_reference::weights::rounding::with_rounding_hints(hints, || self.run(inputs, request));
-        // The lm_head's matmul runs per vocabulary slice, each quantizing the same input.
-        let mut seen = std::collections::BTreeSet::new();
-        adopted.retain(|a| seen.insert((a.key.clone(), a.row, a.col)));
+        let (run, adopted) = onnx_parity_reference::weights::rounding::with_rounding_hints(hints, || self.run(inputs, request));
         Ok((run?, adopted))
     }
 }

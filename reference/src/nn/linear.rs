@@ -44,7 +44,7 @@ impl Linear {
     }
 
     /// `x` as this matmul sees it: quantized per block when the export does that.
-    fn input(&self, x: &Tensor) -> Result<Tensor> {
+    pub(crate) fn input(&self, x: &Tensor) -> Result<Tensor> {
         match self.activation_block {
             Some(block) => quantized_input_hinted(x, block, self.hint_key.as_deref()),
             None => Ok(x.clone()),
@@ -61,10 +61,10 @@ impl Linear {
         self.weight_t.dtype()
     }
 
-    /// Output columns `start..start + cols` only (no bias): `[n, cols]`.
+    /// Output columns `start..start + cols` only (no bias): `[n, cols]`, of `x` as
+    /// [`Linear::input`] made it (once for every slice: its int8 rounding is the same each time).
     pub(crate) fn forward_columns(&self, x: &Tensor, start: usize, cols: usize) -> Result<Tensor> {
-        let x = self.input(x)?;
-        Ok(x.matmul(&in_dtype_of(&self.weight_t.narrow(1, start, cols)?, &x)?)?)
+        Ok(x.matmul(&in_dtype_of(&self.weight_t.narrow(1, start, cols)?, x)?)?)
     }
 
     /// `x`: `[n, in]` → `[n, out]`.

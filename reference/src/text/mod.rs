@@ -408,9 +408,10 @@ impl TextModel {
             };
         }
         let out = Tensor::zeros((seq, vocab), self.dtype, &self.device)?;
+        let x = self.lm_head.input(hidden)?;
         for start in (0..vocab).step_by(VOCAB_SLICE) {
             let cols = VOCAB_SLICE.min(vocab - start);
-            let part = self.lm_head.forward_columns(hidden, start, cols)?;
+            let part = self.lm_head.forward_columns(&x, start, cols)?;
             let part = match self.softcap {
                 Some(c) => softcap(part, c)?,
                 None => part,
