@@ -69,7 +69,8 @@ pub struct Prefill {
     pub modules: Vec<ModuleOutputs>,
     /// With the layer outputs (a candidate whose EP's kernel quantizes its quantized matmuls'
     /// activations to int8): those activations (their `A`) by tensor name, the rounding hints
-    /// of the floors at near-ties (`onnx_parity_reference::weights::rounding`). Empty otherwise.
+    /// of the floors at near-ties (`onnx_parity_reference::weights::rounding`), moved out into
+    /// them once the run is over. Empty otherwise.
     pub activations: BTreeMap<String, Dense<f32>>,
 }
 

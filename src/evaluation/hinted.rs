@@ -21,10 +21,12 @@ use onnx_parity_reference::weights::rounding::{Adopted, RoundingHints};
 use super::error::SharedError;
 use super::precision::{forced, slot, with_reference, Calibration, RunPair};
 use super::request::eos_ids;
+use crate::backend::reference::ReferenceBackend;
+use crate::backend::BackendError;
 use crate::case::Case;
 use crate::inputs::{Dense, ModelInputs};
 use crate::onnx::quantized::QuantizedBuild;
-use crate::outputs::{LocalLayers, Run};
+use crate::outputs::{Isolation, LocalLayers, Run};
 use onnx_parity_reference::model::LocalPle;
 
 /// How close (relative to the scaled value, at least one step) the reference's and the
@@ -35,27 +37,47 @@ use onnx_parity_reference::model::LocalPle;
 /// too (gemma4-text-ple@int4-acc4, layer 2): not rounding, so not adopted.
 pub const NEAR_TIE_TOLERANCE: f64 = 1e-4;
 
-/// The local floors conditioned on the candidate's local run: the reference at the candidate's
-/// precision and the f64 arbiter, each layer fed the arbiter's stream.
+/// A floor and its truth (the reference at the candidate's precision and the f64 arbiter) run
+/// with the candidate's activations as rounding hints, and the near-ties where each took the
+/// candidate's step.
 #[derive(Debug, Clone)]
-pub struct HintedLocal {
-    /// The floor: the reference at the candidate's precision.
-    pub floor: LocalLayers,
-    /// The truth: the arbiter's layers run the same way.
-    pub truth: LocalLayers,
-    /// The near-ties where the floor and the truth took the candidate's step.
+pub struct Conditioned<T> {
+    pub floor: T,
+    pub truth: T,
     pub floor_adopted: Vec<Adopted>,
     pub truth_adopted: Vec<Adopted>,
 }
 
+/// The local floors conditioned on the candidate's local run: each layer fed the arbiter's stream.
+pub type HintedLocal = Conditioned<LocalLayers>;
+
 /// A floor run and its truth, teacher-forced with the reference's tokens, their prefill
 /// conditioned on one of the candidate's prefills.
-#[derive(Debug, Clone)]
-pub struct HintedRuns {
-    pub floor: Run,
-    pub truth: Run,
-    pub floor_adopted: Vec<Adopted>,
-    pub truth_adopted: Vec<Adopted>,
+pub type HintedRuns = Conditioned<Run>;
+
+/// The activations a candidate's runs exposed (quantized matmuls' inputs by tensor name), moved
+/// out of the runs: the hints' only use, so not kept beside them (at E2B width and 600 positions
+/// they are ~1 GB per run of an int8-activation build).
+#[derive(Debug, Default)]
+pub struct CandidateActivations {
+    /// Its forced run's prefill.
+    pub forced: BTreeMap<String, Dense<f32>>,
+    /// A multimodal package's isolated decoder run.
+    pub isolated: BTreeMap<String, Dense<f32>>,
+    /// Its layers run locally.
+    pub local: BTreeMap<String, Dense<f32>>,
+}
+
+impl CandidateActivations {
+    /// Moves them out of a candidate's `forced` run and its `isolation`.
+    pub fn take(forced: &mut Run, isolation: &mut Isolation) -> Self {
+        let mut out = CandidateActivations { forced: std::mem::take(&mut forced.prefill.activations), ..Default::default() };
+        if let Isolation::Done(iso) = isolation {
+            out.isolated = std::mem::take(&mut iso.activations);
+            out.local = std::mem::take(&mut iso.local_activations);
+        }
+        out
+    }
 }
 
 /// Every floor of one candidate conditioned on its int8 steps (see the module doc).
@@ -107,8 +129,8 @@ impl Hinted {
 
 /// The hints a candidate run's `activations` (by tensor name) give `build`'s matmuls (by weight
 /// key; matmuls sharing an input share its values); `None` when they give none.
-pub(super) fn hints(build: &QuantizedBuild, activations: &BTreeMap<String, Dense<f32>>) -> Option<RoundingHints> {
-    let shared: BTreeMap<&str, Arc<[f32]>> = activations.iter().map(|(n, d)| (n.as_str(), Arc::from(d.data.as_slice()))).collect();
+pub(super) fn hints(build: &QuantizedBuild, activations: BTreeMap<String, Dense<f32>>) -> Option<RoundingHints> {
+    let shared: BTreeMap<String, Arc<Vec<f32>>> = activations.into_iter().map(|(n, d)| (n, Arc::new(d.data))).collect();
     let mut hints = RoundingHints::new(NEAR_TIE_TOLERANCE);
     for w in &build.weights {
         if let Some(values) = w.activation.as_deref().and_then(|a| shared.get(a)) {
@@ -116,6 +138,20 @@ pub(super) fn hints(build: &QuantizedBuild, activations: &BTreeMap<String, Dense
         }
     }
     (!hints.is_empty()).then_some(hints)
+}
+
+/// `run` on the reference at `case`'s precision and on the f64 arbiter, each on `build`'s
+/// weights with `hints` active.
+fn conditioned<T>(
+    case: &Case,
+    build: &QuantizedBuild,
+    hints: &RoundingHints,
+    run: impl Fn(&mut ReferenceBackend, RoundingHints) -> Result<(T, Vec<Adopted>), BackendError>,
+) -> Result<Conditioned<T>, SharedError> {
+    let compute = slot(case.dtype).map_or(DType::F32, |(_, d)| d);
+    let (floor, floor_adopted) = with_reference(case, compute, Some(build), |b| run(b, hints.clone()))?;
+    let (truth, truth_adopted) = with_reference(case, DType::F64, Some(build), |b| run(b, hints.clone()))?;
+    Ok(Conditioned { floor, truth, floor_adopted, truth_adopted })
 }
 
 /// [`HintedLocal`] of `case`'s build on its weights `build`, fed `arbiter`'s streams.
@@ -127,12 +163,7 @@ pub(super) fn local(
     ple: LocalPle,
     hints: &RoundingHints,
 ) -> Result<HintedLocal, SharedError> {
-    let compute = slot(case.dtype).map_or(DType::F32, |(_, d)| d);
-    let (floor, floor_adopted) =
-        with_reference(case, compute, Some(build), |b| b.local_layers_hinted(inputs, arbiter, ple, hints.clone()))?;
-    let (truth, truth_adopted) =
-        with_reference(case, DType::F64, Some(build), |b| b.local_layers_hinted(inputs, arbiter, ple, hints.clone()))?;
-    Ok(HintedLocal { floor, truth, floor_adopted, truth_adopted })
+    conditioned(case, build, hints, |b, h| b.local_layers_hinted(inputs, arbiter, ple, h))
 }
 
 /// [`HintedRuns`] of `case`'s build on its weights `build`, teacher-forced with `tokens`. The f64
@@ -145,10 +176,7 @@ pub(super) fn runs(
     build: &QuantizedBuild,
     hints: &RoundingHints,
 ) -> Result<HintedRuns, SharedError> {
-    let compute = slot(case.dtype).map_or(DType::F32, |(_, d)| d);
     let eos = eos_ids(case);
     let request = forced(case, &eos, tokens);
-    let (floor, floor_adopted) = with_reference(case, compute, Some(build), |b| b.run_hinted(inputs, &request, hints.clone()))?;
-    let (truth, truth_adopted) = with_reference(case, DType::F64, Some(build), |b| b.run_hinted(inputs, &request, hints.clone()))?;
-    Ok(HintedRuns { floor, truth, floor_adopted, truth_adopted })
+    conditioned(case, build, hints, |b, h| b.run_hinted(inputs, &request, h))
 }

@@ -382,14 +382,8 @@ impl CaseEvaluation {
                 };
                 let (mut run, opened) =
                     run_once(&c.implementation, case, c.ep, |backend| candidate_runs(case, backend, inputs, reference, oracle))?;
-                let hinted = self.hinted(case, &run.0, &run.2)?;
-                // The activations were the hints' only use: not kept beside the runs (at E2B width
-                // and 600 positions they are ~1 GB per run of an int8-activation build).
-                run.0.prefill.activations.clear();
-                if let Isolation::Done(iso) = &mut run.2 {
-                    iso.activations.clear();
-                    iso.local_activations.clear();
-                }
+                let activations = hinted::CandidateActivations::take(&mut run.0, &mut run.2);
+                let hinted = self.hinted(case, activations)?;
                 let label = match &c.variant {
                     None => c.implementation.label.to_string(),
                     Some(v) => format!("{}@{v}", c.implementation.label),
@@ -404,7 +398,7 @@ impl CaseEvaluation {
 impl CaseEvaluation {
     /// The floors of `case`'s candidate conditioned on its int8 steps, for a quantized build whose
     /// kernel quantizes activations under the calibrated rule; `None` otherwise.
-    fn hinted(&self, case: &Case, forced: &Run, isolation: &Isolation) -> Result<Option<hinted::Hinted>, SharedError> {
+    fn hinted(&self, case: &Case, activations: hinted::CandidateActivations) -> Result<Option<hinted::Hinted>, SharedError> {
         let Some(d) = self.dequantized(case)? else { return Ok(None) };
         if !d.build.quantizes_activations() || precision::calibrated_rule(case).is_none() {
             return Ok(None);
@@ -413,16 +407,14 @@ impl CaseEvaluation {
         let build = &d.build;
         let tokens = &reference.generation.tokens;
         let mut out = hinted::Hinted::default();
-        if let Isolation::Done(iso) = isolation {
-            if let Some(h) = hinted::hints(build, &iso.local_activations) {
-                let arbiter = self.precision.arbiter(case, inputs, reference, Some(build))?;
-                out.local = Some(hinted::local(case, inputs, arbiter, build, local_ple(case), &h)?);
-            }
-            if let Some(h) = hinted::hints(build, &iso.activations) {
-                out.isolated = Some(hinted::runs(case, inputs, tokens, build, &h)?);
-            }
+        if let Some(h) = hinted::hints(build, activations.local) {
+            let arbiter = self.precision.arbiter(case, inputs, reference, Some(build))?;
+            out.local = Some(hinted::local(case, inputs, arbiter, build, local_ple(case), &h)?);
         }
-        if let Some(h) = hinted::hints(build, &forced.prefill.activations) {
+        if let Some(h) = hinted::hints(build, activations.isolated) {
+            out.isolated = Some(hinted::runs(case, inputs, tokens, build, &h)?);
+        }
+        if let Some(h) = hinted::hints(build, activations.forced) {
             out.prefill = Some(hinted::runs(case, inputs, tokens, build, &h)?);
         }
         Ok((out.local.is_some() || out.prefill.is_some() || out.isolated.is_some()).then_some(out))

@@ -25,7 +25,7 @@ use super::overrides::ActFloat;
 /// matmul.
 #[derive(Debug, Clone, Default)]
 pub struct RoundingHints {
-    by_key: HashMap<String, std::sync::Arc<[f32]>>,
+    by_key: HashMap<String, std::sync::Arc<Vec<f32>>>,
     /// How close the two scaled values must be to adopt the candidate's step, relative to the
     /// larger of 1 and the scaled value (a step is 1).
     pub tolerance: f64,
@@ -37,9 +37,10 @@ impl RoundingHints {
     }
 
     /// The candidate's activations for the matmul of `key`.
-    /// (Matmuls that share an input, q/k/v, share one buffer: pass an `Arc`.)
-    pub fn insert(&mut self, key: impl Into<String>, values: impl Into<std::sync::Arc<[f32]>>) {
-        self.by_key.insert(key.into(), values.into());
+    /// (Matmuls that share an input, q/k/v, share one buffer: the candidate's run's own, moved
+    /// into an `Arc`, not copied.)
+    pub fn insert(&mut self, key: impl Into<String>, values: std::sync::Arc<Vec<f32>>) {
+        self.by_key.insert(key.into(), values);
     }
 
     pub fn is_empty(&self) -> bool {
@@ -160,7 +161,7 @@ mod tests {
         crate::weights::quantize_activations(&mut plain, 6, 2);
         assert_eq!(plain[1], 1.0 / 127.0, "rounds up on its own");
         let mut hints = RoundingHints::new(1e-4);
-        hints.insert("layers.0.mlp.up_proj.weight", hint.clone());
+        hints.insert("layers.0.mlp.up_proj.weight", std::sync::Arc::new(hint.clone()));
         let mut y = x.clone();
         let ((), adopted) = with_rounding_hints(hints.clone(), || quantize_with_hints(Some("layers.0.mlp.up_proj.weight"), &mut y, 6, 2));
         assert_eq!(y[1], 0.0, "takes the candidate's step at the near-tie");

@@ -17,24 +17,28 @@ use crate::onnx::quantized::QuantizedBuild;
 use crate::runtime::kernels::MatMulNBitsModel;
 
 /// The activation tensors of the `role` sub-model's quantized matmuls in the package at `root`
-/// that `model` (that sub-model's graph, or a cut of it, read from `path`) computes and `ep`'s
-/// kernel quantizes to int8, each with its ONNX element type (MatMulNBits' `A` is of its scales'
-/// type); sorted, none for a float build.
+/// that `model` (that sub-model's graph, read from `path`) computes and `ep`'s kernel quantizes to
+/// int8, each with its ONNX element type (MatMulNBits' `A` is of its scales' type); sorted, none
+/// for a float build.
 pub(super) fn quantized(root: &Path, role: &str, ep: RunEp, path: &Path, model: &[u8]) -> Vec<(String, i32)> {
     let Ok(Some(build)) = QuantizedBuild::read(root) else { return Vec::new() };
     let kernel = MatMulNBitsModel::of(ep);
-    let Ok(graph) = crate::onnx::graph::GraphSummary::from_bytes(model, path) else { return Vec::new() };
-    let computed: BTreeSet<&str> = graph.nodes.iter().flat_map(|n| n.outputs.iter().map(String::as_str)).collect();
     let mut out: Vec<(String, i32)> = build
         .weights
         .iter()
         .filter(|w| w.submodel == role && kernel.quantizes_activations(w.accuracy_level))
         .filter_map(|w| Some((w.activation.clone()?, if w.scale_type == "float16" { 10 } else { 1 })))
-        .filter(|(a, _)| computed.contains(a.as_str()))
         .collect();
     out.sort();
     out.dedup();
-    out
+    computed_by(out, path, model)
+}
+
+/// Those of `names` that `model` (read from `path`: a decoder, or a cut of it) computes.
+pub(super) fn computed_by(names: Vec<(String, i32)>, path: &Path, model: &[u8]) -> Vec<(String, i32)> {
+    let Ok(graph) = crate::onnx::graph::GraphSummary::from_bytes(model, path) else { return Vec::new() };
+    let computed: BTreeSet<&str> = graph.nodes.iter().flat_map(|n| n.outputs.iter().map(String::as_str)).collect();
+    names.into_iter().filter(|(a, _)| computed.contains(a.as_str())).collect()
 }
 
 /// `model` with `names` (and their element types) as extra graph outputs.

@@ -115,9 +115,10 @@ impl OnnxPipeline {
                 return Ok(());
             }
         };
-        // The activations of the quantized matmuls whose kernel rounds them to int8 here, exposed
-        // as outputs of the cut: the reference takes the candidate's step at their near-ties.
-        let activations = activations::quantized(&self.root, self.decoder_role, self.opts.ep, &self.decoder_path, &cut.bytes);
+        // The activations of the quantized matmuls whose kernel rounds them to int8 here (those
+        // the instrumented decoder exposes, found when it opened), exposed as outputs of the cut:
+        // the reference takes the candidate's step at their near-ties.
+        let activations = activations::computed_by(self.activations.clone(), &self.decoder_path, &cut.bytes);
         if !activations.is_empty() {
             cut.bytes = activations::expose(&cut.bytes, &activations).map_err(|e| PipelineError::Contract {
                 role: self.decoder_role,
