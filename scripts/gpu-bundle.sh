@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Packs what scripts/gpu-check.sh needs on a GPU machine without network into one folder, to copy
 # to an air-gapped GPU box and run there as `OUT/scripts/gpu-check.sh`:
-#   bin/onnx-parity   the release binary with --features cuda, its kernels built for the target
-#                     GPU's SM (no JIT compile of PTX at the first kernel)
+#   bin/onnx-parity   the release binary with --features cuda, candle's kernels built for the
+#                     target GPU's SM (PTX: the driver JIT-compiles them at the first process's
+#                     first kernel into cache/cuda-jit-cache, src/driver.rs; later processes reuse it)
 #   cases/ goldens/ fixtures/ scripts/gpu-check.sh
 #   cache/            ONNX Runtime 1.31.1 CPU and GPU (the CUDA provider library cut to the SM
 #                     with cuda-fatbin-prune.py: 284 MB → its one SM's cubins), onnxruntime-genai

@@ -64,6 +64,26 @@ else
   row "TF32 probe" FAIL "$(tail -3 "$out/tf32-probe.txt" | tr -s ' ' | paste -sd ';' -)"
 fi
 
+# 1b. The JIT tax: one fixture's GPU reference run in two processes. candle's kernels are PTX the
+# driver compiles at a process's first kernel; the harness keeps the compiled code under
+# $ONNX_PARITY_CACHE/cuda-jit-cache (src/driver.rs), so the second process must cost what the
+# first does without the compile (ratio ≤ 1.2 once the cache holds them).
+jit_ck=$(ls -d fixtures/*/checkpoint 2>/dev/null | head -1)
+jit_in=$(ls "$(dirname "$jit_ck")"/inputs*.safetensors 2>/dev/null | head -1)
+if [[ -n $jit_ck && -n $jit_in ]]; then
+  jit_dir="${ONNX_PARITY_CACHE:-$HOME/.cache/onnx-parity}/cuda-jit-cache"
+  warm=$([[ -d $jit_dir ]] && echo "warm, $(du -sh "$jit_dir" | cut -f1)" || echo cold)
+  times=()
+  for i in 1 2; do
+    t0=$(date +%s.%N)
+    ONNX_PARITY_DEVICE="$device" "$bin" logits --checkpoint "$jit_ck" --inputs "$jit_in" --out "$out/jit-$i.safetensors" >>"$out/jit.log" 2>&1
+    times+=("$(secs "$t0" "$(date +%s.%N)")")
+  done
+  ratio=$(awk -v a="${times[0]}" -v b="${times[1]}" 'BEGIN { printf "%.2f", (b > 0 ? a / b : 0) }')
+  verdict=$(awk -v r="$ratio" -v w="$warm" 'BEGIN { print (w == "cold" ? "info" : (r <= 1.2 ? "PASS" : "FAIL")) }')
+  row "JIT: reference on $device, 1st vs 2nd process" "$verdict" "${times[0]} s vs ${times[1]} s (×$ratio); JIT cache $jit_dir was $warm (cold: the 1st pays the compile once per machine)"
+fi
+
 # 2. The reference on the GPU against the CPU, judged by the f64 arbiter.
 for ck in fixtures/*/checkpoint; do
   fx=$(dirname "$ck")

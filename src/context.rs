@@ -41,6 +41,11 @@ pub const ORT_WHEEL_ENV: &str = "ONNX_PARITY_ORT_WHEEL";
 /// `ORT_DYLIB_PATH`: an ONNX Runtime library to load instead of the pinned wheel's (the `ort`
 /// crate's own variable).
 pub const ORT_DYLIB_ENV: &str = "ORT_DYLIB_PATH";
+/// `CUDA_CACHE_PATH`: where the CUDA driver keeps the machine code it JIT-compiles from PTX
+/// (candle's kernels are PTX: the first process on a machine compiles them, ~15 s on an H200).
+pub const CUDA_CACHE_PATH_VAR: &str = "CUDA_CACHE_PATH";
+/// `CUDA_CACHE_MAXSIZE`: that cache's size limit in bytes (the driver's maximum is 4 GiB).
+pub const CUDA_CACHE_MAXSIZE_VAR: &str = "CUDA_CACHE_MAXSIZE";
 /// `ONNX_PARITY_CACHE`: the per-user cache root (else `$XDG_CACHE_HOME/onnx-parity`, else
 /// `~/.cache/onnx-parity`).
 pub const CACHE_ENV: &str = "ONNX_PARITY_CACHE";
@@ -67,6 +72,9 @@ pub struct RunContext {
     pub tf32_override: Option<String>,
     /// `ORT_LIB_PATH` (what ORT GenAI will bind; the driver sets it).
     pub ort_lib_path: Option<OsString>,
+    /// `CUDA_CACHE_PATH` and `CUDA_CACHE_MAXSIZE` as the process found them (the driver puts
+    /// the JIT cache under the cache root when the user set no path).
+    pub cuda_jit_cache: (Option<OsString>, Option<OsString>),
     /// Running under CI (`CI` set, not `0`/`false`/`no`/`off`): `ci_skip_reason` applies.
     pub ci: bool,
     /// `ONNX_PARITY_STRICT` (same spellings as `CI`): missing artifacts fail their trials.
@@ -134,6 +142,7 @@ impl RunContext {
             case_roots: var(CASES_ENV).filter(|v| !v.is_empty()).map(|v| std::env::split_paths(&v).collect()),
             tf32_override: text(TF32_OVERRIDE_VAR),
             ort_lib_path: var(ORT_LIB_PATH_VAR),
+            cuda_jit_cache: (var(CUDA_CACHE_PATH_VAR).filter(|v| !v.is_empty()), var(CUDA_CACHE_MAXSIZE_VAR).filter(|v| !v.is_empty())),
             ci: ci_enabled(var("CI").as_deref()),
             strict: ci_enabled(var(STRICT_ENV).as_deref()),
             hub: HubSettings::from_lookup(|k| text(k)),

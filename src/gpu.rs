@@ -88,6 +88,22 @@ pub fn reference_device() -> Result<Device, GpuError> {
     DEVICE.get_or_init(|| spec.open().map_err(Arc::new)).clone().map_err(GpuError::Device)
 }
 
+/// After a back end is dropped: the reference's freed device memory handed back to the driver
+/// ([`onnx_parity_reference::device::release`]) before the next one (an ONNX Runtime session,
+/// the f64 arbiter) allocates, and `, GPU in use X GiB of Y` for the stage's log line; empty when
+/// no CUDA device was opened.
+pub fn release_reference_memory() -> String {
+    let Some(Ok(device)) = DEVICE.get() else { return String::new() };
+    match onnx_parity_reference::device::release(device) {
+        Ok(Some(m)) => format!(", GPU in use after release {} of {}", crate::memory::gib(m.used), crate::memory::gib(m.total)),
+        Ok(None) => String::new(),
+        Err(e) => {
+            tracing::warn!("the reference's device could not be synchronised to release its memory: {e}");
+            String::new()
+        }
+    }
+}
+
 /// What the report records about devices and TF32.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct GpuMetadata {

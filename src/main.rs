@@ -106,7 +106,9 @@ enum Command {
     /// With --arbiter F64 (a dump of `logits --dtype f64` of the same inputs), B is judged as L3
     /// judges a candidate: each float tensor's error against F64 may be k times A's (the f32
     /// reference on the CPU: the floor) plus δ, the float32 row of L3_calibrated; integer
-    /// tensors must be equal. This is the GPU reference's bound (scripts/gpu-check.sh).
+    /// tensors must be equal. This is the GPU reference's bound (scripts/gpu-check.sh). With
+    /// --precision f16|bf16, A is the reference at that precision (`logits --dtype bf16`) and
+    /// the row is that precision's (scripts/measure_half_precision.py).
     Compare {
         a: PathBuf,
         b: PathBuf,
@@ -114,6 +116,9 @@ enum Command {
         max_abs: f64,
         #[arg(long)]
         arbiter: Option<PathBuf>,
+        /// The L3_calibrated row B is judged by (with --arbiter).
+        #[arg(long, default_value = "f32", value_parser = ["f32", "f16", "bf16"], requires = "arbiter")]
+        precision: String,
     },
     /// Merge the trial records a test run wrote (`ONNX_PARITY_OUTCOMES=DIR cargo nextest run
     /// --test parity`, possibly partitioned over machines) into the reports `run` writes. Prints
@@ -227,9 +232,10 @@ struct LogitsArgs {
     /// `ONNX_PARITY_EP` selects). The reference's device is `ONNX_PARITY_DEVICE`.
     #[arg(long)]
     ep: Option<onnx_parity::eps::RunEp>,
-    /// The reference's precision: `f32` (default) or `f64`, the calibrated rule's arbiter
-    /// (matrices kept f32, upcast per matmul), for `compare --arbiter`.
-    #[arg(long, default_value = "f32", value_parser = ["f32", "f64"])]
+    /// The reference's precision: `f32` (default); `f64`, the calibrated rule's arbiter
+    /// (matrices kept f32, upcast per matmul), for `compare --arbiter`; `f16` or `bf16`, the
+    /// rule's floor for a candidate at that precision (weights and activations rounded to it).
+    #[arg(long, default_value = "f32", value_parser = ["f32", "f64", "f16", "bf16"])]
     dtype: String,
 }
 
@@ -570,12 +576,18 @@ fn logits(args: LogitsArgs) -> anyhow::Result<ExitCode> {
         None => onnx_parity::context::current().eps_or_cpu()[0],
     };
     let options = implementations::OpenOptions { layer_outputs: layers, bidirectional: scope, ep };
-    let mut backend = match (name, dtype.as_str()) {
-        ("reference", "f64") => Box::new(
-            onnx_parity::backend::reference::ReferenceBackend::load_with_dtype(dir, scope, candle_core::DType::F64)
-                .with_context(|| format!("reference f64 {}", dir.display()))?,
+    let compute = match dtype.as_str() {
+        "f64" => Some(candle_core::DType::F64),
+        "f16" => Some(candle_core::DType::F16),
+        "bf16" => Some(candle_core::DType::BF16),
+        _ => None,
+    };
+    let mut backend = match (name, compute) {
+        ("reference", Some(compute)) => Box::new(
+            onnx_parity::backend::reference::ReferenceBackend::load_with_dtype(dir, scope, compute)
+                .with_context(|| format!("reference {dtype} {}", dir.display()))?,
         ),
-        (_, "f64") => anyhow::bail!("--dtype f64 applies to the reference only"),
+        (_, Some(_)) => anyhow::bail!("--dtype {dtype} applies to the reference only"),
         _ => (chosen.open)(dir, &options).with_context(|| format!("{} {}", chosen.label, dir.display()))?,
     };
     let dump = logits::run(backend.as_mut(), &model_inputs, greedy, &eos, layers)?;
@@ -609,13 +621,18 @@ fn compare(a: PathBuf, b: PathBuf, max_abs: f64) -> anyhow::Result<ExitCode> {
 
 /// `compare A B --arbiter F64`: B's float tensors by the calibrated rule (A the floor), integer
 /// tensors equal.
-fn compare_with_arbiter(a: PathBuf, b: PathBuf, arbiter: PathBuf) -> anyhow::Result<ExitCode> {
+fn compare_with_arbiter(a: PathBuf, b: PathBuf, arbiter: PathBuf, precision: &str) -> anyhow::Result<ExitCode> {
     use onnx_parity::case::Dtype;
+    let dtype = match precision {
+        "f16" => Dtype::Float16,
+        "bf16" => Dtype::Bfloat16,
+        _ => Dtype::Float32,
+    };
     let rule = onnx_parity::tolerance::Tolerances::defaults()
         .l3_calibrated
-        .get(&Dtype::Float32)
+        .get(&dtype)
         .copied()
-        .context("cases/default_tolerances.yaml has no L3_calibrated float32 row")?;
+        .with_context(|| format!("cases/default_tolerances.yaml has no L3_calibrated {dtype} row"))?;
     let judged = onnx_parity::compare::judge_against_arbiter(&a, &b, &arbiter, &rule)?;
     let mut ok = true;
     for v in &judged {
@@ -759,8 +776,8 @@ fn main() -> ExitCode {
         Command::Fetch { paths, weights, runtimes, no_hub } => fetch(paths, weights, runtimes, no_hub),
         Command::Inputs { case, out, synthetic, replay, goldens } => inputs(case, out, synthetic, replay, goldens),
         Command::Logits(args) => logits(args),
-        Command::Compare { a, b, max_abs, arbiter: None } => compare(a, b, max_abs),
-        Command::Compare { a, b, arbiter: Some(f64), .. } => compare_with_arbiter(a, b, f64),
+        Command::Compare { a, b, max_abs, arbiter: None, .. } => compare(a, b, max_abs),
+        Command::Compare { a, b, arbiter: Some(f64), precision, .. } => compare_with_arbiter(a, b, f64, &precision),
         Command::Repro { case, variant, level, out } => repro(case, variant, level, out),
         Command::Tf32Probe => tf32_probe(),
         Command::Report { dirs, files } => merge_reports(dirs, files),

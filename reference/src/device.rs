@@ -124,6 +124,36 @@ impl DeviceSpec {
     }
 }
 
+/// Device memory in use and in all (bytes), as the driver counts it (every process's).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DeviceMemory {
+    pub used: u64,
+    pub total: u64,
+}
+
+/// Hands what models dropped on `device` freed back to the driver, and says how much of the
+/// device is in use afterwards (`None` on the CPU). candle allocates through cudarc's
+/// stream-ordered allocator (`cuMemAllocAsync` where the device has memory pools), whose pool
+/// keeps freed blocks until the next synchronisation (release threshold 0): without one, the
+/// reference's weights stay reserved while ONNX Runtime's session allocates beside them and the
+/// GPU's peak is the sum of both sides, not the larger.
+pub fn release(device: &Device) -> Result<Option<DeviceMemory>, candle_core::Error> {
+    device.synchronize()?;
+    memory_in_use(device)
+}
+
+#[cfg(feature = "cuda")]
+fn memory_in_use(device: &Device) -> Result<Option<DeviceMemory>, candle_core::Error> {
+    let Device::Cuda(cuda) = device else { return Ok(None) };
+    let (free, total) = cuda.cuda_stream().context().mem_get_info().map_err(|e| candle_core::Error::Msg(e.to_string()))?;
+    Ok(Some(DeviceMemory { used: (total - free) as u64, total: total as u64 }))
+}
+
+#[cfg(not(feature = "cuda"))]
+fn memory_in_use(_device: &Device) -> Result<Option<DeviceMemory>, candle_core::Error> {
+    Ok(None)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -148,6 +178,7 @@ mod tests {
         if !CUDA_COMPILED {
             assert!(matches!(DeviceSpec::Cuda(0).open(), Err(DeviceError::NotCompiled(_))));
         }
+        assert_eq!(release(&Device::Cpu).ok(), Some(None), "the CPU has no device memory to release");
         disable_reduced_precision();
         let expected = CUDA_COMPILED.then_some(ReducedPrecision { f32_tf32: false, f16: false, bf16: false });
         assert_eq!(reduced_precision(), expected);

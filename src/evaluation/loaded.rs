@@ -35,8 +35,11 @@ pub(super) fn run_loaded<B: Backend + ?Sized, T>(
     let mut backend = open(dir).map_err(fail)?;
     let out = f(backend.as_mut()).map_err(fail)?;
     let opened = Opened { description: backend.describe(), scope: backend.bidirectional_scope(), partitioned: backend.partitioned() };
+    // Released here, before the next back end loads: a case's peak is the larger side's.
+    drop(backend);
+    let released = crate::gpu::release_reference_memory();
     tracing::info!(
-        "{}: {}{purpose} ran in {:.2} s{}",
+        "{}: {}{purpose} ran in {:.2} s{}{released}",
         case.name,
         opened.description,
         t.elapsed().as_secs_f64(),

@@ -4,10 +4,13 @@
 
 use std::collections::BTreeMap;
 
+use ort::memory::{AllocationDevice, Allocator, AllocatorType, MemoryInfo, MemoryType};
 use ort::session::Session;
-use ort::value::ValueType;
+use ort::value::{DynTensor, DynValue, TensorElementType};
 
 use super::error::PipelineError;
+use super::values::{declared_shape, float_value};
+use crate::eps::RunEp;
 use crate::onnx::protocol::{CacheKind, ExportProtocol, KvNames};
 use crate::onnx::shapes::{self, Axis, Source};
 
@@ -106,11 +109,58 @@ pub(super) fn kv_slots(
     Ok((slots, capacity.map(|c| c as usize)))
 }
 
-/// The shape a graph declares for a tensor (-1 for a dynamic axis; empty when it states none);
-/// `None` for a non-tensor.
-pub(super) fn declared_shape(ty: Option<&ValueType>) -> Option<Vec<i64>> {
-    match ty? {
-        ValueType::Tensor { shape, .. } => Some(shape.to_vec()),
-        _ => None,
+
+/// An empty cache for each KV pair (key, value, in pair order) in the layout the session carries:
+/// growing caches of no positions; static buffers of zeros (what lies beyond
+/// `nonpad_kv_seqlen` is never attended to); shared buffers of zeros where the EP computes, as ORT
+/// GenAI allocates them (the kernel writes from position 0).
+pub(super) fn empty_cache(
+    slots: &[KvSlot],
+    float: TensorElementType,
+    ep: RunEp,
+    decoder: Option<&Session>,
+) -> Result<Vec<DynValue>, ort::Error> {
+    let mut cache = Vec::with_capacity(slots.len() * 2);
+    for slot in slots {
+        for dims in [slot.key_dims, slot.value_dims] {
+            let (a, b) = (dims[0] as usize, dims[1] as usize);
+            cache.push(match slot.layout {
+                CacheLayout::Dynamic => float_value(float, &[1, a, 0, b], &[])?,
+                CacheLayout::Shared { capacity } => shared_buffer(float, ep, decoder, &[1, a, capacity, b])?,
+                CacheLayout::Static { .. } => float_value(float, &[1, a, b], &vec![0.0; a * b])?,
+            });
+        }
+    }
+    Ok(cache)
+}
+
+/// A zeroed shared KV buffer in the memory the EP computes in: bound as a past input and a present
+/// output, it must already be where the kernel writes (CUDA's sliding-window GroupQueryAttention
+/// refuses a past and a present that are not one buffer). Allocated by ONNX Runtime, not from a
+/// Rust vector: only such a tensor can be bound as an output and written in place. Device memory
+/// comes uninitialised, so host zeros are copied into it.
+fn shared_buffer(float: TensorElementType, ep: RunEp, decoder: Option<&Session>, shape: &[usize]) -> Result<DynValue, ort::Error> {
+    let ty = match float {
+        TensorElementType::Float16 | TensorElementType::Bfloat16 => float,
+        _ => TensorElementType::Float32,
+    };
+    // ort zeroes what it allocates in host memory.
+    let zeros = DynTensor::new(&Allocator::default(), ty, shape.to_vec())?;
+    let home = kv_memory(ep)?;
+    if home.is_cpu_accessible() {
+        return Ok(zeros.into_dyn());
+    }
+    let decoder = decoder.ok_or_else(|| ort::Error::new("the decoder session was released"))?;
+    let mut buffer = DynTensor::new(&Allocator::new(decoder, home)?, ty, shape.to_vec())?;
+    zeros.copy_into(&mut buffer)?;
+    Ok(buffer.into_dyn())
+}
+
+/// Where a decoder's KV caches live between steps: the device of a CUDA EP (what ORT GenAI does;
+/// a cache never crosses to the host and back), host memory on every other EP.
+pub(super) fn kv_memory(ep: RunEp) -> Result<MemoryInfo<'static>, ort::Error> {
+    match ep {
+        RunEp::Cuda(device) => MemoryInfo::new(AllocationDevice::CUDA, device as i32, AllocatorType::Device, MemoryType::Default),
+        _ => Ok(MemoryInfo::default()),
     }
 }

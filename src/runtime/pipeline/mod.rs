@@ -14,7 +14,6 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use half::{bf16, f16};
 use ort::session::{Session, SessionInputValue};
 use ort::value::{DynValue, Tensor, TensorElementType};
 
@@ -25,8 +24,8 @@ mod kv;
 mod values;
 
 pub use error::PipelineError;
-use kv::{declared_shape, kv_slots, CacheLayout, KvSlot};
-use values::{check_value, data_address, float_value, to_dense_f32};
+use kv::{kv_slots, CacheLayout, KvSlot};
+use values::{check_value, data_address, declared_shape, float_value, to_dense_f32};
 
 use super::session::{self, ModelSource, Partition, SessionError, SessionOptions};
 use crate::inputs::{Dense, ModelInputs};
@@ -405,34 +404,8 @@ impl OnnxPipeline {
     }
 
     fn empty_cache(&self) -> Result<Vec<DynValue>, PipelineError> {
-        let mut cache = Vec::with_capacity(self.kv.len() * 2);
-        let run = |source| PipelineError::Run { role: self.decoder_role, source };
-        for slot in &self.kv {
-            for dims in [slot.key_dims, slot.value_dims] {
-                let value = match slot.layout {
-                    CacheLayout::Dynamic => float_value(self.float, &[1, dims[0] as usize, 0, dims[1] as usize], &[]),
-                    // Zeros, as ORT GenAI allocates them; the kernel writes from position 0.
-                    CacheLayout::Shared { capacity } => {
-                        // Allocated by ONNX Runtime (zeroed), not from a Rust vector: only such a
-                        // tensor can be bound as an output and written in place.
-                        let shape = [1, dims[0] as usize, capacity, dims[1] as usize];
-                        let allocator = ort::memory::Allocator::default();
-                        match self.float {
-                            TensorElementType::Float16 => Tensor::<f16>::new(&allocator, shape).map(Tensor::into_dyn),
-                            TensorElementType::Bfloat16 => Tensor::<bf16>::new(&allocator, shape).map(Tensor::into_dyn),
-                            _ => Tensor::<f32>::new(&allocator, shape).map(Tensor::into_dyn),
-                        }
-                    }
-                    // Zeros; what lies beyond nonpad_kv_seqlen is never attended to.
-                    CacheLayout::Static { .. } => {
-                        let (cap, width) = (dims[0] as usize, dims[1] as usize);
-                        float_value(self.float, &[1, cap, width], &vec![0.0; cap * width])
-                    }
-                };
-                cache.push(value.map_err(run)?);
-            }
-        }
-        Ok(cache)
+        kv::empty_cache(&self.kv, self.float, self.opts.ep, self.decoder.as_ref())
+            .map_err(|source| PipelineError::Run { role: self.decoder_role, source })
     }
 
     /// The decoder inputs the embedding model's outputs feed (`inputs_embeds`,
@@ -494,41 +467,40 @@ impl OnnxPipeline {
             return Err(contract("KV cache shorter than the decoder's KV inputs".into()));
         }
         let decoder = self.decoder.as_mut().ok_or_else(|| contract("the decoder session was released for the local layer runs".into()))?;
-        // ORT GenAI's shared buffers: each bound as its past input and its present output, so
-        // GroupQueryAttention writes the new positions in place (its share-buffer mode) and
-        // nothing is copied between steps; the buffers stay this call's `cache`.
-        let shared = !self.kv.is_empty() && self.kv.iter().all(|slot| matches!(slot.layout, CacheLayout::Shared { .. }));
+        // Everything is bound: the feeds and the past caches as inputs; logits, layer outputs
+        // and activations returned in host memory (they are read); the presents kept where the
+        // EP computes them (device memory on CUDA), so a cache never crosses to the host and
+        // back between steps. ORT GenAI's shared buffers are bound as their past input *and*
+        // their present output, so GroupQueryAttention writes the new positions in place (its
+        // share-buffer mode, which CUDA's sliding-window kernel requires) and the buffers stay
+        // this call's `cache`.
         let mut cache = cache;
-        let binding;
-        let mut out = if shared {
-            let mut b = decoder.create_binding().map_err(run)?;
-            for (name, value) in &feed {
-                b.bind_input(name.as_str(), value).map_err(run)?;
+        let mut binding = decoder.create_binding().map_err(run)?;
+        for (name, value) in &feed {
+            binding.bind_input(name.as_str(), value).map_err(run)?;
+        }
+        let host = ort::memory::MemoryInfo::default();
+        let kv_home = kv::kv_memory(self.opts.ep).map_err(run)?;
+        let presents: Vec<&str> = self.kv.iter().flat_map(|s| [s.present_key.as_str(), s.present_value.as_str()]).collect();
+        // Each name once: an instrumented decoder may list one tensor twice (the stream entering
+        // layer 0 is also a quantized matmul's input), and a binding holds a name once.
+        let mut bound = std::collections::BTreeSet::new();
+        for output in decoder.outputs().iter().map(|o| o.name()).filter(|n| !presents.contains(n) && bound.insert(*n)) {
+            binding.bind_output_to_device(output, &host).map_err(run)?;
+        }
+        let pairs = self.kv.iter().flat_map(|slot| {
+            let shared = matches!(slot.layout, CacheLayout::Shared { .. });
+            [(&slot.past_key, &slot.present_key, shared), (&slot.past_value, &slot.present_value, shared)]
+        });
+        for ((past, present, shared), value) in pairs.zip(cache.iter_mut()) {
+            binding.bind_input(past.as_str(), &*value).map_err(run)?;
+            if shared {
+                binding.bind_output(present.as_str(), value).map_err(run)?;
+            } else {
+                binding.bind_output_to_device(present.as_str(), &kv_home).map_err(run)?;
             }
-            let cpu = ort::memory::MemoryInfo::default();
-            let presents: Vec<&str> = self.kv.iter().flat_map(|s| [s.present_key.as_str(), s.present_value.as_str()]).collect();
-            for output in decoder.outputs().iter().map(|o| o.name()).filter(|n| !presents.contains(n)) {
-                b.bind_output_to_device(output, &cpu).map_err(run)?;
-            }
-            let names = self.kv.iter().flat_map(|slot| [(&slot.past_key, &slot.present_key), (&slot.past_value, &slot.present_value)]);
-            for ((past, present), value) in names.zip(cache.iter_mut()) {
-                b.bind_input(past.as_str(), &*value).map_err(run)?;
-                b.bind_output(present.as_str(), value).map_err(run)?;
-            }
-            binding = b;
-            decoder.run_binding(&binding).map_err(run)?
-        } else {
-            let mut inputs: Vec<(String, SessionInputValue<'_>)> = feed.into_iter().map(|(n, v)| (n, v.into())).collect();
-            let mut values = std::mem::take(&mut cache).into_iter();
-            for slot in &self.kv {
-                let (Some(k), Some(v)) = (values.next(), values.next()) else {
-                    return Err(contract("KV cache shorter than the decoder's KV inputs".into()));
-                };
-                inputs.push((slot.past_key.clone(), k.into()));
-                inputs.push((slot.past_value.clone(), v.into()));
-            }
-            decoder.run(inputs).map_err(run)?
-        };
+        }
+        let mut out = decoder.run_binding(&binding).map_err(run)?;
         let logits = out.remove("logits").ok_or_else(|| contract("no output `logits`".into()))?;
         let logits = to_dense_f32(&logits, role, "logits")?;
         let layers = match (&self.layers, capture_layers) {
@@ -536,9 +508,9 @@ impl OnnxPipeline {
                 let mut layers = Vec::with_capacity(boundaries.len());
                 for b in boundaries {
                     let v = out
-                        .remove(b.tensor.as_str())
+                        .get(b.tensor.as_str())
                         .ok_or_else(|| contract(format!("the instrumented decoder has no output `{}`", b.tensor)))?;
-                    layers.push(to_dense_f32(&v, role, &b.tensor)?);
+                    layers.push(to_dense_f32(v, role, &b.tensor)?);
                 }
                 Some(layers)
             }
@@ -546,8 +518,9 @@ impl OnnxPipeline {
         };
         let embeddings = match (&self.embeddings_output, capture_layers) {
             (Some(name), true) => {
-                let v = out.remove(name.as_str()).ok_or_else(|| contract(format!("the instrumented decoder has no output `{name}`")))?;
-                Some(to_dense_f32(&v, role, name)?)
+                // Read, not moved: it may also be a quantized matmul's input, taken below.
+                let v = out.get(name.as_str()).ok_or_else(|| contract(format!("the instrumented decoder has no output `{name}`")))?;
+                Some(to_dense_f32(v, role, name)?)
             }
             _ => None,
         };
@@ -690,3 +663,4 @@ pub(super) fn open_session(
     }
     Ok(placed.session)
 }
+

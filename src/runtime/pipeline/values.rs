@@ -2,9 +2,8 @@
 //! shape checks of returned values, and where a value's buffer lives.
 
 use half::{bf16, f16};
-use ort::value::{DynValue, Tensor, TensorElementType};
+use ort::value::{DynValue, Tensor, TensorElementType, ValueType};
 
-use super::kv::declared_shape;
 use super::PipelineError;
 use crate::inputs::Dense;
 use crate::onnx::shapes::{self, Axis, ShapeError, Source};
@@ -44,4 +43,13 @@ pub(super) fn to_dense_f32(v: &DynValue, role: &'static str, name: &str) -> Resu
         message: format!("output `{name}`: expected a float32, float16 or bfloat16 tensor ({e})"),
     })?;
     Ok(Dense::new(dims(shape), data.iter().map(|x| x.to_f32()).collect()))
+}
+
+/// The shape a graph declares for a tensor (-1 for a dynamic axis; empty when it states none);
+/// `None` for a non-tensor.
+pub(super) fn declared_shape(ty: Option<&ValueType>) -> Option<Vec<i64>> {
+    match ty? {
+        ValueType::Tensor { shape, .. } => Some(shape.to_vec()),
+        _ => None,
+    }
 }
