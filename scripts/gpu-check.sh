@@ -84,6 +84,25 @@ if [[ -n $jit_ck && -n $jit_in ]]; then
   row "JIT: reference on $device, 1st vs 2nd process" "$verdict" "${times[0]} s vs ${times[1]} s (×$ratio); JIT cache $jit_dir was $warm (cold: the 1st pays the compile once per machine)"
 fi
 
+# 1c. Evidence for an off-target build (the plan does not run a webgpu build on CUDA): mobius's
+# `--ep webgpu` f16 build computes GroupQueryAttention's total_sequence_length (a CPU input of
+# CUDA's kernel) as Gather(Cast(ReduceSum(attention_mask))) on the device, where its `--ep cuda`
+# build takes Shape(attention_mask)[1] on the host. On an H200 it failed "Flash total sequence
+# length must be positive and fit int32"; run it as it is and with flash attention off, so the
+# table says whether only the flash path's sizing reads a bad length.
+wg=fixtures/unified-text-kvshare/variants/webgpu-f16
+if [[ -d $wg ]]; then
+  for flash in on off; do
+    extra=(); [[ $flash == off ]] && extra=(env ORT_DISABLE_FLASH_ATTENTION=1)
+    if "${extra[@]}" "$bin" logits --onnx "$wg" --ep "$device" --inputs fixtures/unified-text-kvshare/inputs.safetensors \
+      --out "$out/webgpu-f16-flash-$flash.safetensors" --greedy "$greedy" >"$out/webgpu-f16-flash-$flash.log" 2>&1; then
+      row "off-target: @webgpu-f16 on $device, flash $flash" info "runs"
+    else
+      row "off-target: @webgpu-f16 on $device, flash $flash" info "$(grep -v '^\s*$' "$out/webgpu-f16-flash-$flash.log" | tail -1 | cut -c1-240)"
+    fi
+  done
+fi
+
 # 2. The reference on the GPU against the CPU, judged by the f64 arbiter.
 for ck in fixtures/*/checkpoint; do
   fx=$(dirname "$ck")

@@ -164,3 +164,44 @@ pub(super) fn kv_memory(ep: RunEp) -> Result<MemoryInfo<'static>, ort::Error> {
         _ => Ok(MemoryInfo::default()),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Guards where caches live between steps: host memory on the CPU EP (ort zeroes what it
+    /// allocates there, so a shared buffer starts empty), the EP's device on CUDA, so a cache
+    /// never crosses to the host and back.
+    #[test]
+    fn caches_live_where_the_ep_computes() {
+        crate::runtime::provision::environment().expect("ONNX Runtime");
+        let host = kv_memory(RunEp::Cpu).expect("host memory info");
+        assert!(host.is_cpu_accessible());
+        let cuda = kv_memory(RunEp::Cuda(1)).expect("CUDA memory info (no device needed to name it)");
+        assert_eq!((cuda.allocation_device(), cuda.device_id()), (AllocationDevice::CUDA, 1));
+        assert!(!cuda.is_cpu_accessible());
+        let slot = KvSlot { layout: CacheLayout::Shared { capacity: 3 }, ..cache_slot() };
+        let cache = empty_cache(&[slot], TensorElementType::Float16, RunEp::Cpu, None).expect("a shared buffer in host memory");
+        assert_eq!(cache.len(), 2);
+        for value in &cache {
+            let (shape, data) = value.try_extract_tensor::<half::f16>().expect("f16 buffer");
+            assert_eq!(**shape, [1, 2, 3, 4]);
+            assert!(data.iter().all(|x| x.to_f32() == 0.0), "a shared buffer starts zeroed");
+        }
+        // A device buffer needs the decoder's session for its allocator: refused without one.
+        let slot = KvSlot { layout: CacheLayout::Shared { capacity: 3 }, ..cache_slot() };
+        assert!(empty_cache(&[slot], TensorElementType::Float32, RunEp::Cuda(0), None).is_err());
+    }
+
+    fn cache_slot() -> KvSlot {
+        KvSlot {
+            layout: CacheLayout::Dynamic,
+            past_key: "k".into(),
+            past_value: "v".into(),
+            present_key: "pk".into(),
+            present_value: "pv".into(),
+            key_dims: [2, 4],
+            value_dims: [2, 4],
+        }
+    }
+}
