@@ -68,8 +68,10 @@ fi
 # driver compiles at a process's first kernel; the harness keeps the compiled code under
 # $ONNX_PARITY_CACHE/cuda-jit-cache (src/driver.rs), so the second process must cost what the
 # first does without the compile (ratio ≤ 1.2 once the cache holds them).
-jit_ck=$(ls -d fixtures/*/checkpoint 2>/dev/null | head -1)
-jit_in=$(ls "$(dirname "$jit_ck")"/inputs*.safetensors 2>/dev/null | head -1)
+jit_ck="" jit_in=""
+for ck in fixtures/*/checkpoint; do
+  [[ -e $(dirname "$ck")/inputs.safetensors ]] && { jit_ck=$ck; jit_in=$(dirname "$ck")/inputs.safetensors; break; }
+done
 if [[ -n $jit_ck && -n $jit_in ]]; then
   jit_dir="${ONNX_PARITY_CACHE:-$HOME/.cache/onnx-parity}/cuda-jit-cache"
   warm=$([[ -d $jit_dir ]] && echo "warm, $(du -sh "$jit_dir" | cut -f1)" || echo cold)
