@@ -109,7 +109,6 @@ pub(super) fn kv_slots(
     Ok((slots, capacity.map(|c| c as usize)))
 }
 
-
 /// An empty cache for each KV pair (key, value, in pair order) in the layout the session carries:
 /// growing caches of no positions; static buffers of zeros (what lies beyond
 /// `nonpad_kv_seqlen` is never attended to); shared buffers of zeros where the EP computes, as ORT

@@ -663,4 +663,3 @@ pub(super) fn open_session(
     }
     Ok(placed.session)
 }
-
