@@ -9,7 +9,7 @@
 //! edge from the file it is written in to the file that *defines* the item, following `pub use`
 //! re-exports to their source (so a facade `mod.rs` that re-exports its children, and children
 //! that name siblings through it, are told apart). `mod x;` declarations are not edges. Binaries
-//! (`main.rs`) are not library code.
+//! (`src/bin/`, a `main.rs`) are not library code.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;

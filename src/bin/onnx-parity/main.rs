@@ -10,12 +10,13 @@ use onnx_parity::artifacts::Artifacts;
 use onnx_parity::case::{discover, Level};
 use onnx_parity::evaluation::implementations;
 use onnx_parity::gpu;
-use onnx_parity::logits;
 use onnx_parity::plan::{plan, TrialKind};
 use onnx_parity::regenerate::{regenerate, GoldenChange};
 use onnx_parity::report::{CaseReport, LevelReport, RunMetadata, RunReport};
 use onnx_parity::tiers::RunOptions;
-use onnx_parity_reference::BidirectionalScope as RefScope;
+
+mod dumps;
+use dumps::{compare, compare_with_arbiter, diff_reports, logits, LogitsArgs, Precision};
 
 #[derive(Parser)]
 #[command(name = "onnx-parity", version, about = "Proves an ONNX export of a Gemma 4 model computes the same function as the model")]
@@ -116,9 +117,9 @@ enum Command {
         max_abs: f64,
         #[arg(long)]
         arbiter: Option<PathBuf>,
-        /// The L3_calibrated row B is judged by (with --arbiter).
-        #[arg(long, default_value = "f32", value_parser = ["f32", "f16", "bf16"], requires = "arbiter")]
-        precision: String,
+        /// The L3_calibrated row B is judged by (with --arbiter): f32, f16 or bf16.
+        #[arg(long, value_enum, default_value_t = Precision::F32, requires = "arbiter")]
+        precision: Precision,
     },
     /// Merge the trial records a test run wrote (`ONNX_PARITY_OUTCOMES=DIR cargo nextest run
     /// --test parity`, possibly partitioned over machines) into the reports `run` writes. Prints
@@ -189,54 +190,6 @@ struct ReportFiles {
     /// Write one self-contained HTML page here (inline CSS and SVG plots, no network).
     #[arg(long)]
     html: Option<PathBuf>,
-}
-
-/// `--implementation`: a name from the registry of implementations (or `reference`).
-fn implementation_name(value: &str) -> Result<&'static str, String> {
-    implementations::names()
-        .into_iter()
-        .find(|n| *n == value)
-        .ok_or_else(|| format!("expected one of: {}", implementations::names().join(", ")))
-}
-
-/// `onnx-parity logits`.
-#[derive(clap::Args)]
-struct LogitsArgs {
-    /// Which implementation runs, by its registry name: reference, onnx, candle-transformers,
-    /// ort-genai (default: the reference with --checkpoint, onnx with --onnx).
-    #[arg(long, value_parser = implementation_name)]
-    implementation: Option<&'static str>,
-    #[arg(long, conflicts_with = "onnx", required_unless_present = "onnx")]
-    checkpoint: Option<PathBuf>,
-    #[arg(long)]
-    onnx: Option<PathBuf>,
-    /// safetensors with `input_ids` [1,S] and optional `pixel_values`, `image_position_ids`, `mm_token_type_ids`.
-    #[arg(long)]
-    inputs: PathBuf,
-    #[arg(long)]
-    out: PathBuf,
-    /// Also greedy-decode this many tokens.
-    #[arg(long, default_value_t = 0)]
-    greedy: usize,
-    /// Reference mask scope: all-layers | sliding-windowed | none (default: what HF forward does).
-    #[arg(long)]
-    bidirectional: Option<RefScope>,
-    /// EOS token ids that stop greedy decoding.
-    #[arg(long, value_delimiter = ',', default_value = "1")]
-    eos: Vec<i64>,
-    /// Also each decoder layer's prefill output (`layer.<i>` [1,S,hidden]), as L3 compares
-    /// them; for an export, the decoder runs with its layer outputs exposed.
-    #[arg(long)]
-    layers: bool,
-    /// The execution provider an export runs on (`cpu`, `cuda[:N]`, …; default: the first
-    /// `ONNX_PARITY_EP` selects). The reference's device is `ONNX_PARITY_DEVICE`.
-    #[arg(long)]
-    ep: Option<onnx_parity::eps::RunEp>,
-    /// The reference's precision: `f32` (default); `f64`, the calibrated rule's arbiter
-    /// (matrices kept f32, upcast per matmul), for `compare --arbiter`; `f16` or `bf16`, the
-    /// rule's floor for a candidate at that precision (weights and activations rounded to it).
-    #[arg(long, default_value = "f32", value_parser = ["f32", "f64", "f16", "bf16"])]
-    dtype: String,
 }
 
 fn default_paths(paths: Vec<PathBuf>) -> Vec<PathBuf> {
@@ -555,152 +508,6 @@ fn inputs(path: PathBuf, out: PathBuf, synthetic: bool, replay: bool, goldens: O
     Ok(ExitCode::SUCCESS)
 }
 
-fn logits(args: LogitsArgs) -> anyhow::Result<ExitCode> {
-    let LogitsArgs { implementation, checkpoint, onnx, inputs, out, greedy, bidirectional: scope, eos, layers, ep, dtype } = args;
-    let name = implementation.unwrap_or(if onnx.is_some() { "onnx" } else { "reference" });
-    let Some(chosen) = implementations::by_name(name) else {
-        anyhow::bail!("unknown implementation {name}: expected one of {}", implementations::names().join(", "));
-    };
-    if scope.is_some() && name != "reference" {
-        anyhow::bail!("--bidirectional applies to the reference only: an export has its mask built in, candle-transformers its own");
-    }
-    let model_inputs = onnx_parity::inputs::load_safetensors(&inputs)?;
-    // A runtime runs the export (--onnx); the reference and candle-transformers load the checkpoint.
-    let (dir, flag) =
-        if chosen.per_export { (onnx.as_ref(), "--onnx <export folder>") } else { (checkpoint.as_ref(), "--checkpoint <HF folder>") };
-    let Some(dir) = dir else {
-        anyhow::bail!("--implementation {name} loads {}: give {flag}", if chosen.per_export { "an export" } else { "a checkpoint" });
-    };
-    let ep = match ep {
-        Some(ep) => ep,
-        None => onnx_parity::context::current().eps_or_cpu()[0],
-    };
-    let options = implementations::OpenOptions { layer_outputs: layers, bidirectional: scope, ep };
-    let compute = match dtype.as_str() {
-        "f64" => Some(candle_core::DType::F64),
-        "f16" => Some(candle_core::DType::F16),
-        "bf16" => Some(candle_core::DType::BF16),
-        _ => None,
-    };
-    let mut backend = match (name, compute) {
-        ("reference", Some(compute)) => Box::new(
-            onnx_parity::backend::reference::ReferenceBackend::load_with_dtype(dir, scope, compute)
-                .with_context(|| format!("reference {dtype} {}", dir.display()))?,
-        ),
-        (_, Some(_)) => anyhow::bail!("--dtype {dtype} applies to the reference only"),
-        _ => (chosen.open)(dir, &options).with_context(|| format!("{} {}", chosen.label, dir.display()))?,
-    };
-    let dump = logits::run(backend.as_mut(), &model_inputs, greedy, &eos, layers)?;
-    dump.save(&out)?;
-    let components: Vec<&str> = dump.run.prefill.components.keys().map(|c| c.as_str()).collect();
-    eprintln!(
-        "wrote {} ({}: logits {:?}{}{})",
-        out.display(),
-        backend.describe(),
-        dump.run.prefill.logits.shape,
-        if components.is_empty() { String::new() } else { format!(", {}", components.join(", ")) },
-        if dump.with_tokens { format!(", greedy_tokens {:?}", dump.run.generation.tokens) } else { String::new() }
-    );
-    Ok(ExitCode::SUCCESS)
-}
-
-fn compare(a: PathBuf, b: PathBuf, max_abs: f64) -> anyhow::Result<ExitCode> {
-    let diffs = onnx_parity::compare::compare_files(&a, &b)?;
-    let mut ok = true;
-    for d in &diffs {
-        let verdict = if d.within(max_abs) { "ok" } else { "DIFFERS" };
-        ok &= d.within(max_abs);
-        match &d.mismatch {
-            Some(m) => println!("{:<20} {verdict:<8} {m}", d.name),
-            None => println!("{:<20} {verdict:<8} max_abs_diff {:.3e}", d.name, d.max_abs_diff),
-        }
-    }
-    println!("{} tensors, bound {max_abs:e}: {}", diffs.len(), if ok { "within" } else { "EXCEEDED" });
-    Ok(if ok { ExitCode::SUCCESS } else { ExitCode::FAILURE })
-}
-
-/// `compare A B --arbiter F64`: B's float tensors by the calibrated rule (A the floor), integer
-/// tensors equal.
-fn compare_with_arbiter(a: PathBuf, b: PathBuf, arbiter: PathBuf, precision: &str) -> anyhow::Result<ExitCode> {
-    use onnx_parity::case::Dtype;
-    let dtype = match precision {
-        "f16" => Dtype::Float16,
-        "bf16" => Dtype::Bfloat16,
-        _ => Dtype::Float32,
-    };
-    let rule = onnx_parity::tolerance::Tolerances::defaults()
-        .l3_calibrated
-        .get(&dtype)
-        .copied()
-        .with_context(|| format!("cases/default_tolerances.yaml has no L3_calibrated {dtype} row"))?;
-    let judged = onnx_parity::compare::judge_against_arbiter(&a, &b, &arbiter, &rule)?;
-    let mut ok = true;
-    for v in &judged {
-        ok &= v.pass();
-        match (&v.report, &v.mismatch) {
-            (_, Some(m)) => println!("{:<20} DIFFERS  {m}", v.name),
-            (Some(r), None) => println!(
-                "{:<20} {:<8} ratio {:.2} (k {}) e_gpu max {:.3e} rms {:.3e}, floor max {:.3e} rms {:.3e}",
-                v.name,
-                if r.pass { "ok" } else { "DIFFERS" },
-                r.ratio,
-                r.k,
-                r.e_cand_max,
-                r.e_cand_rms,
-                r.e_floor_max,
-                r.e_floor_rms
-            ),
-            (None, None) => {}
-        }
-    }
-    // What the arbiter does not hold: integer tensors (greedy tokens) equal; a float tensor is
-    // not judged, which is a failure.
-    for d in onnx_parity::compare::compare_files(&a, &b)?.iter().filter(|d| !judged.iter().any(|v| v.name == d.name)) {
-        let integer = d.mismatch.is_none() && (d.max_abs_diff == 0.0 || d.max_abs_diff.is_infinite()) && d.name.contains("tokens");
-        let equal = d.within(0.0);
-        ok &= integer && equal;
-        let verdict = if integer && equal { "ok" } else { "DIFFERS" };
-        let what = if integer { "equal" } else { "no f64 value to judge it against" };
-        println!(
-            "{:<20} {verdict:<8} {}",
-            d.name,
-            if equal || !integer { what.to_string() } else { format!("max_abs_diff {:e}", d.max_abs_diff) }
-        );
-    }
-    println!(
-        "{} tensors judged against {} (k {}, δ {} ulp): {}",
-        judged.len(),
-        arbiter.display(),
-        rule.k,
-        rule.delta_ulps,
-        if ok { "within" } else { "EXCEEDED" }
-    );
-    Ok(if ok { ExitCode::SUCCESS } else { ExitCode::FAILURE })
-}
-
-/// `diff A B`: verdict changes between two reports, as a Markdown table.
-fn diff_reports(a: PathBuf, b: PathBuf) -> anyhow::Result<ExitCode> {
-    let read = |p: &PathBuf| -> anyhow::Result<serde_json::Value> {
-        serde_json::from_str(&std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?)
-            .with_context(|| format!("{} is not a JSON report", p.display()))
-    };
-    let d = onnx_parity::verdict_diff::diff(&read(&a)?, &read(&b)?);
-    let cell = |s: &str| s.replace('|', "\\|").chars().take(300).collect::<String>();
-    println!("| trial | {} | {} | message in the second run |\n|---|---|---|---|", a.display(), b.display());
-    for (k, x, y) in &d.changed {
-        println!("| {k} | {} | {} | {} |", x.status, y.status, cell(&y.message));
-    }
-    let mut why: std::collections::BTreeMap<String, usize> = std::collections::BTreeMap::new();
-    for (_, _, reason) in &d.one_sided {
-        *why.entry(reason.chars().take(160).collect()).or_default() += 1;
-    }
-    println!("\n{} trials with the same verdict, {} changed, {} run by one side only:", d.same, d.changed.len(), d.one_sided.len());
-    for (reason, n) in why {
-        println!("  {n} × {reason}");
-    }
-    Ok(if d.changed.is_empty() { ExitCode::SUCCESS } else { ExitCode::FAILURE })
-}
-
 /// The JSON report and the Markdown table, where asked for.
 fn write_reports(r: &RunReport, files: &ReportFiles) -> anyhow::Result<()> {
     if let Some(p) = &files.report {
@@ -777,7 +584,7 @@ fn main() -> ExitCode {
         Command::Inputs { case, out, synthetic, replay, goldens } => inputs(case, out, synthetic, replay, goldens),
         Command::Logits(args) => logits(args),
         Command::Compare { a, b, max_abs, arbiter: None, .. } => compare(a, b, max_abs),
-        Command::Compare { a, b, arbiter: Some(f64), precision, .. } => compare_with_arbiter(a, b, f64, &precision),
+        Command::Compare { a, b, arbiter: Some(f64), precision, .. } => compare_with_arbiter(a, b, f64, precision),
         Command::Repro { case, variant, level, out } => repro(case, variant, level, out),
         Command::Tf32Probe => tf32_probe(),
         Command::Report { dirs, files } => merge_reports(dirs, files),
