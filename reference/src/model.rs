@@ -137,6 +137,14 @@ impl Gemma4 {
                 unused.join(", ")
             )));
         }
+        let unmodelled = w.unmodelled_activations();
+        if !unmodelled.is_empty() {
+            return Err(Error::input(format!(
+                "the export rounds the activations of {} matmuls the reference does not compute as linear layers, so it cannot round them as the export does: {}",
+                unmodelled.len(),
+                unmodelled.join(", ")
+            )));
+        }
         Ok(model)
     }
 

@@ -158,9 +158,10 @@ fn dotted_layer(name: &str) -> Option<(usize, Option<&'static str>)> {
 /// with the token embedding's scale product, as [`layers::embeddings_into_layer0`] finds it.
 pub fn layer_inputs(graph: &GraphProto, boundaries: &[LayerBoundary]) -> Result<Vec<String>, BoundaryError> {
     let into0 = match graph.node.iter().find(|n| layers::input_norm_layer(&n.name) == Some(0)) {
-        Some(first) => {
-            first.input.first().filter(|t| !t.is_empty()).ok_or_else(|| BoundaryError::NoInput { node: first.name.clone() })?.clone()
-        }
+        Some(first) => layers::before_rounding(
+            graph,
+            first.input.first().filter(|t| !t.is_empty()).ok_or_else(|| BoundaryError::NoInput { node: first.name.clone() })?,
+        ),
         None if !graph.node.iter().any(|n| layers::layer_index(&n.name).is_some()) => {
             layers::embeddings_into_layer0(graph).ok_or_else(|| BoundaryError::NoEnd {
                 what: "the token embedding's scale product (`…embed_tokens.embed_scale`)".into(),

@@ -253,9 +253,23 @@ pub fn embeddings_into_layer0(graph: &GraphProto) -> Option<String> {
         let mul = graph.node.iter().find(|n| n.op_type == "Mul" && n.input.contains(&scale.name))?;
         return mul.output.first().cloned();
     };
-    let input = norm.input.first().filter(|t| !t.is_empty())?;
-    let made_by = graph.node.iter().find(|n| n.output.contains(input))?;
-    (layer_index(&made_by.name).is_none() && !is_skip_norm(&norm.op_type)).then(|| input.clone())
+    let input = before_rounding(graph, norm.input.first().filter(|t| !t.is_empty())?);
+    let made_by = graph.node.iter().find(|n| n.output.contains(&input))?;
+    (layer_index(&made_by.name).is_none() && !is_skip_norm(&norm.op_type)).then_some(input)
+}
+
+/// `tensor`, or, where it is the output of a QDQ pair (`X → QuantizeLinear → DequantizeLinear`,
+/// a static build rounding the tensor for every reader), the pair's float input `X`: the rounding
+/// belongs to the layers that read the tensor (the reference rounds it there), so the value that
+/// enters them, and is compared with the reference's, is the float one before it.
+pub(crate) fn before_rounding(graph: &GraphProto, tensor: &str) -> String {
+    let made = |t: &str, op: &str| graph.node.iter().find(|n| n.op_type == op && n.output.first().is_some_and(|o| o == t));
+    let x = made(tensor, "DequantizeLinear")
+        .and_then(|dq| dq.input.first())
+        .and_then(|q| made(q, "QuantizeLinear"))
+        .and_then(|q| q.input.first())
+        .filter(|x| !x.is_empty());
+    x.cloned().unwrap_or_else(|| tensor.to_string())
 }
 
 /// The instrumented copy of the decoder graph at `model_path`.

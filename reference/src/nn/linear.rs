@@ -3,8 +3,8 @@
 use candle_core::{DType, Tensor};
 
 use crate::error::Result;
-use crate::weights::rounding::quantize_with_hints;
-use crate::weights::Weights;
+use crate::weights::rounding::{active_hint, round_hinted};
+use crate::weights::{ActivationQuant, MatmulActivations, Weights};
 
 /// `nn.Linear`: `x · Wᵀ (+ b)`. `W` is stored `[out, in]` in the checkpoint and kept
 /// transposed, `weight_t = Wᵀ` (`[in, out]`, contiguous), so the matmul reads a row-major
@@ -13,12 +13,21 @@ use crate::weights::Weights;
 pub(crate) struct Linear {
     weight_t: Tensor,
     bias: Option<Tensor>,
-    /// A quantized export's int8 activation block for this matmul (MatMulNBits at
-    /// `accuracy_level` 4), emulated before the matmul ([`crate::weights::quantize_activations`]).
-    activation_block: Option<usize>,
+    /// How a quantized export rounds this matmul's input and output
+    /// ([`crate::weights::activations`]), done here around the matmul.
+    quant: MatmulActivations,
     /// Its weight's key in the quantized build, where rounding hints are looked up
     /// ([`crate::weights::rounding`]).
     hint_key: Option<String>,
+}
+
+/// A linear layer's input as its matmul reads it ([`Linear::input`]): rounded as the export
+/// rounds it, and, under rounding hints of a build that requantizes the output, the candidate's
+/// own rounded input (the output's hint is its product with the weight).
+#[derive(Debug, Clone)]
+pub(crate) struct LinearInput {
+    pub(crate) x: Tensor,
+    candidate: Option<Tensor>,
 }
 
 impl Linear {
@@ -27,33 +36,43 @@ impl Linear {
         Ok(Self {
             weight_t: w.get_t(&name, [out_dim, in_dim])?,
             bias: if bias { Some(w.get(&format!("{prefix}.bias"), &[out_dim])?) } else { None },
-            activation_block: w.activation_block(&name),
+            quant: w.activations(&name),
             hint_key: w.activation_key(&name),
         })
     }
 
     /// A bias-free Linear from an already transposed weight `[in, out]`.
     pub(crate) fn from_weight_t(weight_t: Tensor) -> Self {
-        Self { weight_t, bias: None, activation_block: None, hint_key: None }
+        Self { weight_t, bias: None, quant: MatmulActivations::default(), hint_key: None }
     }
 
-    /// With its activations quantized per `block` as a quantized export's matmul does.
-    pub(crate) fn with_activation_block(mut self, block: Option<usize>) -> Self {
-        self.activation_block = block;
+    /// With its activations rounded as a quantized export rounds them, hints looked up by `key`.
+    pub(crate) fn with_activations(mut self, quant: MatmulActivations, key: Option<String>) -> Self {
+        self.quant = quant;
+        self.hint_key = key.filter(|_| quant.any());
         self
     }
 
-    /// `x` as this matmul sees it: quantized per block when the export does that.
-    pub(crate) fn input(&self, x: &Tensor) -> Result<Tensor> {
-        match self.activation_block {
-            Some(block) => quantized_input_hinted(x, block, self.hint_key.as_deref()),
-            None => Ok(x.clone()),
-        }
+    /// How the export rounds this matmul's activations.
+    pub(crate) fn activations(&self) -> MatmulActivations {
+        self.quant
     }
 
-    /// The int8 activation block of this matmul, when the export quantizes its input.
-    pub(crate) fn activation_block(&self) -> Option<usize> {
-        self.activation_block
+    /// Whether the export's rounding of the input replaces the tensor for its other readers too
+    /// (a QDQ build): the caller then reads [`LinearInput::x`] instead of its own tensor.
+    pub(crate) fn shares_input(&self) -> bool {
+        self.quant.shared_input && self.quant.input.is_some()
+    }
+
+    /// `x` as this matmul reads it: rounded as the export rounds it.
+    pub(crate) fn input(&self, x: &Tensor) -> Result<LinearInput> {
+        let Some(quant) = self.quant.input else { return Ok(LinearInput { x: x.clone(), candidate: None }) };
+        let key = self.hint_key.as_deref();
+        let hint = key.and_then(active_hint);
+        // The candidate's own rounded input is only needed for an output's hint.
+        let want = hint.is_some() && self.quant.output.is_some();
+        let (x, candidate) = round_tensor(x, &quant, key.unwrap_or(""), hint.as_ref().map(|(h, t)| (h.as_slice(), *t)), want)?;
+        Ok(LinearInput { x, candidate })
     }
 
     /// The dtype the weight is held in (f32 in the f64 mode, whose matmuls upcast it).
@@ -62,47 +81,77 @@ impl Linear {
     }
 
     /// Output columns `start..start + cols` only (no bias): `[n, cols]`, of `x` as
-    /// [`Linear::input`] made it (once for every slice: its int8 rounding is the same each time).
-    pub(crate) fn forward_columns(&self, x: &Tensor, start: usize, cols: usize) -> Result<Tensor> {
-        Ok(x.matmul(&in_dtype_of(&self.weight_t.narrow(1, start, cols)?, x)?)?)
+    /// [`Linear::input`] made it (once for every slice: its rounding is the same each time),
+    /// requantized as the export requantizes the output (per tensor: each slice alike).
+    pub(crate) fn forward_columns(&self, x: &LinearInput, start: usize, cols: usize) -> Result<Tensor> {
+        let w = self.weight_t.narrow(1, start, cols)?;
+        let candidate = x.candidate.as_ref().map(|c| -> Result<Tensor> { Ok(c.matmul(&in_dtype_of(&w, c)?)?) }).transpose()?;
+        self.output(x.x.matmul(&in_dtype_of(&w, &x.x)?)?, candidate)
+    }
+
+    /// The matmul of an input made by [`Linear::input`], its bias, and the export's rounding of
+    /// the output.
+    pub(crate) fn apply(&self, x: &LinearInput) -> Result<Tensor> {
+        let product = |x: &Tensor| -> Result<Tensor> {
+            let y = x.matmul(&in_dtype_of(&self.weight_t, x)?)?;
+            Ok(match &self.bias {
+                Some(b) => y.broadcast_add(b)?,
+                None => y,
+            })
+        };
+        let candidate = x.candidate.as_ref().map(product).transpose()?;
+        self.output(product(&x.x)?, candidate)
+    }
+
+    /// `y` requantized as the export requantizes this matmul's output, taking the candidate's step
+    /// at near-ties where its output (the product of its rounded input) is known.
+    fn output(&self, y: Tensor, candidate: Option<Tensor>) -> Result<Tensor> {
+        let Some(grid) = self.quant.output else { return Ok(y) };
+        let tol = self.hint_key.as_deref().and_then(active_hint).map_or(0.0, |(_, t)| t);
+        let hint = candidate.map(|c| c.flatten_all()?.to_dtype(DType::F32)?.to_vec1::<f32>()).transpose()?;
+        let key = format!("{} (output)", self.hint_key.as_deref().unwrap_or(""));
+        Ok(round_tensor(&y, &ActivationQuant::Static(grid), &key, hint.as_deref().map(|h| (h, tol)), false)?.0)
     }
 
     /// `x`: `[n, in]` → `[n, out]`.
     pub(crate) fn forward(&self, x: &Tensor) -> Result<Tensor> {
-        let x = self.input(x)?;
-        let y = x.matmul(&in_dtype_of(&self.weight_t, &x)?)?;
-        Ok(match &self.bias {
-            Some(b) => y.broadcast_add(b)?,
-            None => y,
-        })
+        self.apply(&self.input(x)?)
     }
 }
 
-/// `x` (`[.., k]`) quantized to int8 per `block` of its last axis as MLAS does, in `x`'s own
-/// precision ([`quantize_activations`]).
-pub(crate) fn quantized_input(x: &Tensor, block: usize) -> Result<Tensor> {
-    quantized_input_hinted(x, block, None)
-}
-
-/// [`quantized_input`] taking the candidate's step at near-ties when rounding hints for `key` are
-/// active on this thread.
-fn quantized_input_hinted(x: &Tensor, block: usize, key: Option<&str>) -> Result<Tensor> {
+/// `x` (`[.., k]`) rounded as `quant` rounds it, in `x`'s own precision, taking the candidate's
+/// step at near-ties given its values `hint` (recorded under `key`); with `candidate`, also the
+/// candidate's rounded values as a tensor like `x`.
+fn round_tensor(
+    x: &Tensor,
+    quant: &ActivationQuant,
+    key: &str,
+    hint: Option<(&[f32], f64)>,
+    candidate: bool,
+) -> Result<(Tensor, Option<Tensor>)> {
     let dims = x.dims().to_vec();
     let k = dims.last().copied().unwrap_or(0);
     let dtype = x.dtype();
     let flat = x.flatten_all()?;
-    Ok(match dtype {
+    let (rounded, cand) = match dtype {
         DType::F64 => {
             let mut v = flat.to_vec1::<f64>()?;
-            quantize_with_hints(key, &mut v, k, block);
-            Tensor::from_vec(v, dims, x.device())?
+            let c = round_hinted(key, &mut v, k, quant, hint, candidate);
+            (Tensor::from_vec(v, dims.clone(), x.device())?, c)
         }
         _ => {
             let mut v = flat.to_dtype(DType::F32)?.to_vec1::<f32>()?;
-            quantize_with_hints(key, &mut v, k, block);
-            Tensor::from_vec(v, dims, x.device())?.to_dtype(dtype)?
+            let c = round_hinted(key, &mut v, k, quant, hint, candidate);
+            (Tensor::from_vec(v, dims.clone(), x.device())?.to_dtype(dtype)?, c)
         }
-    })
+    };
+    let cand = cand.map(|c| Tensor::from_vec(c, dims, x.device())?.to_dtype(dtype)).transpose()?;
+    Ok((rounded, cand))
+}
+
+/// `x` (`[.., k]`) rounded as `quant` rounds it, without hints.
+pub(crate) fn rounded_input(x: &Tensor, quant: &ActivationQuant) -> Result<Tensor> {
+    Ok(round_tensor(x, quant, "", None, false)?.0)
 }
 
 /// `w` in `x`'s dtype: the f64 precision mode keeps matrices f32 and upcasts each for its

@@ -14,22 +14,23 @@ use std::sync::Arc;
 use candle_core::{DType, Device, Tensor};
 
 use crate::error::{Error, Result};
-use crate::nn::linear::quantized_input;
+use crate::nn::linear::rounded_input;
 use crate::nn::ops::softcap;
 use crate::weights::RowTable;
+use crate::weights::{ActivationQuant, MatmulActivations};
 
 /// `softcap(x · Wᵀ)` for any vocabulary slice of `W` (`[vocab, hidden]`).
 #[derive(Debug, Clone)]
 pub struct LogitsHead {
     rows: Arc<RowTable>,
     softcap: Option<f64>,
-    /// A quantized export's int8 activation block for the head's matmul (`accuracy_level` 4).
-    activation_block: Option<usize>,
+    /// How a quantized export rounds the head's input and output.
+    activations: MatmulActivations,
 }
 
 impl LogitsHead {
-    pub(crate) fn new(rows: RowTable, softcap: Option<f64>, activation_block: Option<usize>) -> Self {
-        Self { rows: Arc::new(rows), softcap, activation_block }
+    pub(crate) fn new(rows: RowTable, softcap: Option<f64>, activations: MatmulActivations) -> Self {
+        Self { rows: Arc::new(rows), softcap, activations }
     }
 
     pub fn vocab(&self) -> usize {
@@ -44,14 +45,18 @@ impl LogitsHead {
         if hidden.dim(1)? != h {
             return Err(Error::Internal(format!("logits head: hidden width {} for a head of width {h}", hidden.dim(1)?)));
         }
-        let x = match self.activation_block {
-            Some(block) => quantized_input(hidden, block)?,
+        let x = match &self.activations.input {
+            Some(quant) => rounded_input(hidden, quant)?,
             None => hidden.clone(),
         };
         let w = Tensor::from_vec(self.rows.read_rows(start, cols)?, (cols, h), &Device::Cpu)?;
         let w = if x.dtype() == DType::F32 { w } else { w.to_dtype(x.dtype())? };
         let w = if x.device().is_cpu() { w } else { w.to_device(x.device())? };
         let y = x.matmul(&w.t()?)?;
+        let y = match self.activations.output {
+            Some(grid) => rounded_input(&y, &ActivationQuant::Static(grid))?,
+            None => y,
+        };
         match self.softcap {
             Some(c) => softcap(y, c),
             None => Ok(y),

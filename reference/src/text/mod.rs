@@ -182,11 +182,12 @@ impl TextModel {
         let shares_head = equal_head || (tie && !w.provides("lm_head.weight"));
         let (lm_head, embedding, head_name) = if shares_head {
             let embed_t = w.get_t(&embed_name, [v, h])?;
-            let block = if equal_head { w.activation_block("lm_head.weight") } else { None };
-            (Linear::from_weight_t(embed_t.clone()).with_activation_block(block), TokenEmbedding::Transposed(embed_t), embed_name.as_str())
+            let head = if equal_head { w.activations("lm_head.weight") } else { Default::default() };
+            let lm_head = Linear::from_weight_t(embed_t.clone()).with_activations(head, w.activation_key("lm_head.weight"));
+            (lm_head, TokenEmbedding::Transposed(embed_t), embed_name.as_str())
         } else {
             let t = w.get_t("lm_head.weight", [v, h])?;
-            let lm_head = Linear::from_weight_t(t).with_activation_block(w.activation_block("lm_head.weight"));
+            let lm_head = Linear::from_weight_t(t).with_activations(w.activations("lm_head.weight"), w.activation_key("lm_head.weight"));
             (lm_head, TokenEmbedding::Rows(w.get_rows(&embed_name, [v, h])?), "lm_head.weight")
         };
         let head_rows = w.matrix_rows(head_name, [v, h])?;
@@ -372,6 +373,9 @@ impl TextModel {
             if let Some(stream) = feed.and_then(|f| f.get(i)) {
                 x = stream.to_dtype(self.dtype)?;
             }
+            if i == 0 {
+                x = self.entering_layer0(&x)?;
+            }
             x = layer.forward(&x, ple_i.as_ref(), (cos, sin), mask.as_ref(), cache, modules.as_mut())?;
             if let Some(c) = collect.as_deref_mut() {
                 c.states.push(x.clone());
@@ -380,6 +384,16 @@ impl TextModel {
         }
         cache.advance();
         self.norm.forward(&x)
+    }
+
+    /// The stream entering layer 0 as the layer reads it: the input embeddings, or, where a QDQ
+    /// build quantizes them for the per-layer projection and so for every reader (its QuantizeLinear
+    /// → DequantizeLinear pair sits on the tensor itself), their rounded values.
+    fn entering_layer0(&self, x: &Tensor) -> Result<Tensor> {
+        match &self.per_layer_embedding {
+            Some(p) => p.stream(x),
+            None => Ok(x.clone()),
+        }
     }
 
     /// `lm_head` and final logit softcapping `tanh(x / c) · c`: `[seq, vocab]`.
@@ -423,7 +437,7 @@ impl TextModel {
 
     /// The lm_head and softcapping as a value that outlives this model (see [`LogitsHead`]).
     pub fn logits_head(&self) -> LogitsHead {
-        LogitsHead::new(self.head_rows.clone(), self.softcap, self.lm_head.activation_block())
+        LogitsHead::new(self.head_rows.clone(), self.softcap, self.lm_head.activations())
     }
 
     /// The sliding window the masks must use.

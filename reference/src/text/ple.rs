@@ -60,6 +60,12 @@ impl PerLayerEmbedding {
         })
     }
 
+    /// The input embeddings as the decoder reads them: rounded where a QDQ build's quantization of
+    /// the projection's input replaces the tensor for every reader ([`Linear::shares_input`]).
+    pub(crate) fn stream(&self, embeds: &Tensor) -> Result<Tensor> {
+        Ok(if self.projection.shares_input() { self.projection.input(embeds)?.x } else { embeds.clone() })
+    }
+
     /// The combined per-layer inputs `[S, L, P]` for `table_ids` (the token part) and `embeds`
     /// `[S, hidden]` (the projection part).
     pub(crate) fn forward(&self, table_ids: &[i64], embeds: &Tensor) -> Result<Tensor> {
@@ -109,8 +115,11 @@ impl PerLayerGate {
     /// `x` `[S, hidden]`, `ple_i` `[S, P]` (contiguous) → `x + norm(proj(act(gate(x)) · ple_i))`.
     /// `act(g)·ple_i` has the shape of the MLP's `act(gate)·up` and shares its fused kernel (same
     /// roundings as HF's separate activation and multiply).
+    /// A QDQ build whose gate input is quantized for every reader adds the rounded stream too.
     pub(crate) fn forward(&self, x: &Tensor, ple_i: &Tensor) -> Result<Tensor> {
-        let g = gated_activation(self.act, self.gate.forward(x)?, ple_i)?;
+        let input = self.gate.input(x)?;
+        let x = if self.gate.shares_input() { &input.x } else { x };
+        let g = gated_activation(self.act, self.gate.apply(&input)?, ple_i)?;
         let g = self.norm.forward(&self.projection.forward(&g)?)?;
         Ok((x + g)?)
     }

@@ -25,16 +25,16 @@ use safetensors::{Dtype as StDtype, SafeTensors};
 
 use crate::error::{Error, Result};
 
+pub mod activations;
 mod decode;
 mod overrides;
 pub mod rounding;
 mod rows;
 mod shard;
 
+pub use activations::{quantize_activations, round_activations, ActFloat, ActivationQuant, MatmulActivations, StaticGrid};
 use decode::{decode, Bf16Le, F16Le, F32Le, Order};
-pub use overrides::{
-    name_for, quantize_activations, stands_for, ActFloat, DequantRows, Override, OverrideData, OverrideReadError, Overrides,
-};
+pub use overrides::{name_for, stands_for, DequantRows, Override, OverrideData, OverrideReadError, Overrides};
 pub use rows::RowTable;
 use shard::Shard;
 
@@ -126,6 +126,8 @@ pub struct Weights {
     overrides: Overrides,
     /// The override keys read so far.
     used_overrides: Mutex<std::collections::BTreeSet<String>>,
+    /// Overrides whose activation rounding a matmul asked for ([`Weights::activations`]).
+    used_activations: Mutex<std::collections::BTreeSet<String>>,
 }
 
 #[derive(serde::Deserialize)]
@@ -250,6 +252,7 @@ impl Weights {
             device: Device::Cpu,
             overrides: Overrides::default(),
             used_overrides: Mutex::new(std::collections::BTreeSet::new()),
+            used_activations: Mutex::new(std::collections::BTreeSet::new()),
         }
     }
 
@@ -329,16 +332,32 @@ impl Weights {
         self.overrides.lookup(key).map(|(_, o)| o.source.clone()).unwrap_or_default()
     }
 
-    /// The activation block of `module_name`'s matmul when the export quantizes its activations
-    /// (see [`Override::activation_block`]).
-    pub fn activation_block(&self, module_name: &str) -> Option<usize> {
-        self.overrides.lookup(module_name).and_then(|(_, o)| o.activation_block)
+    /// How the export rounds the activations around `module_name`'s matmul (see
+    /// [`Override::activations`]); recorded, for [`Weights::unmodelled_activations`].
+    pub fn activations(&self, module_name: &str) -> MatmulActivations {
+        let Some((key, o)) = self.overrides.lookup(module_name) else { return MatmulActivations::default() };
+        if let Ok(mut used) = self.used_activations.lock() {
+            used.insert(key.to_string());
+        }
+        o.activations
     }
 
-    /// The quantized build's parameter key of `module_name` when its matmul quantizes its
+    /// The quantized build's parameter key of `module_name` when the export rounds its matmul's
     /// activations: what rounding hints are looked up by ([`rounding`]).
     pub fn activation_key(&self, module_name: &str) -> Option<String> {
-        self.overrides.lookup(module_name).filter(|(_, o)| o.activation_block.is_some()).map(|(k, _)| k.to_string())
+        self.overrides.lookup(module_name).filter(|(_, o)| o.activations.any()).map(|(k, _)| k.to_string())
+    }
+
+    /// Overrides whose activations the export rounds but no matmul of the model asked how (a
+    /// matmul the reference computes otherwise than as a linear layer, e.g. routed experts): the
+    /// reference would compute them in float, so the build cannot be judged on its arithmetic.
+    pub fn unmodelled_activations(&self) -> Vec<String> {
+        let used = self.used_activations.lock().map(|u| u.clone()).unwrap_or_default();
+        self.overrides
+            .keys()
+            .filter(|k| !used.contains(*k) && self.overrides.get(k).is_some_and(|o| o.activations.any()))
+            .map(|k| format!("{k} (from {})", self.overrides_source(k)))
+            .collect()
     }
 
     /// The device returned tensors live on.

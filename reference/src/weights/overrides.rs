@@ -17,6 +17,8 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use super::activations::MatmulActivations;
+
 /// Rows of a quantized matrix, dequantized on demand from the export's packed payload.
 pub trait DequantRows: Send + Sync + std::fmt::Debug {
     /// Rows `start..start + count` into `out` (`count × cols`, row-major, `cols` the matrix's);
@@ -39,10 +41,10 @@ pub struct Override {
     /// `[rows, cols]` as the checkpoint stores it (`[out, in]` for a linear weight).
     pub shape: Vec<usize>,
     pub data: OverrideData,
-    /// Where the export quantizes this matmul's activations to int8 per block of this many
-    /// input elements (MLAS's CompInt8, MatMulNBits `accuracy_level` 4): the reference does the
-    /// same before its matmul ([`quantize_activations`]).
-    pub activation_block: Option<usize>,
+    /// How the export rounds this matmul's activations (MLAS's int8 blocks at MatMulNBits
+    /// `accuracy_level` 4, a DynamicQuantizeLinear, a static build's QuantizeLinear on its input
+    /// and output): the reference does the same around its matmul ([`super::activations`]).
+    pub activations: MatmulActivations,
     /// What the export calls it (the initializer or node), for messages.
     pub source: String,
 }
@@ -147,86 +149,9 @@ pub fn name_for<'a>(key: &str, names: impl Iterator<Item = &'a str> + Clone) -> 
     find(key).or_else(|| (key == "lm_head.weight").then(|| find("embed_tokens.weight")).flatten())
 }
 
-/// MLAS's int8 quantization of a matmul's activations (CompInt8), applied in place to `x`
-/// (`rows × k`, row-major) and returned dequantized: per row, per block of `block` elements along
-/// `k` (the last one shorter), `scale = amax / 127`, `q = round_half_even(x · (127 / amax))`
-/// (0 where amax = 0), `x' = q · scale`. ORT then sums int8 × int4 products per block and scales
-/// each block's sum by `scale · weight_scale`: the same value as `x' · W` up to the order of
-/// the f32 additions, which the floor measures.
-pub fn quantize_activations<T: ActFloat>(x: &mut [T], k: usize, block: usize) {
-    if k == 0 || block == 0 {
-        return;
-    }
-    for row in x.chunks_mut(k) {
-        for b in row.chunks_mut(block) {
-            let amax = b.iter().fold(T::ZERO, |m, v| m.max_abs(*v));
-            let scale = amax.div127();
-            let inv = if amax == T::ZERO { T::ZERO } else { T::inv127(amax) };
-            for v in b.iter_mut() {
-                *v = (*v * inv).round_even() * scale;
-            }
-        }
-    }
-}
-
-/// The float types [`quantize_activations`] works in (the reference's f32 and the arbiter's f64:
-/// each does MLAS's arithmetic in its own precision).
-pub trait ActFloat: Copy + PartialEq + std::ops::Mul<Output = Self> {
-    const ZERO: Self;
-    fn max_abs(self, v: Self) -> Self;
-    fn div127(self) -> Self;
-    /// `127 / self`.
-    fn inv127(self) -> Self;
-    fn round_even(self) -> Self;
-    fn to_f64(self) -> f64;
-    fn from_f64(v: f64) -> Self;
-}
-
-/// Both float types do MLAS's arithmetic the same way, each in its own precision.
-macro_rules! act_float {
-    ($($t:ty),*) => {$(
-        impl ActFloat for $t {
-            const ZERO: Self = 0.0;
-            fn max_abs(self, v: Self) -> Self {
-                self.max(v.abs())
-            }
-            fn div127(self) -> Self {
-                self / 127.0
-            }
-            fn inv127(self) -> Self {
-                127.0 / self
-            }
-            fn round_even(self) -> Self {
-                self.round_ties_even()
-            }
-            fn to_f64(self) -> f64 {
-                self as f64
-            }
-            fn from_f64(v: f64) -> Self {
-                v as $t
-            }
-        }
-    )*};
-}
-act_float!(f32, f64);
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// Guards the emulation: per-block scales from each block's own amax, ties to even, a zero
-    /// block stays zero, the short last block is its own block.
-    #[test]
-    fn activations_are_quantized_per_block() {
-        let mut x = vec![1.0f32, -0.5, 0.25, 0.0, 0.0, 0.0, 2.0];
-        quantize_activations(&mut x, 7, 3);
-        // Block 0: amax 1 → steps of 1/127: 0.25·127 = 31.75 → 32.
-        assert_eq!(x[0], 1.0);
-        assert_eq!(x[1], (-63.5f32).round_ties_even() * (1.0 / 127.0));
-        assert_eq!(x[2], 32.0 * (1.0 / 127.0));
-        assert_eq!(&x[3..6], &[0.0, 0.0, 0.0]);
-        assert_eq!(x[6], 127.0 * (2.0 / 127.0));
-    }
 
     /// Guards the lookup: a key matches at a name boundary under either text prefix, never a
     /// longer name nor the vision tower.
@@ -236,7 +161,7 @@ mod tests {
         let one = |s: &str| Override {
             shape: vec![1, 1],
             data: OverrideData::Dense(Arc::new(vec![0.0])),
-            activation_block: None,
+            activations: Default::default(),
             source: s.into(),
         };
         o.insert("layers.1.mlp.up_proj.weight", one("a")).unwrap();

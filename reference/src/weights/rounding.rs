@@ -18,7 +18,7 @@
 use std::cell::RefCell;
 use std::collections::HashMap;
 
-use super::overrides::ActFloat;
+use super::activations::{ActFloat, ActivationQuant};
 
 /// The candidate's activations per quantized matmul, by the parameter key of its weight
 /// (`layers.5.self_attn.q_proj.weight`), row-major `[rows, k]` as the reference's input to that
@@ -75,73 +75,60 @@ pub fn with_rounding_hints<T>(hints: RoundingHints, f: impl FnOnce() -> T) -> (T
     ACTIVE.with(|a| *a.borrow_mut() = Some((hints, Vec::new())));
     let guard = Clear;
     let out = f();
-    let adopted = ACTIVE.with(|a| a.borrow_mut().as_mut().map(|(_, v)| std::mem::take(v))).unwrap_or_default();
+    let mut adopted = ACTIVE.with(|a| a.borrow_mut().as_mut().map(|(_, v)| std::mem::take(v))).unwrap_or_default();
     drop(guard);
+    // A tensor a QDQ build's quantization replaces for all its readers is rounded where the
+    // stream is read and again at its matmul (the same values, the same steps): counted once.
+    let mut seen = std::collections::BTreeSet::new();
+    adopted.retain(|a| seen.insert((a.key.clone(), a.row, a.col)));
     (out, adopted)
 }
 
-/// MLAS's int8 quantization of `x` (`rows × k`) per `block` ([`super::quantize_activations`]),
-/// taking the candidate's step at a near-tie when hints for `key` are active.
-pub(crate) fn quantize_with_hints<T: ActFloat>(key: Option<&str>, x: &mut [T], k: usize, block: usize) {
-    let hinted = key.is_some_and(|key| {
-        ACTIVE.with(|a| {
-            let mut active = a.borrow_mut();
-            let Some((hints, adopted)) = active.as_mut() else { return false };
-            let Some(hint) = hints.by_key.get(key).filter(|h| h.len() == x.len()) else { return false };
-            quantize_adopting(x, hint, k, block, hints.tolerance, |row, col, own, candidate| {
-                adopted.push(Adopted { key: key.to_string(), row, col, own, candidate })
-            });
-            true
-        })
-    });
-    if !hinted {
-        super::quantize_activations(x, k, block);
-    }
+/// The candidate's activations for the matmul of `key`, when hints for it are active on this
+/// thread.
+pub(crate) fn active_hint(key: &str) -> Option<(std::sync::Arc<Vec<f32>>, f64)> {
+    ACTIVE.with(|a| a.borrow().as_ref().and_then(|(hints, _)| hints.by_key.get(key).map(|h| (std::sync::Arc::clone(h), hints.tolerance))))
 }
 
-/// The quantization with the candidate's activations `hint` beside `x` (same layout): a step the
-/// candidate rounds to one away from the reference's, with the two scaled values within
-/// `tolerance`, is the candidate's (`adopt` is told of each).
-fn quantize_adopting<T: ActFloat>(
+/// `x` (`rows × k`) rounded as `quant` rounds it ([`super::activations`]), taking the candidate's
+/// step at a near-tie when `hint` (the candidate's values of `x`, with the tolerance) is given;
+/// each step taken is recorded under `key` (the matmul's weight key, `… (output)` for its
+/// output). Returns the candidate's rounded values when `candidate_values`.
+pub(crate) fn round_hinted<T: ActFloat>(
+    key: &str,
     x: &mut [T],
-    hint: &[f32],
     k: usize,
-    block: usize,
-    tolerance: f64,
-    mut adopt: impl FnMut(usize, usize, f64, f64),
-) {
-    if k == 0 || block == 0 {
-        return;
-    }
-    for (row, (xs, hs)) in x.chunks_mut(k).zip(hint.chunks(k)).enumerate() {
-        for (b, (xb, hb)) in xs.chunks_mut(block).zip(hs.chunks(block)).enumerate() {
-            let amax = xb.iter().fold(T::ZERO, |m, v| m.max_abs(*v));
-            let scale = amax.div127();
-            let inv = if amax == T::ZERO { T::ZERO } else { T::inv127(amax) };
-            // The candidate's step as its kernel computed it: MLAS's arithmetic in f32 on its
-            // activations (in f64 an exact `.5` that f32 makes `63.499996` would round the other
-            // way: the structural ties of an int4 table's rows, README "Quantized builds").
-            let hmax = hb.iter().fold(0f32, |m, v| m.max_abs(*v));
-            let hinv = if hmax == 0.0 { 0.0 } else { f32::inv127(hmax) };
-            for (i, (v, h)) in xb.iter_mut().zip(hb).enumerate() {
-                let own = *v * inv;
-                let mut q = own.round_even();
-                let cand32 = *h * hinv;
-                let (own64, cand, cand_q) = (own.to_f64(), cand32.to_f64(), cand32.round_even().to_f64());
-                let one_step = (q.to_f64() - cand_q).abs() == 1.0;
-                if one_step && (own64 - cand).abs() <= tolerance * own64.abs().max(1.0) {
-                    q = T::from_f64(cand_q);
-                    adopt(row, b * block + i, own64, cand);
-                }
-                *v = q * scale;
+    quant: &ActivationQuant,
+    hint: Option<(&[f32], f64)>,
+    candidate_values: bool,
+) -> Option<Vec<f32>> {
+    let mut taken = Vec::new();
+    let out = super::activations::round(x, k, quant, hint, candidate_values, |t| taken.push(t));
+    if !taken.is_empty() {
+        ACTIVE.with(|a| {
+            if let Some((_, adopted)) = a.borrow_mut().as_mut() {
+                adopted.extend(taken.into_iter().map(|t| Adopted {
+                    key: key.to_string(),
+                    row: t.row,
+                    col: t.col,
+                    own: t.own,
+                    candidate: t.candidate,
+                }));
             }
-        }
+        });
     }
+    out
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `x` rounded as `quant` rounds it, with the active hints for `key` (if any).
+    fn round_with_active_hints<T: ActFloat>(key: Option<&str>, x: &mut [T], k: usize, quant: &ActivationQuant) {
+        let hint = key.and_then(active_hint);
+        round_hinted(key.unwrap_or(""), x, k, quant, hint.as_ref().map(|(h, t)| (h.as_slice(), *t)), false);
+    }
 
     /// Guards the adoption rule: a value within rounding of the candidate's on the other side of
     /// a half step takes the candidate's step (and is reported); one the candidate computes a
@@ -157,13 +144,15 @@ mod tests {
         let far = 1.0f32 / 127.0;
         let x = vec![1.0f32, tie * 1.000_001, 1.0, 0.3, 1.0, far * 10.504];
         let hint = vec![1.0f32, tie * 0.999_999, 1.0, 0.3 * 1.2, 1.0, far * 10.496];
+        let blocks = ActivationQuant::Blocks(2);
         let mut plain = x.clone();
         crate::weights::quantize_activations(&mut plain, 6, 2);
         assert_eq!(plain[1], 1.0 / 127.0, "rounds up on its own");
         let mut hints = RoundingHints::new(1e-4);
         hints.insert("layers.0.mlp.up_proj.weight", std::sync::Arc::new(hint.clone()));
         let mut y = x.clone();
-        let ((), adopted) = with_rounding_hints(hints.clone(), || quantize_with_hints(Some("layers.0.mlp.up_proj.weight"), &mut y, 6, 2));
+        let ((), adopted) =
+            with_rounding_hints(hints.clone(), || round_with_active_hints(Some("layers.0.mlp.up_proj.weight"), &mut y, 6, &blocks));
         assert_eq!(y[1], 0.0, "takes the candidate's step at the near-tie");
         assert_eq!(y[3], plain[3], "a value 20 % off is never adopted");
         assert_eq!(y[5], plain[5], "one step apart but beyond rounding: kept");
@@ -172,10 +161,10 @@ mod tests {
         assert_eq!((adopted[0].row, adopted[0].col), (0, 1));
         // Another key, or no hints active: MLAS's own rounding.
         let mut z = x.clone();
-        let ((), none) = with_rounding_hints(hints, || quantize_with_hints(Some("layers.1.mlp.up_proj.weight"), &mut z, 6, 2));
+        let ((), none) = with_rounding_hints(hints, || round_with_active_hints(Some("layers.1.mlp.up_proj.weight"), &mut z, 6, &blocks));
         assert!(none.is_empty() && z == plain);
         let mut w = x;
-        quantize_with_hints(Some("layers.0.mlp.up_proj.weight"), &mut w, 6, 2);
+        round_with_active_hints(Some("layers.0.mlp.up_proj.weight"), &mut w, 6, &blocks);
         assert_eq!(w, plain);
     }
 }

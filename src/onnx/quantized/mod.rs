@@ -25,17 +25,21 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use onnx_parity_reference::weights::{Override, OverrideData, Overrides};
+use std::collections::BTreeSet;
+
+use onnx_parity_reference::weights::{MatmulActivations, Override, OverrideData, Overrides};
 use prost::Message;
 
 use super::package::OnnxPackage;
 
+mod activations;
 mod error;
 mod external;
 mod fused;
 mod names;
 mod payload;
 mod payload_proto;
+pub use activations::{IntType, MatmulRounding, QuantizedActivation, Rounding, ScaleMismatch};
 pub use error::QuantizedError;
 use external::{ExternalData, Payload};
 use fused::{int64s, unfused_keys, RowRange};
@@ -50,6 +54,15 @@ pub enum QuantOp {
     MatMulNBits,
     GatherBlockQuantized,
     DequantizeLinear,
+    /// `quantize_dynamic`'s integer matmul (its float result through Cast → Mul).
+    MatMulInteger,
+    /// ORT's fusions of DynamicQuantizeLinear and MatMulInteger (a build saved optimized).
+    DynamicQuantizeMatMul,
+    MatMulIntegerToFloat,
+    /// QOperator's integer matmul with a requantized output.
+    QLinearMatMul,
+    /// A table of integer codes gathered, then a DequantizeLinear (`quantize_dynamic`'s Gather).
+    GatherDequantize,
 }
 
 impl QuantOp {
@@ -58,7 +71,17 @@ impl QuantOp {
             QuantOp::MatMulNBits => "MatMulNBits",
             QuantOp::GatherBlockQuantized => "GatherBlockQuantized",
             QuantOp::DequantizeLinear => "DequantizeLinear",
+            QuantOp::MatMulInteger => "MatMulInteger",
+            QuantOp::DynamicQuantizeMatMul => "DynamicQuantizeMatMul",
+            QuantOp::MatMulIntegerToFloat => "MatMulIntegerToFloat",
+            QuantOp::QLinearMatMul => "QLinearMatMul",
+            QuantOp::GatherDequantize => "Gather → DequantizeLinear",
         }
+    }
+
+    /// Whether the weight is a gathered table (no activations).
+    pub fn is_table(self) -> bool {
+        matches!(self, QuantOp::GatherBlockQuantized | QuantOp::GatherDequantize)
     }
 }
 
@@ -93,8 +116,32 @@ pub struct QuantizedWeight {
     /// A part of a fused matrix (ORT GenAI's `qkv_proj`): its first row in the node's `B`.
     pub first_row: Option<usize>,
     /// The value the matmul multiplies the weight with (its activations, `A`): MatMulNBits'
-    /// input 0, the MatMul's input 0 for a DequantizeLinear weight; `None` for a gathered table.
+    /// input 0, the MatMul's input 0 for a DequantizeLinear weight, the float tensor the graph
+    /// rounds for an integer matmul or a QDQ pair; `None` for a gathered table.
     pub activation: Option<String>,
+    /// Whether the weight's codes are signed.
+    pub signed: bool,
+    /// One scale for the whole matrix.
+    pub per_tensor: bool,
+    /// What the graph does to the matmul's activations (dynamic or static rounding of its input,
+    /// requantization of its output); nothing for a weight-only build.
+    pub rounding: MatmulRounding,
+    /// Where a `[K, N]` (or a gathered `[rows, cols]`) code matrix's parts are, for the ops that
+    /// read them from several nodes (DequantizeLinear, the integer matmuls, a dequantized table).
+    parts: Option<Parts>,
+}
+
+/// A code matrix dequantized as `(q − zp) · scale` along `axis` (per tensor, per channel, or in
+/// blocks of `block`): the initializers' names.
+#[derive(Debug, Clone)]
+struct Parts {
+    q: String,
+    scale: String,
+    zero_point: Option<String>,
+    axis: i64,
+    block: usize,
+    /// `[K, N]`, the checkpoint's `[N, K]` transposed (a matmul's B); else the checkpoint's layout.
+    transposed: bool,
 }
 
 /// A package's quantized weights, read from its graphs (payloads not yet read).
@@ -131,8 +178,9 @@ impl QuantizedBuild {
         Ok((!weights.is_empty()).then(|| QuantizedBuild { root: root.into(), weights, float_matmuls, int8_activations_at: Some(4) }))
     }
 
-    /// `n MatMulNBits (int4, block 32, symmetric, accuracy_level 4), m GatherBlockQuantized …`:
-    /// the protocol line's account of the quantization.
+    /// `n MatMulNBits (int4, block 32, symmetric, accuracy_level 4), m GatherBlockQuantized …`,
+    /// then the activations the graph rounds (`62 inputs uint8 per tensor, dynamic
+    /// (DynamicQuantizeLinear)`): the protocol line's account of the quantization.
     pub fn summary(&self) -> String {
         let mut groups: BTreeMap<String, usize> = BTreeMap::new();
         for w in &self.weights {
@@ -143,15 +191,73 @@ impl QuantizedBuild {
                 _ => String::new(),
             };
             let block = if w.block_size > 0 { format!("block {}", w.block_size) } else { "per channel".into() };
-            *groups.entry(format!("{} (int{}, {block}, {zp}{acc}, scales {})", w.op.as_str(), w.bits, w.scale_type)).or_default() += 1;
+            let block = if w.per_tensor { "per tensor".into() } else { block };
+            let ty = if w.signed || w.op == QuantOp::MatMulNBits { format!("int{}", w.bits) } else { format!("uint{}", w.bits) };
+            *groups.entry(format!("{} ({ty}, {block}, {zp}{acc}, scales {})", w.op.as_str(), w.scale_type)).or_default() += 1;
         }
         let mut parts: Vec<String> = groups.into_iter().map(|(g, n)| format!("{n} {g}")).collect();
         if self.float_matmuls > 0 {
             parts.push(format!("{} MatMul left in float", self.float_matmuls));
         }
+        let activations = self.activation_summary();
         let dialects: std::collections::BTreeSet<&str> = self.weights.iter().map(|w| names::dialect_of(&w.initializer)).collect();
         let dialects: Vec<&str> = dialects.into_iter().collect();
-        format!("{}; names: {}", parts.join(", "), dialects.join(" and "))
+        let activations = if activations.is_empty() { String::new() } else { format!("; activations: {activations}") };
+        format!("{}{activations}; names: {}", parts.join(", "), dialects.join(" and "))
+    }
+
+    /// The activations the graph rounds, grouped: `46 inputs uint8 per tensor, dynamic
+    /// (DynamicQuantizeLinear); 84 outputs uint16 per tensor, static (QuantizeLinear)`, how ORT's
+    /// CPU EP runs them, and the tensors whose dequantization reads another scale.
+    pub fn activation_summary(&self) -> String {
+        let mut groups: BTreeMap<String, BTreeSet<&str>> = BTreeMap::new();
+        for w in &self.weights {
+            for (which, a) in [("inputs", &w.rounding.input), ("outputs", &w.rounding.output)] {
+                let Some(a) = a else { continue };
+                let kind = match a.rounding {
+                    Rounding::Dynamic => "dynamic",
+                    Rounding::Static { .. } => "static",
+                };
+                groups.entry(format!("{which} {} per tensor, {kind}", a.ty.name())).or_default().insert(a.node.as_str());
+            }
+        }
+        let mut parts: Vec<String> = groups.into_iter().map(|(g, nodes)| format!("{} {g}", nodes.len())).collect();
+        if let Some(kernels) = self.fused_kernels() {
+            parts.push(kernels);
+        }
+        let mismatched: Vec<String> = self
+            .weights
+            .iter()
+            .flat_map(|w| {
+                w.rounding.mismatches().into_iter().map(move |(which, m, s)| format!("`{}`'s {which} (×{:.4})", w.key, m.scale / s))
+            })
+            .collect();
+        if !mismatched.is_empty() {
+            parts.push(format!("dequantized with another scale than quantized: {}", mismatched.join(", ")));
+        }
+        parts.join("; ")
+    }
+
+    /// What ONNX Runtime's CPU EP runs for the graph's integer matmuls after its fusions.
+    fn fused_kernels(&self) -> Option<String> {
+        let dynamic = self.weights.iter().any(|w| matches!(w.rounding.input.as_ref().map(|a| a.rounding), Some(Rounding::Dynamic)));
+        let qdq = |bits: u32| {
+            self.weights.iter().any(|w| {
+                w.op == QuantOp::DequantizeLinear
+                    && w.rounding.input.as_ref().is_some_and(|a| a.ty.bits == bits && matches!(a.rounding, Rounding::Static { .. }))
+            })
+        };
+        let mut out = Vec::new();
+        if dynamic {
+            out.push("dynamic ones run as DynamicQuantizeMatMul / MatMulIntegerToFloat (an exact integer GEMM scaled once)");
+        }
+        if qdq(8) {
+            out.push("8-bit QDQ MatMuls fused into QLinearMatMul (an exact integer GEMM, the output requantized)");
+        }
+        if qdq(16) {
+            out.push("16-bit QDQ MatMuls left as float MatMuls between their pairs (ORT fuses no 16-bit node unit)");
+        }
+        (!out.is_empty()).then(|| format!("on the CPU EP {}", out.join("; ")))
     }
 
     /// The widest weight bit count (8 for an int8 build, 4 for int4).
@@ -194,13 +300,19 @@ impl QuantizedBuild {
     /// Whether some matmul computes at `accuracy_level` 4 (where the CPU's kernel quantizes its
     /// activations): a MatMulNBits at that level, or a DequantizeLinear weight ORT fuses into one.
     pub fn at_level_4(&self) -> bool {
-        self.weights.iter().any(|w| w.op != QuantOp::GatherBlockQuantized && w.accuracy_level == 4)
+        self.weights.iter().any(|w| !w.op.is_table() && w.accuracy_level == 4)
     }
 
-    /// Whether some matmul quantizes its activations on the kernel that runs the build
+    /// Whether some matmul's activations are rounded: by the graph (dynamic or static
+    /// quantization), or by the kernel that runs the build
     /// ([`QuantizedBuild::int8_activations_at`]).
     pub fn quantizes_activations(&self) -> bool {
-        self.weights.iter().any(|w| w.op != QuantOp::GatherBlockQuantized && Some(w.accuracy_level) == self.int8_activations_at)
+        self.weights.iter().any(|w| w.rounding.any() || (!w.op.is_table() && Some(w.accuracy_level) == self.int8_activations_at))
+    }
+
+    /// Whether the graph itself rounds some matmul's activations (dynamic or static quantization).
+    pub fn rounds_activations(&self) -> bool {
+        self.weights.iter().any(|w| w.rounding.any())
     }
 
     /// Every quantized weight dequantized, keyed for the reference, with int8 activation blocks
@@ -228,9 +340,14 @@ impl QuantizedBuild {
             let mut k_parts: HashMap<&str, Override> = HashMap::new();
             for w in mine {
                 let values = graph.dequantize(w, path, &mut data)?;
-                let activation_block =
-                    (w.op != QuantOp::GatherBlockQuantized && int8_activations(w.accuracy_level)).then_some(w.block_size);
-                let o = Override { shape: w.shape.to_vec(), data: values, activation_block, source: format!("{role}: {}", w.initializer) };
+                let activations = if w.rounding.any() {
+                    w.rounding.to_reference()
+                } else if !w.op.is_table() && int8_activations(w.accuracy_level) {
+                    MatmulActivations::blocks(w.block_size)
+                } else {
+                    MatmulActivations::default()
+                };
+                let o = Override { shape: w.shape.to_vec(), data: values, activations, source: format!("{role}: {}", w.initializer) };
                 // A k_eq_v layer has no v_proj: the builder fills the fused matrix's v rows with
                 // k's, and the reference reads k for both. Equal rows are that copy.
                 if w.first_row.is_some() && w.key.ends_with("k_proj.weight") {
@@ -270,6 +387,10 @@ struct PayloadGraph {
     inits: HashMap<String, PayloadTensor>,
     /// Which node consumes each value.
     consumers: HashMap<String, Vec<usize>>,
+    /// Which node makes each value.
+    producers: HashMap<String, usize>,
+    /// The graph's outputs.
+    outputs: BTreeSet<String>,
 }
 
 fn attr(node: &PayloadNode, name: &str) -> Option<i64> {
@@ -282,12 +403,23 @@ impl PayloadGraph {
         let model = PayloadModel::decode(bytes.as_slice()).map_err(|source| QuantizedError::Decode { path: path.into(), source })?;
         let g = model.graph.unwrap_or_default();
         let mut consumers: HashMap<String, Vec<usize>> = HashMap::new();
+        let mut producers: HashMap<String, usize> = HashMap::new();
         for (i, n) in g.node.iter().enumerate() {
             for input in &n.input {
                 consumers.entry(input.clone()).or_default().push(i);
             }
+            for output in n.output.iter().filter(|o| !o.is_empty()) {
+                producers.insert(output.clone(), i);
+            }
         }
-        Ok(PayloadGraph { nodes: g.node, inits: g.initializer.into_iter().map(|t| (t.name.clone(), t)).collect(), consumers })
+        let outputs = g.output.into_iter().map(|o| o.name).collect();
+        Ok(PayloadGraph {
+            nodes: g.node,
+            inits: g.initializer.into_iter().map(|t| (t.name.clone(), t)).collect(),
+            consumers,
+            producers,
+            outputs,
+        })
     }
 
     fn init(&self, name: &str) -> Option<&PayloadTensor> {
@@ -329,8 +461,10 @@ impl PayloadGraph {
         self.nodes.iter().filter(|n| n.op_type == "MatMul" && n.input.get(1).is_some_and(|b| self.inits.contains_key(b))).count()
     }
 
-    /// The quantized weights of this graph.
+    /// The quantized weights of this graph, with what the graph does to each matmul's
+    /// activations; a quantization node no modelled pattern accounts for is an error naming it.
     fn quantized(&self, role: &str, path: &Path) -> Result<Vec<QuantizedWeight>, QuantizedError> {
+        let mut walk = activations::Walk { graph: self, path, explained: BTreeSet::new() };
         let mut out = Vec::new();
         for n in &self.nodes {
             let bad = |message: String| QuantizedError::Node { path: path.into(), node: n.name.clone(), op: n.op_type.clone(), message };
@@ -339,6 +473,11 @@ impl PayloadGraph {
                 self.init(name).ok_or_else(|| bad(format!("input {i} ({what}) `{name}` is not an initializer")))
             };
             let scale_type = |t: &PayloadTensor| super::proto::elem_type_name(t.data_type);
+            // A `[K, N]` code matrix `b` of an integer matmul, its scale and zero point by name.
+            let integer_weight = |op: QuantOp, b: &PayloadTensor, scale: &str, zp: Option<&String>, rounding: MatmulRounding| {
+                let scale_t = self.init(scale).ok_or_else(|| bad(format!("the weight scale `{scale}` is not an initializer")))?;
+                self.kn_weight(role, n, op, b, scale_t, zp.filter(|z| !z.is_empty()).cloned(), 1, 0, rounding).map_err(|m| bad(m))
+            };
             match n.op_type.as_str() {
                 "MatMulNBits" => {
                     let b = input(1, "B")?;
@@ -346,18 +485,13 @@ impl PayloadGraph {
                     let (k, nn) = (attr(n, "K").unwrap_or(0), attr(n, "N").unwrap_or(0));
                     let bits = attr(n, "bits").unwrap_or(4);
                     let block = attr(n, "block_size").unwrap_or(0);
-                    if k <= 0 || nn <= 0 || !matches!(bits, 2 | 4 | 8) || block < 16 || (block & (block - 1)) != 0 {
-                        return Err(bad(format!("attributes K {k}, N {nn}, bits {bits}, block_size {block}: expected K, N > 0, bits 2/4/8, a power-of-two block ≥ 16")));
-                    }
                     let zp = n.input.get(3).is_some_and(|s| !s.is_empty());
-                    if zp && input(3, "zero_points")?.data_type != UINT8 {
-                        return Err(bad("float zero points are not read yet (only uint8-packed ones)".into()));
+                    if !(2..=8).contains(&bits) || block < 16 || k <= 0 || nn <= 0 {
+                        return Err(bad(format!(
+                            "attributes K {k} N {nn} bits {bits} block_size {block}: not a MatMulNBits this reader knows"
+                        )));
                     }
-                    if n.input.get(4).is_some_and(|s| !s.is_empty()) {
-                        return Err(bad("g_idx (act-order) is not read yet".into()));
-                    }
-                    let n_blocks = (k + block - 1) / block;
-                    let expected = [nn, n_blocks, block * bits / 8];
+                    let expected = vec![nn, (k + block - 1) / block, block * bits / 8];
                     if b.dims != expected {
                         return Err(bad(format!(
                             "B `{}` has shape {:?}, K {k} N {nn} bits {bits} block {block} imply {expected:?}",
@@ -379,6 +513,10 @@ impl PayloadGraph {
                         scale_type: scale_type(scales),
                         first_row: None,
                         activation: n.input.first().filter(|a| !a.is_empty()).cloned(),
+                        signed: false,
+                        per_tensor: false,
+                        rounding: MatmulRounding::default(),
+                        parts: None,
                     };
                     match (unfused_keys(&whole.key), self.split_sizes(n)) {
                         (Some(keys), Some(sizes)) if sizes.len() == 3 && sizes.iter().sum::<usize>() == nn as usize => {
@@ -426,58 +564,192 @@ impl PayloadGraph {
                         scale_type: scale_type(scales),
                         first_row: None,
                         activation: None,
+                        signed: data.data_type == INT4 || data.data_type == INT8,
+                        per_tensor: false,
+                        rounding: MatmulRounding::default(),
+                        parts: None,
                     });
                 }
                 "DequantizeLinear" => {
-                    // Only a weight: an initializer dequantized straight into a MatMul's B.
+                    // A weight: an initializer dequantized straight into a MatMul's B (the
+                    // activations' pairs are read from the MatMul's side).
                     let Some(x) = n.input.first().and_then(|x| self.init(x)) else { continue };
                     let out_name = n.output.first().cloned().unwrap_or_default();
-                    let feeds_matmul = self.consumers.get(&out_name).is_some_and(|c| {
-                        c.iter().any(|&i| self.nodes[i].op_type == "MatMul" && self.nodes[i].input.get(1) == Some(&out_name))
-                    });
-                    if !feeds_matmul || x.dims.len() != 2 {
+                    let Some(matmul) = self.consumers.get(&out_name).and_then(|c| {
+                        c.iter().map(|&i| &self.nodes[i]).find(|m| m.op_type == "MatMul" && m.input.get(1) == Some(&out_name))
+                    }) else {
+                        continue;
+                    };
+                    if x.dims.len() != 2 {
                         continue;
                     }
-                    let activation = self.consumers.get(&out_name).and_then(|c| {
-                        c.iter()
-                            .map(|&i| &self.nodes[i])
-                            .find(|m| m.op_type == "MatMul" && m.input.get(1) == Some(&out_name))
-                            .and_then(|m| m.input.first().cloned())
-                    });
                     let scales = input(1, "x_scale")?;
-                    let bits = match x.data_type {
-                        UINT4 | INT4 => 4,
-                        UINT8 | INT8 => 8,
-                        t => {
-                            return Err(bad(format!(
-                                "x `{}` of type {}: expected (u)int4 or (u)int8",
-                                x.name,
-                                super::proto::elem_type_name(t)
-                            )))
-                        }
+                    let a = matmul.input.first().cloned().unwrap_or_default();
+                    let mut rounding = MatmulRounding::default();
+                    if let Some((input, shared)) = walk.qdq_input(matmul, &a)? {
+                        rounding.input = Some(input);
+                        rounding.shared_input = shared;
+                    }
+                    rounding.output = walk.qdq_output(matmul)?;
+                    walk.explain_node(n);
+                    let axis = attr(n, "axis").unwrap_or(1);
+                    let block = attr(n, "block_size").unwrap_or(0);
+                    let mut w = self
+                        .kn_weight(
+                            role,
+                            n,
+                            QuantOp::DequantizeLinear,
+                            x,
+                            scales,
+                            n.input.get(2).filter(|z| !z.is_empty()).cloned(),
+                            axis,
+                            block,
+                            rounding,
+                        )
+                        .map_err(bad)?;
+                    // Read where the pair's float input is (the candidate's, for rounding hints).
+                    w.activation = w.rounding.input.as_ref().and_then(|i| i.tensor.clone()).or(Some(a)).filter(|a| !a.is_empty());
+                    out.push(w);
+                }
+                "MatMulInteger" => {
+                    let b = input(1, "B")?;
+                    let a = walk.integer_input(n, 0, None, Some(2))?;
+                    let Rounding::Dynamic = a.rounding else {
+                        return Err(bad("a MatMulInteger on a statically quantized input: not modelled (its scale reaches the result through a chain this reader does not follow)".into()));
                     };
-                    let (k, nn) = (x.dims[0] as usize, x.dims[1] as usize);
-                    out.push(QuantizedWeight {
-                        submodel: role.into(),
-                        node: n.name.clone(),
-                        op: QuantOp::DequantizeLinear,
-                        initializer: x.name.clone(),
-                        key: key_of(&x.name),
-                        node_key: key_of_node(&n.name),
-                        bits,
-                        block_size: attr(n, "block_size").unwrap_or(0) as usize,
-                        accuracy_level: dq_fused_accuracy_level(bits, attr(n, "block_size").unwrap_or(0), attr(n, "axis").unwrap_or(1)),
-                        zero_points: n.input.get(2).is_some_and(|s| !s.is_empty()),
-                        shape: [nn, k],
-                        scale_type: scale_type(scales),
-                        first_row: None,
-                        activation,
-                    });
+                    let a_scale = walk.producer(n.input.first().map_or("", String::as_str)).and_then(|d| d.output.get(1).cloned());
+                    let w_scale = walk.integer_result_scale(n, a_scale.as_deref())?;
+                    walk.explain_node(n);
+                    let rounding = MatmulRounding { input: Some(a), ..Default::default() };
+                    out.push(integer_weight(QuantOp::MatMulInteger, b, &w_scale, n.input.get(3), rounding)?);
+                }
+                "DynamicQuantizeMatMul" | "MatMulIntegerToFloat" => {
+                    let dynamic = n.op_type == "DynamicQuantizeMatMul";
+                    let (b_scale, b_zp, bias) = if dynamic { (2, 3, 4) } else { (3, 5, 6) };
+                    if n.input.get(bias).is_some_and(|s| !s.is_empty()) {
+                        return Err(bad("a bias input: not modelled (Gemma 4's projections have none)".into()));
+                    }
+                    let b = input(1, "B")?;
+                    let a = if dynamic {
+                        let x = n.input.first().cloned();
+                        QuantizedActivation {
+                            tensor: x,
+                            node: n.name.clone(),
+                            rounding: Rounding::Dynamic,
+                            ty: IntType { bits: 8, signed: false },
+                            mismatch: None,
+                        }
+                    } else {
+                        walk.integer_input(n, 0, Some(2), Some(4))?
+                    };
+                    walk.explain_node(n);
+                    let scale = n.input.get(b_scale).cloned().unwrap_or_default();
+                    let op = if dynamic { QuantOp::DynamicQuantizeMatMul } else { QuantOp::MatMulIntegerToFloat };
+                    out.push(integer_weight(op, b, &scale, n.input.get(b_zp), MatmulRounding { input: Some(a), ..Default::default() })?);
+                }
+                "QLinearMatMul" => {
+                    let b = input(3, "b")?;
+                    let a = walk.integer_input(n, 0, Some(1), Some(2))?;
+                    let output = walk.qlinear_output(n)?;
+                    walk.explain_node(n);
+                    let scale = n.input.get(4).cloned().unwrap_or_default();
+                    let rounding = MatmulRounding { input: Some(a), shared_input: false, output: Some(output) };
+                    out.push(integer_weight(QuantOp::QLinearMatMul, b, &scale, n.input.get(5), rounding)?);
+                }
+                "Gather" => {
+                    // A table of integer codes whose gathered rows one DequantizeLinear reads.
+                    let Some(data) = n.input.first().and_then(|d| self.init(d)).filter(|d| IntType::of(d.data_type).is_some()) else {
+                        continue;
+                    };
+                    let gathered = n.output.first().cloned().unwrap_or_default();
+                    let readers = walk.readers(&gathered);
+                    let [dq] = readers.as_slice() else {
+                        return Err(bad(format!(
+                            "gathers integer codes from `{}` that are not read by one DequantizeLinear: not modelled",
+                            data.name
+                        )));
+                    };
+                    if dq.op_type != "DequantizeLinear" || data.dims.len() != 2 {
+                        return Err(bad(format!(
+                            "gathers integer codes from `{}` into {} `{}`: not modelled",
+                            data.name, dq.op_type, dq.name
+                        )));
+                    }
+                    let scale = dq
+                        .input
+                        .get(1)
+                        .and_then(|s| self.init(s))
+                        .ok_or_else(|| bad("its DequantizeLinear's scale is not an initializer".into()))?;
+                    if scale.dims.iter().product::<i64>() != 1 {
+                        return Err(bad("its table's DequantizeLinear has a per-axis scale: only a per-tensor one is modelled".into()));
+                    }
+                    walk.explain_node(dq);
+                    let zp = dq.input.get(2).filter(|z| !z.is_empty()).cloned();
+                    let mut w = self
+                        .kn_weight(role, n, QuantOp::GatherDequantize, data, scale, zp, 1, 0, MatmulRounding::default())
+                        .map_err(bad)?;
+                    w.shape = [data.dims[0] as usize, data.dims[1] as usize];
+                    w.key = Some(w.key).filter(|k| k != "lm_head.weight").unwrap_or_else(|| "embed_tokens.weight".into());
+                    w.node_key = None;
+                    w.activation = None;
+                    if let Some(p) = w.parts.as_mut() {
+                        p.transposed = false;
+                    }
+                    out.push(w);
                 }
                 _ => {}
             }
         }
+        walk.unexplained()?;
         Ok(out)
+    }
+
+    /// A code matrix `x` (`[K, N]`) dequantized by `(q − zp) · scale` along `axis` (or in
+    /// `block`s), as the weight of `node`'s matmul.
+    #[allow(clippy::too_many_arguments)]
+    fn kn_weight(
+        &self,
+        role: &str,
+        node: &PayloadNode,
+        op: QuantOp,
+        x: &PayloadTensor,
+        scales: &PayloadTensor,
+        zero_point: Option<String>,
+        axis: i64,
+        block: i64,
+        rounding: MatmulRounding,
+    ) -> Result<QuantizedWeight, String> {
+        let bits = match x.data_type {
+            UINT4 | INT4 => 4,
+            UINT8 | INT8 => 8,
+            t => return Err(format!("`{}` of type {}: expected (u)int4 or (u)int8 codes", x.name, super::proto::elem_type_name(t))),
+        };
+        let [k, n] = x.dims[..] else { return Err(format!("`{}` has shape {:?}: expected a matrix", x.name, x.dims)) };
+        let per_tensor = scales.dims.iter().product::<i64>() == 1;
+        // An input rounded by the graph: the MatMul is not the weight-only form ORT fuses into
+        // MatMulNBits (its activations are the graph's, not MLAS's blocks).
+        let accuracy_level =
+            if op == QuantOp::DequantizeLinear && !rounding.any() { dq_fused_accuracy_level(bits, block, axis) } else { 0 };
+        Ok(QuantizedWeight {
+            submodel: role.into(),
+            node: node.name.clone(),
+            op,
+            initializer: x.name.clone(),
+            key: key_of(&x.name),
+            node_key: key_of_node(&node.name),
+            bits,
+            block_size: block as usize,
+            accuracy_level,
+            zero_points: zero_point.is_some(),
+            shape: [n as usize, k as usize],
+            scale_type: super::proto::elem_type_name(scales.data_type),
+            first_row: None,
+            activation: rounding.input.as_ref().and_then(|i| i.tensor.clone()),
+            signed: x.data_type == INT4 || x.data_type == INT8,
+            per_tensor,
+            rounding,
+            parts: Some(Parts { q: x.name.clone(), scale: scales.name.clone(), zero_point, axis, block: block as usize, transposed: true }),
+        })
     }
 
     /// `w`'s values in the checkpoint's layout: its packed payload, dequantized by row when read
@@ -585,23 +857,34 @@ impl PayloadGraph {
                     block,
                 })))
             }
-            QuantOp::DequantizeLinear => {
-                let (q, qty, _) = payload(0, data)?.ok_or_else(|| bad("no x".into()))?;
-                let (s, sty, sdims) = payload(1, data)?.ok_or_else(|| bad("no x_scale".into()))?;
-                scale_width(sty, "x_scale")?;
+            QuantOp::DequantizeLinear
+            | QuantOp::MatMulInteger
+            | QuantOp::DynamicQuantizeMatMul
+            | QuantOp::MatMulIntegerToFloat
+            | QuantOp::QLinearMatMul
+            | QuantOp::GatherDequantize => {
+                let parts = w.parts.as_ref().ok_or_else(|| bad("no code matrix recorded".into()))?;
+                let named = |name: &str, data: &mut ExternalData| -> Result<Payload, QuantizedError> {
+                    let t = self.init(name).ok_or_else(|| bad(format!("`{name}` is not an initializer")))?;
+                    Ok((data.bytes(t, path)?, t.data_type, t.dims.clone()))
+                };
+                let (q, qty, _) = named(&parts.q, data)?;
+                let (s, sty, sdims) = named(&parts.scale, data)?;
+                scale_width(sty, "the scale")?;
                 let scales = decode_floats(&s, sty == FLOAT16);
-                let zps = payload(2, data)?.map(|(z, _, _)| z);
-                // x is [K, N] = [cols, rows] of the checkpoint's layout.
-                let (k_dim, n_dim) = (cols, rows);
-                let axis = attr(node, "axis").unwrap_or(1);
+                let zps = parts.zero_point.as_deref().map(|z| named(z, data)).transpose()?.map(|(z, _, _)| z);
+                // Stored `[K, N]` for a matmul (the checkpoint's `[N, K]` transposed), else as is.
+                let (k_dim, n_dim) = if parts.transposed { (cols, rows) } else { (rows, cols) };
+                let axis = parts.axis;
                 let signed = qty == INT4 || qty == INT8;
                 let bits = w.bits as usize;
                 let q_at = |i: usize| element(&q, bits, signed, i);
                 let zp_at = |i: usize| zps.as_ref().map_or(0, |z| element(z, bits, signed, i));
-                let block = w.block_size;
+                let block = parts.block;
+                let per_tensor = sdims.iter().product::<i64>() == 1;
                 let scale_index = |k: usize, n: usize| -> Option<usize> {
                     match (sdims.len(), axis, block) {
-                        (0, _, _) => Some(0),
+                        _ if per_tensor => Some(0),
                         (1, 1, 0) => Some(n),
                         (1, 0, 0) => Some(k),
                         (2, 0, b) if b > 0 => Some((k / b) * n_dim + n),
@@ -613,10 +896,15 @@ impl PayloadGraph {
                 for k in 0..k_dim {
                     for n in 0..n_dim {
                         let si = scale_index(k, n).filter(|&i| i < scales.len()).ok_or_else(|| {
-                            bad(format!("x_scale of shape {sdims:?} with axis {axis}, block_size {block} for x [{k_dim}, {n_dim}]"))
+                            bad(format!("scale of shape {sdims:?} with axis {axis}, block_size {block} for codes [{k_dim}, {n_dim}]"))
                         })?;
                         let i = k * n_dim + n;
-                        out[n * cols + k] = (q_at(i) - zp_at(si)) as f32 * scales[si];
+                        let v = (q_at(i) - zp_at(si)) as f32 * scales[si];
+                        if parts.transposed {
+                            out[n * cols + k] = v;
+                        } else {
+                            out[i] = v;
+                        }
                     }
                 }
                 Ok(OverrideData::Dense(Arc::new(out)))

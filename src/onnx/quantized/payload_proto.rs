@@ -17,6 +17,15 @@ pub(super) struct PayloadGraphProto {
     pub(super) node: Vec<PayloadNode>,
     #[prost(message, repeated, tag = "5")]
     pub(super) initializer: Vec<PayloadTensor>,
+    #[prost(message, repeated, tag = "12")]
+    pub(super) output: Vec<PayloadValueInfo>,
+}
+
+/// A graph output: its name only.
+#[derive(Clone, PartialEq, prost::Message)]
+pub(super) struct PayloadValueInfo {
+    #[prost(string, tag = "1")]
+    pub(super) name: String,
 }
 
 #[derive(Clone, PartialEq, prost::Message)]
