@@ -165,6 +165,12 @@ pub struct WeightError {
     pub bits: u32,
     /// `rms(W_deq − W) / rms(W)`.
     pub relative_error: f64,
+    /// `rms(W_deq − W)` over what rounding to nearest on the build's own grid gives,
+    /// `rms(step) / √12`: ≈ 1 for a faithful round-to-nearest quantization whatever its granularity
+    /// (per tensor, per channel, in blocks), so weights quantized differently compare with one
+    /// another. `None` where the steps are not read (MatMulNBits, GatherBlockQuantized: those are
+    /// compared with their bit width's median relative error).
+    pub rounding_error: Option<f64>,
 }
 
 /// `rms(a − b) / rms(b)`; NaN when a value is not finite or the shapes differ.
@@ -180,9 +186,10 @@ pub fn relative_error(dequantized: &[f32], checkpoint: &[f32]) -> f64 {
 /// [`relative_error`] accumulated over bands of rows (a table is never dequantized whole).
 #[derive(Debug, Default, Clone, Copy)]
 pub struct RelativeError {
-    /// Σ(a − b)², Σb².
+    /// Σ(a − b)², Σb², and how many values.
     e: f64,
     s: f64,
+    n: usize,
 }
 
 impl RelativeError {
@@ -193,6 +200,12 @@ impl RelativeError {
             self.e += d * d;
             self.s += (b as f64) * (b as f64);
         }
+        self.n += dequantized.len().min(checkpoint.len());
+    }
+
+    /// `rms(a − b)`.
+    pub fn rms_error(&self) -> f64 {
+        (self.e / self.n.max(1) as f64).sqrt()
     }
 
     /// `rms(a − b) / rms(b)`: 0 when both are zero, ∞ for a non-zero error on a zero weight.

@@ -33,7 +33,7 @@ fn quantization_is_read_from_the_graph() {
     let w = q.dequantize().expect("dequantize");
     let o = w.get("layers.1.mlp.down_proj.weight").expect("down_proj");
     assert_eq!(o.shape.len(), 2);
-    assert_eq!(o.activation_block, Some(32));
+    assert_eq!(o.activations, onnx_parity_reference::weights::MatmulActivations::blocks(32));
     assert!(o.rows(0, o.shape[0]).expect("rows").iter().all(|v| v.is_finite()));
     let asym = QuantizedBuild::read(&repo("fixtures/gemma4-text-dense/variants/int4-asym")).expect("read").expect("quantized");
     assert!(asym.weights.iter().all(|w| w.zero_points), "{}", asym.summary());
@@ -117,7 +117,7 @@ fn activation_quantization_follows_the_ep_s_kernel() {
     let blocks = |q: &QuantizedBuild| {
         let o = q.dequantize().expect("dequantize");
         let with: Vec<&str> =
-            q.weights.iter().filter(|w| o.get(&w.key).is_some_and(|o| o.activation_block.is_some())).map(|w| w.key.as_str()).collect();
+            q.weights.iter().filter(|w| o.get(&w.key).is_some_and(|o| o.activations.any())).map(|w| w.key.as_str()).collect();
         with.len()
     };
     for (ep, expected) in [(RunEp::Cpu, 43), (RunEp::Cuda(0), 0)] {

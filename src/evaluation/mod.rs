@@ -103,6 +103,7 @@ fn weight_errors(build: &QuantizedBuild, weights: &Overrides, checkpoint: &std::
     let err = |m: String| Arc::new(EvalError::Quantized(m));
     let w = onnx_parity_reference::weights::Weights::open(checkpoint).map_err(|e| err(e.to_string()))?;
     let names: Vec<String> = w.names().map(str::to_string).collect();
+    let steps = build.step_rms().map_err(|e| err(e.to_string()))?;
     let mut out = Vec::new();
     for q in &build.weights {
         let Some(o) = weights.get(&q.key) else { continue };
@@ -123,7 +124,8 @@ fn weight_errors(build: &QuantizedBuild, weights: &Overrides, checkpoint: &std::
                 &checkpoint_rows.read_rows(start, n).map_err(|e| err(e.to_string()))?,
             );
         }
-        out.push(WeightError { key: q.key.clone(), node: q.node.clone(), bits: q.bits, relative_error: error.value() });
+        let rounding_error = steps.get(&q.key).filter(|s| **s > 0.0).map(|s| error.rms_error() / (s / 12f64.sqrt()));
+        out.push(WeightError { key: q.key.clone(), node: q.node.clone(), bits: q.bits, relative_error: error.value(), rounding_error });
     }
     Ok(out)
 }

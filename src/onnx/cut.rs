@@ -173,6 +173,24 @@ pub fn layer_inputs(graph: &GraphProto, boundaries: &[LayerBoundary]) -> Result<
     Ok(std::iter::once(into0).chain(boundaries.iter().take(boundaries.len().saturating_sub(1)).map(|b| b.tensor.clone())).collect())
 }
 
+/// The float tensor a module hands on where `reader` reads `t` rounded: integer codes (and the
+/// scale and zero point a DynamicQuantizeLinear computes) are never a module's output, and a QDQ
+/// pair on a matmul's input is the matmul's rounding (the reference rounds a linear layer's input
+/// inside it), so both stand for the float tensor before them. A pair read by anything else (a
+/// matmul's rounded output read by the next norm) is the writing module's output, rounded.
+fn handed_on<'a>(producer: &HashMap<&str, &'a NodeProto>, t: &'a str, reader: &NodeProto) -> &'a str {
+    let source = |n: &'a NodeProto| n.input.first().map(String::as_str).filter(|x| !x.is_empty());
+    let Some(made) = producer.get(t) else { return t };
+    match made.op_type.as_str() {
+        "QuantizeLinear" | "DynamicQuantizeLinear" => source(made).unwrap_or(t),
+        "DequantizeLinear" if reader.op_type == "MatMul" => {
+            let pair = source(made).and_then(|q| producer.get(q)).filter(|q| q.op_type == "QuantizeLinear");
+            pair.and_then(|q| source(q)).unwrap_or(t)
+        }
+        _ => t,
+    }
+}
+
 /// Every identifiable module output of every layer (a tensor made inside the module and read by
 /// another node of the same layer), and why the others are not identifiable.
 pub fn module_outputs(graph: &GraphProto, n_layers: usize) -> (Vec<ModuleOutput>, BTreeMap<(usize, &'static str), String>) {
@@ -183,14 +201,16 @@ pub fn module_outputs(graph: &GraphProto, n_layers: usize) -> (Vec<ModuleOutput>
             made_in.insert(o.as_str(), *p);
         }
     }
+    let producer: HashMap<&str, &NodeProto> = graph.node.iter().flat_map(|n| n.output.iter().map(move |o| (o.as_str(), n))).collect();
     // (layer, module) → tensors made there and read elsewhere in the layer.
     let mut candidates: BTreeMap<(usize, &'static str), BTreeSet<&str>> = BTreeMap::new();
     for (n, (layer, module)) in graph.node.iter().zip(&places) {
         let Some(layer) = layer else { continue };
         for i in &n.input {
-            if let Some((Some(l), Some(m))) = made_in.get(i.as_str()) {
+            let i = handed_on(&producer, i, n);
+            if let Some((Some(l), Some(m))) = made_in.get(i) {
                 if l == layer && Some(*m) != *module {
-                    candidates.entry((*l, m)).or_default().insert(i.as_str());
+                    candidates.entry((*l, m)).or_default().insert(i);
                 }
             }
         }

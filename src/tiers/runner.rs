@@ -186,6 +186,15 @@ fn quantized_verdict(mut out: TierOutcome, q: &Dequantized, float: Option<&Run>,
         out.metrics.insert(key::FIRST_DIVERGENCE.into(), "weights".into());
         lines.push(message);
     }
+    if let Some(message) = l3::quantization::judge_activation_scales(&q.build, &mut out.metrics) {
+        if out.status == Status::Pass {
+            out.status = Status::Fail;
+        }
+        if out.metrics.get(key::FIRST_DIVERGENCE).and_then(|v| v.as_str()) != Some("weights") {
+            out.metrics.insert(key::FIRST_DIVERGENCE.into(), "activation scales".into());
+        }
+        lines.push(message);
+    }
     if let Some(line) = float.and_then(|f| l3::quantization::cost(f, candidate, &mut out.metrics)) {
         lines.push(line);
     }

@@ -3,6 +3,7 @@
 use candle_core::{DType, Tensor};
 
 use crate::error::Result;
+use crate::weights::activations::Hint;
 use crate::weights::rounding::{active_hint, round_hinted};
 use crate::weights::{ActivationQuant, MatmulActivations, Weights};
 
@@ -14,8 +15,9 @@ pub(crate) struct Linear {
     weight_t: Tensor,
     bias: Option<Tensor>,
     /// How a quantized export rounds this matmul's input and output
-    /// ([`crate::weights::activations`]), done here around the matmul.
-    quant: MatmulActivations,
+    /// ([`crate::weights::activations`]), done here around the matmul (boxed: most linears of a
+    /// model are float, and a layer holds several).
+    quant: Box<MatmulActivations>,
     /// Its weight's key in the quantized build, where rounding hints are looked up
     /// ([`crate::weights::rounding`]).
     hint_key: Option<String>,
@@ -36,26 +38,26 @@ impl Linear {
         Ok(Self {
             weight_t: w.get_t(&name, [out_dim, in_dim])?,
             bias: if bias { Some(w.get(&format!("{prefix}.bias"), &[out_dim])?) } else { None },
-            quant: w.activations(&name),
+            quant: Box::new(w.activations(&name)),
             hint_key: w.activation_key(&name),
         })
     }
 
     /// A bias-free Linear from an already transposed weight `[in, out]`.
     pub(crate) fn from_weight_t(weight_t: Tensor) -> Self {
-        Self { weight_t, bias: None, quant: MatmulActivations::default(), hint_key: None }
+        Self { weight_t, bias: None, quant: Box::default(), hint_key: None }
     }
 
     /// With its activations rounded as a quantized export rounds them, hints looked up by `key`.
     pub(crate) fn with_activations(mut self, quant: MatmulActivations, key: Option<String>) -> Self {
-        self.quant = quant;
         self.hint_key = key.filter(|_| quant.any());
+        self.quant = Box::new(quant);
         self
     }
 
     /// How the export rounds this matmul's activations.
     pub(crate) fn activations(&self) -> MatmulActivations {
-        self.quant
+        (*self.quant).clone()
     }
 
     /// Whether the export's rounding of the input replaces the tensor for its other readers too
@@ -70,8 +72,9 @@ impl Linear {
         let key = self.hint_key.as_deref();
         let hint = key.and_then(active_hint);
         // The candidate's own rounded input is only needed for an output's hint.
-        let want = hint.is_some() && self.quant.output.is_some();
-        let (x, candidate) = round_tensor(x, &quant, key.unwrap_or(""), hint.as_ref().map(|(h, t)| (h.as_slice(), *t)), want)?;
+        let want = hint.is_some() && self.quant.output.is_some() && self.quant.integer_output.is_some();
+        let (x, candidate) =
+            round_tensor(x, &quant, key.unwrap_or(""), hint.as_ref().map(|(h, t)| (Hint::Values(h.as_slice()), *t)), want)?;
         Ok(LinearInput { x, candidate })
     }
 
@@ -85,32 +88,75 @@ impl Linear {
     /// requantized as the export requantizes the output (per tensor: each slice alike).
     pub(crate) fn forward_columns(&self, x: &LinearInput, start: usize, cols: usize) -> Result<Tensor> {
         let w = self.weight_t.narrow(1, start, cols)?;
-        let candidate = x.candidate.as_ref().map(|c| -> Result<Tensor> { Ok(c.matmul(&in_dtype_of(&w, c)?)?) }).transpose()?;
-        self.output(x.x.matmul(&in_dtype_of(&w, &x.x)?)?, candidate)
+        let y = x.x.matmul(&in_dtype_of(&w, &x.x)?)?;
+        let candidate = x.candidate.as_ref().map(|c| self.candidate_output(c, &w, start)).transpose()?.flatten();
+        self.output(y, candidate)
     }
 
     /// The matmul of an input made by [`Linear::input`], its bias, and the export's rounding of
     /// the output.
     pub(crate) fn apply(&self, x: &LinearInput) -> Result<Tensor> {
-        let product = |x: &Tensor| -> Result<Tensor> {
-            let y = x.matmul(&in_dtype_of(&self.weight_t, x)?)?;
-            Ok(match &self.bias {
-                Some(b) => y.broadcast_add(b)?,
-                None => y,
-            })
+        let y = x.x.matmul(&in_dtype_of(&self.weight_t, &x.x)?)?;
+        let y = match &self.bias {
+            Some(b) => y.broadcast_add(b)?,
+            None => y,
         };
-        let candidate = x.candidate.as_ref().map(product).transpose()?;
-        self.output(product(&x.x)?, candidate)
+        let candidate = match &self.bias {
+            None => x.candidate.as_ref().map(|c| self.candidate_output(c, &self.weight_t, 0)).transpose()?.flatten(),
+            Some(_) => None,
+        };
+        self.output(y, candidate)
+    }
+
+    /// The candidate's output as its kernel scales it onto the output grid, from its rounded input
+    /// `c` and the weight columns `w` from `first`: where the kernel is QLinearMatMul, an integer
+    /// GEMM of the codes (recovered exactly from the dequantized operands: each is a code times its
+    /// scale to within an f32 rounding) scaled by `m[n] = f32(f32(s_a · s_w[n]) / s_y)` in f32, as
+    /// ONNX Runtime computes it (research §3: 768,000 codes bit for bit). `None` where the kernel
+    /// is a float GEMM: its sums' order is MLAS's, and the reference's own is as good a guess.
+    fn candidate_output(&self, c: &Tensor, w: &Tensor, first: usize) -> Result<Option<Vec<f32>>> {
+        let (Some(scales), Some(a), Some(out)) = (&self.quant.integer_output, self.quant.input_grid(), self.quant.output) else {
+            return Ok(None);
+        };
+        let (k, n) = w.dims2()?;
+        let codes = |t: &Tensor, scale: &dyn Fn(usize) -> f32, cols: usize| -> Result<Vec<f64>> {
+            let v = t.flatten_all()?.to_dtype(DType::F32)?.to_vec1::<f32>()?;
+            Ok(v.iter()
+                .enumerate()
+                .map(|(i, &x)| {
+                    let s = scale(i % cols);
+                    if s == 0.0 {
+                        0.0
+                    } else {
+                        ((x / s) as f64).round_ties_even()
+                    }
+                })
+                .collect())
+        };
+        let s_w = |col: usize| -> f32 {
+            if scales.len() == 1 {
+                scales[0]
+            } else {
+                scales.get(first + col).copied().unwrap_or(0.0)
+            }
+        };
+        let rows = c.dim(0)?;
+        let ia = Tensor::from_vec(codes(c, &|_| a.scale, k)?, (rows, k), c.device())?;
+        let iw = Tensor::from_vec(codes(w, &s_w, n)?, (k, n), c.device())?;
+        // |acc| ≤ 2^16 · K: exact in f64.
+        let acc = ia.matmul(&iw)?.flatten_all()?.to_vec1::<f64>()?;
+        let m: Vec<f32> = (0..n).map(|col| (a.scale * s_w(col)) / out.scale).collect();
+        Ok(Some(acc.iter().enumerate().map(|(i, &v)| (v as f32) * m[i % n]).collect()))
     }
 
     /// `y` requantized as the export requantizes this matmul's output, taking the candidate's step
-    /// at near-ties where its output (the product of its rounded input) is known.
-    fn output(&self, y: Tensor, candidate: Option<Tensor>) -> Result<Tensor> {
+    /// at near-ties where its scaled output is known ([`Linear::candidate_output`]).
+    fn output(&self, y: Tensor, candidate: Option<Vec<f32>>) -> Result<Tensor> {
         let Some(grid) = self.quant.output else { return Ok(y) };
         let tol = self.hint_key.as_deref().and_then(active_hint).map_or(0.0, |(_, t)| t);
-        let hint = candidate.map(|c| c.flatten_all()?.to_dtype(DType::F32)?.to_vec1::<f32>()).transpose()?;
         let key = format!("{} (output)", self.hint_key.as_deref().unwrap_or(""));
-        Ok(round_tensor(&y, &ActivationQuant::Static(grid), &key, hint.as_deref().map(|h| (h, tol)), false)?.0)
+        let hint = candidate.as_deref().map(|h| (Hint::Scaled(h), tol));
+        Ok(round_tensor(&y, &ActivationQuant::Static(grid), &key, hint, false)?.0)
     }
 
     /// `x`: `[n, in]` → `[n, out]`.
@@ -126,7 +172,7 @@ fn round_tensor(
     x: &Tensor,
     quant: &ActivationQuant,
     key: &str,
-    hint: Option<(&[f32], f64)>,
+    hint: Option<(Hint<'_>, f64)>,
     candidate: bool,
 ) -> Result<(Tensor, Option<Tensor>)> {
     let dims = x.dims().to_vec();

@@ -45,17 +45,32 @@ pub struct StaticGrid {
 /// input replaces the tensor for its other readers too (QDQ format: a QuantizeLinear →
 /// DequantizeLinear pair on a tensor is read by every consumer of that tensor), and the static
 /// requantization of the output (a QDQ pair after the MatMul, QLinearMatMul's `y_scale`).
-#[derive(Debug, Clone, Copy, PartialEq, Default)]
+#[derive(Debug, Clone, PartialEq, Default)]
 pub struct MatmulActivations {
     pub input: Option<ActivationQuant>,
     pub shared_input: bool,
     pub output: Option<StaticGrid>,
+    /// Where the kernel requantizes the output from an integer GEMM (QLinearMatMul: ORT's fusion
+    /// of an 8-bit QDQ node unit, or a QOperator build), the weight's scales (one per output
+    /// column, or one): with them the candidate's value before its output is rounded is computable
+    /// exactly from its rounded input (`f32(acc) · f32(f32(s_a · s_w[n]) / s_y)`, research §0),
+    /// which is what a near-tie of the output is decided against. `None` where the kernel is a
+    /// float GEMM (16-bit, or int8 activations on x86: the order of its f32 sums is MLAS's).
+    pub integer_output: Option<std::sync::Arc<Vec<f32>>>,
 }
 
 impl MatmulActivations {
     /// Only MLAS's int8 blocks on the input (a MatMulNBits at `accuracy_level` 4).
     pub fn blocks(block: usize) -> Self {
         MatmulActivations { input: Some(ActivationQuant::Blocks(block)), ..Default::default() }
+    }
+
+    /// The input's static grid, when the input is rounded to one.
+    pub fn input_grid(&self) -> Option<StaticGrid> {
+        match self.input {
+            Some(ActivationQuant::Static(g)) => Some(g),
+            _ => None,
+        }
     }
 
     /// Whether the export rounds anything around this matmul.
@@ -184,6 +199,23 @@ fn groups<T: ActFloat>(x: &[T], k: usize, quant: &ActivationQuant) -> Vec<(usize
     }
 }
 
+/// The candidate's values of a tensor the reference rounds: the float values its kernel rounds
+/// (`Values`), or, where its kernel scales an integer result straight onto the grid (a
+/// QLinearMatMul's output), the scaled values themselves (`Scaled`).
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Hint<'a> {
+    Values(&'a [f32]),
+    Scaled(&'a [f32]),
+}
+
+impl<'a> Hint<'a> {
+    fn values(&self) -> &'a [f32] {
+        match self {
+            Hint::Values(v) | Hint::Scaled(v) => v,
+        }
+    }
+}
+
 /// One near-tie where the reference took the candidate's step, as [`round`] reports it: the
 /// element's row and column (`k` wide), and its scaled value as each computed it.
 pub(crate) struct NearTie {
@@ -203,12 +235,12 @@ pub(crate) fn round<T: ActFloat>(
     x: &mut [T],
     k: usize,
     quant: &ActivationQuant,
-    hint: Option<(&[f32], f64)>,
+    hint: Option<(Hint<'_>, f64)>,
     candidate_values: bool,
     mut adopt: impl FnMut(NearTie),
 ) -> Option<Vec<f32>> {
-    let hint = hint.filter(|(h, _)| h.len() == x.len());
-    let cand_groups = hint.map(|(h, _)| groups(h, k, quant));
+    let hint = hint.filter(|(h, _)| h.values().len() == x.len());
+    let cand_groups = hint.map(|(h, _)| groups(h.values(), k, quant));
     let mut cand_out = (candidate_values && hint.is_some()).then(|| vec![0f32; x.len()]);
     for (gi, (start, len, grid)) in groups(x, k, quant).into_iter().enumerate() {
         let cand = hint.zip(cand_groups.as_ref()).and_then(|((h, tol), cg)| cg.get(gi).map(|(_, _, g)| (h, tol, *g)));
@@ -216,7 +248,10 @@ pub(crate) fn round<T: ActFloat>(
             let own = grid.scaled(x[i]);
             let mut q = own.round_even();
             if let Some((h, tol, cgrid)) = cand {
-                let cand_scaled = cgrid.scaled(h[i]);
+                let cand_scaled = match h {
+                    Hint::Values(v) => cgrid.scaled(v[i]),
+                    Hint::Scaled(v) => v[i].fmax(cgrid.lo).fmin(cgrid.hi),
+                };
                 let cand_q = cand_scaled.round_even();
                 if let Some(out) = cand_out.as_mut() {
                     out[i] = cand_q * cgrid.scale;
@@ -225,7 +260,7 @@ pub(crate) fn round<T: ActFloat>(
                 let one_step = (q.to_f64() - cand_q.to_f64()).abs() == 1.0;
                 if one_step && (own64 - cand64).abs() <= tol * own64.abs().max(1.0) {
                     q = T::from_f64(cand_q.to_f64());
-                    let (row, col) = if k == 0 { (0, i) } else { (i / k, i % k) };
+                    let (row, col) = i.checked_div(k).map_or((0, i), |row| (row, i % k));
                     adopt(NearTie { row, col, own: own64, candidate: cand64 });
                 }
             }

@@ -339,7 +339,7 @@ impl Weights {
         if let Ok(mut used) = self.used_activations.lock() {
             used.insert(key.to_string());
         }
-        o.activations
+        o.activations.clone()
     }
 
     /// The quantized build's parameter key of `module_name` when the export rounds its matmul's

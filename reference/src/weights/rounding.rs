@@ -18,7 +18,7 @@
 use std::cell::RefCell;
 use std::collections::HashMap;
 
-use super::activations::{ActFloat, ActivationQuant};
+use super::activations::{ActFloat, ActivationQuant, Hint};
 
 /// The candidate's activations per quantized matmul, by the parameter key of its weight
 /// (`layers.5.self_attn.q_proj.weight`), row-major `[rows, k]` as the reference's input to that
@@ -99,7 +99,7 @@ pub(crate) fn round_hinted<T: ActFloat>(
     x: &mut [T],
     k: usize,
     quant: &ActivationQuant,
-    hint: Option<(&[f32], f64)>,
+    hint: Option<(Hint<'_>, f64)>,
     candidate_values: bool,
 ) -> Option<Vec<f32>> {
     let mut taken = Vec::new();
@@ -127,7 +127,7 @@ mod tests {
     /// `x` rounded as `quant` rounds it, with the active hints for `key` (if any).
     fn round_with_active_hints<T: ActFloat>(key: Option<&str>, x: &mut [T], k: usize, quant: &ActivationQuant) {
         let hint = key.and_then(active_hint);
-        round_hinted(key.unwrap_or(""), x, k, quant, hint.as_ref().map(|(h, t)| (h.as_slice(), *t)), false);
+        round_hinted(key.unwrap_or(""), x, k, quant, hint.as_ref().map(|(h, t)| (Hint::Values(h.as_slice()), *t)), false);
     }
 
     /// Guards the adoption rule: a value within rounding of the candidate's on the other side of

@@ -143,7 +143,12 @@ impl MatmulRounding {
             ActivationQuant::Static(g) => Some(g),
             _ => None,
         });
-        MatmulActivations { input: self.input.as_ref().map(QuantizedActivation::quant), shared_input: self.shared_input, output }
+        MatmulActivations {
+            input: self.input.as_ref().map(QuantizedActivation::quant),
+            shared_input: self.shared_input,
+            output,
+            integer_output: None,
+        }
     }
 
     /// The rounded tensors with a scale mismatch, as `(which, mismatch, quantized scale)`.

@@ -131,6 +131,23 @@ pub struct QuantizedWeight {
     parts: Option<Parts>,
 }
 
+impl QuantizedWeight {
+    /// Whether ONNX Runtime's CPU EP computes this matmul's requantized output from an integer
+    /// GEMM: a QLinearMatMul, or a QDQ node unit it fuses into one (8-bit weight, uint8 input and
+    /// output; it fuses no 16-bit unit, and int8 activations only where int8 is allowed, not on
+    /// x86: research §3).
+    pub fn requantizes_from_integer_gemm(&self) -> bool {
+        let uint8 = |a: &Option<QuantizedActivation>| {
+            a.as_ref().is_some_and(|a| a.ty == IntType { bits: 8, signed: false } && matches!(a.rounding, Rounding::Static { .. }))
+        };
+        match self.op {
+            QuantOp::QLinearMatMul => true,
+            QuantOp::DequantizeLinear => self.bits == 8 && uint8(&self.rounding.input) && uint8(&self.rounding.output),
+            _ => false,
+        }
+    }
+}
+
 /// A code matrix dequantized as `(q − zp) · scale` along `axis` (per tensor, per channel, or in
 /// blocks of `block`): the initializers' names.
 #[derive(Debug, Clone)]
@@ -310,6 +327,37 @@ impl QuantizedBuild {
         self.weights.iter().any(|w| w.rounding.any() || (!w.op.is_table() && Some(w.accuracy_level) == self.int8_activations_at))
     }
 
+    /// The root mean square of each weight's quantization step over its elements (its scales'
+    /// when every scale covers as many elements: per tensor, per channel, in whole blocks), by
+    /// key, for the code matrices read from several nodes (not MatMulNBits, GatherBlockQuantized).
+    pub fn step_rms(&self) -> Result<HashMap<String, f64>, QuantizedError> {
+        let package =
+            OnnxPackage::open(&self.root).map_err(|e| QuantizedError::Package { path: self.root.clone(), message: e.to_string() })?;
+        let mut out = HashMap::new();
+        for (role, path) in &package.submodels {
+            let mine: Vec<&QuantizedWeight> = self.weights.iter().filter(|w| &w.submodel == role && w.parts.is_some()).collect();
+            if mine.is_empty() {
+                continue;
+            }
+            let graph = PayloadGraph::load(path)?;
+            let mut data = ExternalData::new(path);
+            for w in mine {
+                let Some(parts) = &w.parts else { continue };
+                let t = graph.init(&parts.scale).ok_or_else(|| QuantizedError::Node {
+                    path: path.clone(),
+                    node: w.node.clone(),
+                    op: w.op.as_str().into(),
+                    message: format!("`{}` is not an initializer", parts.scale),
+                })?;
+                let scales = decode_floats(&data.bytes(t, path)?, t.data_type == FLOAT16);
+                if !scales.is_empty() {
+                    out.insert(w.key.clone(), (scales.iter().map(|&s| (s as f64) * (s as f64)).sum::<f64>() / scales.len() as f64).sqrt());
+                }
+            }
+        }
+        Ok(out)
+    }
+
     /// Whether the graph itself rounds some matmul's activations (dynamic or static quantization).
     pub fn rounds_activations(&self) -> bool {
         self.weights.iter().any(|w| w.rounding.any())
@@ -341,7 +389,11 @@ impl QuantizedBuild {
             for w in mine {
                 let values = graph.dequantize(w, path, &mut data)?;
                 let activations = if w.rounding.any() {
-                    w.rounding.to_reference()
+                    let mut a = w.rounding.to_reference();
+                    if w.requantizes_from_integer_gemm() {
+                        a.integer_output = Some(Arc::new(graph.weight_scales(w, path, &mut data)?));
+                    }
+                    a
                 } else if !w.op.is_table() && int8_activations(w.accuracy_level) {
                     MatmulActivations::blocks(w.block_size)
                 } else {
@@ -476,7 +528,7 @@ impl PayloadGraph {
             // A `[K, N]` code matrix `b` of an integer matmul, its scale and zero point by name.
             let integer_weight = |op: QuantOp, b: &PayloadTensor, scale: &str, zp: Option<&String>, rounding: MatmulRounding| {
                 let scale_t = self.init(scale).ok_or_else(|| bad(format!("the weight scale `{scale}` is not an initializer")))?;
-                self.kn_weight(role, n, op, b, scale_t, zp.filter(|z| !z.is_empty()).cloned(), 1, 0, rounding).map_err(|m| bad(m))
+                self.kn_weight(role, n, op, b, scale_t, zp.filter(|z| !z.is_empty()).cloned(), 1, 0, rounding).map_err(&bad)
             };
             match n.op_type.as_str() {
                 "MatMulNBits" => {
@@ -750,6 +802,22 @@ impl PayloadGraph {
             rounding,
             parts: Some(Parts { q: x.name.clone(), scale: scales.name.clone(), zero_point, axis, block: block as usize, transposed: true }),
         })
+    }
+
+    /// A `[K, N]` code matrix's scales, one per output column (or one for the whole matrix).
+    fn weight_scales(&self, w: &QuantizedWeight, path: &Path, data: &mut ExternalData) -> Result<Vec<f32>, QuantizedError> {
+        let bad = |message: String| QuantizedError::Node { path: path.into(), node: w.node.clone(), op: w.op.as_str().into(), message };
+        let parts = w.parts.as_ref().ok_or_else(|| bad("no code matrix recorded".into()))?;
+        let t = self.init(&parts.scale).ok_or_else(|| bad(format!("`{}` is not an initializer", parts.scale)))?;
+        let scales = decode_floats(&data.bytes(t, path)?, t.data_type == FLOAT16);
+        if scales.len() != 1 && (parts.axis != 1 || parts.block != 0 || scales.len() != w.shape[0]) {
+            return Err(bad(format!(
+                "{} weight scales along axis {}: an integer GEMM's weight has one per output column or one",
+                scales.len(),
+                parts.axis
+            )));
+        }
+        Ok(scales)
     }
 
     /// `w`'s values in the checkpoint's layout: its packed payload, dequantized by row when read

@@ -1,6 +1,7 @@
-//! The inputs (`A`) of a quantized build's matmuls whose kernel on the session's EP rounds them to
-//! int8 (MLAS at `accuracy_level` 4: [`MatMulNBitsModel`]), exposed as extra outputs of a decoder
-//! graph so a run returns them: the reference's floors then take the candidate's int8 step where
+//! The inputs (`A`) of a quantized build's matmuls that are rounded — by the graph (a dynamic or
+//! static build's quantization of them: the float tensor before it) or by the kernel on the
+//! session's EP (MLAS at `accuracy_level` 4: [`MatMulNBitsModel`]) — exposed as extra outputs of a
+//! decoder graph so a run returns them: the reference's floors then take the candidate's int8 step where
 //! the two lie within rounding of a step's boundary (`onnx_parity_reference::weights::rounding`).
 //! A float build, or an EP whose kernel keeps the activations in float, exposes none.
 
@@ -26,7 +27,7 @@ pub(super) fn quantized(root: &Path, role: &str, ep: RunEp, path: &Path, model: 
     let mut out: Vec<(String, i32)> = build
         .weights
         .iter()
-        .filter(|w| w.submodel == role && kernel.quantizes_activations(w.accuracy_level))
+        .filter(|w| w.submodel == role && (w.rounding.any() || (!w.op.is_table() && kernel.quantizes_activations(w.accuracy_level))))
         .filter_map(|w| Some((w.activation.clone()?, if w.scale_type == "float16" { 10 } else { 1 })))
         .collect();
     out.sort();

@@ -19,8 +19,8 @@ use crate::metric_keys::Metrics;
 use crate::metrics::argmax;
 use crate::outputs::{Run, StreamedLogits};
 
-/// A weight whose dequantization error is this many times the median of its build's weights of
-/// the same bit width is not the checkpoint's weight.
+/// A weight whose dequantization error is this many times the median of its build's weights
+/// compared with it ([`judge_weights`]) is not the checkpoint's weight.
 pub const WEIGHT_ERROR_RATIO: f64 = 1.6;
 
 /// The weights' errors are measured by the evaluation (a pure metric, `crate::metrics`).
@@ -31,17 +31,29 @@ fn layer_of(key: &str) -> Option<usize> {
     key.strip_prefix("layers.")?.split('.').next()?.parse().ok()
 }
 
-/// The weights check: each weight's error over the median of its bit width's; the first
-/// (in layer order) beyond [`WEIGHT_ERROR_RATIO`] fails, named with its layer and module.
-/// Returns the failure message, if any, and records `quantization_weight_error` (per weight) and
-/// `quantization_weight_error_ratio_max`.
-pub fn judge_weights(weights: &[WeightError], metrics: &mut Metrics) -> Option<String> {
-    let mut by_bits: std::collections::BTreeMap<u32, Vec<f64>> = Default::default();
-    for w in weights {
-        by_bits.entry(w.bits).or_default().push(w.relative_error);
+/// Which weights a weight is compared with, and by which error: a weight whose steps are read
+/// ([`WeightError::rounding_error`]) with every such weight by that error (≈ 1 for
+/// round-to-nearest at any granularity: an int8 per-channel matrix and a uint8 per-tensor table
+/// alike), the others with their bit width's by the relative error.
+fn population(w: &WeightError) -> (Option<u32>, f64) {
+    match w.rounding_error {
+        Some(r) => (None, r),
+        None => (Some(w.bits), w.relative_error),
     }
-    let median = |bits: u32| -> f64 {
-        let mut v = by_bits.get(&bits).cloned().unwrap_or_default();
+}
+
+/// The weights check: each weight's error over the median of its population's ([`population`]);
+/// the first (in layer order) beyond [`WEIGHT_ERROR_RATIO`] fails, named with its layer and
+/// module. Returns the failure message, if any, and records `quantization_weight_error` (per
+/// weight) and `quantization_weight_error_ratio_max`.
+pub fn judge_weights(weights: &[WeightError], metrics: &mut Metrics) -> Option<String> {
+    let mut groups: std::collections::BTreeMap<Option<u32>, Vec<f64>> = Default::default();
+    for w in weights {
+        let (group, error) = population(w);
+        groups.entry(group).or_default().push(error);
+    }
+    let median = |group: Option<u32>| -> f64 {
+        let mut v = groups.get(&group).cloned().unwrap_or_default();
         v.sort_by(|a, b| a.total_cmp(b));
         v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
     };
@@ -51,20 +63,22 @@ pub fn judge_weights(weights: &[WeightError], metrics: &mut Metrics) -> Option<S
     let mut ordered: Vec<&WeightError> = weights.iter().collect();
     ordered.sort_by_key(|w| (layer_of(&w.key).unwrap_or(usize::MAX), w.key.clone()));
     for w in ordered {
-        let m = median(w.bits);
+        let (group, error) = population(w);
+        let m = median(group);
         // NaN (a non-finite weight) is never within the budget.
         let ratio = if m > 0.0 {
-            w.relative_error / m
-        } else if w.relative_error == 0.0 {
+            error / m
+        } else if error == 0.0 {
             1.0
         } else {
             f64::INFINITY
         };
         let ratio = if ratio.is_nan() { f64::INFINITY } else { ratio };
-        table.insert(
-            w.key.clone(),
-            serde_json::json!({"node": w.node, "bits": w.bits, "relative_error": w.relative_error, "ratio_to_median": ratio}),
-        );
+        let mut entry = serde_json::json!({"node": w.node, "bits": w.bits, "relative_error": w.relative_error, "ratio_to_median": ratio});
+        if let Some(r) = w.rounding_error {
+            entry["rounding_error"] = r.into();
+        }
+        table.insert(w.key.clone(), entry);
         if worst.is_none_or(|(r, _)| ratio > r) {
             worst = Some((ratio, w));
         }
@@ -82,14 +96,58 @@ pub fn judge_weights(weights: &[WeightError], metrics: &mut Metrics) -> Option<S
         metrics.insert(key::FIRST_DIVERGENT_LAYER.into(), layer.into());
         metrics.insert(key::DIVERGENT_MODULE.into(), format!("layer {layer} {module}").into());
     }
+    let measured = match w.rounding_error {
+        Some(r) => format!(
+            "{r:.2}× the error rounding to nearest on its own grid gives (rms of its steps / √12), {ratio:.1}× the median of the build's weights whose steps are read (> {WEIGHT_ERROR_RATIO})"
+        ),
+        None => format!("{ratio:.1}× the median of the build's int{} weights (> {WEIGHT_ERROR_RATIO})", w.bits),
+    };
     Some(format!(
-        "the build's `{}` (node `{}`, int{}) is not the checkpoint's weight: it dequantizes {:.3} off (rms relative), {ratio:.1}× the median of the build's int{} weights (> {WEIGHT_ERROR_RATIO}){}",
+        "the build's `{}` (node `{}`, int{}) is not the checkpoint's weight: it dequantizes {:.3} off (rms relative), {measured}{}",
         w.key,
         w.node,
         w.bits,
         w.relative_error,
-        w.bits,
         layer_of(&w.key).map(|l| format!("; blamed on layer {l} {module}")).unwrap_or_default()
+    ))
+}
+
+/// The activation scales check: a tensor the build quantizes with one scale and dequantizes with
+/// another (a QuantizeLinear and its DequantizeLinear, or a QLinearMatMul's `a_scale`, reading
+/// different scales) comes out `dequantizing / quantizing` times what was measured, which is no
+/// quantization of the model's function. The reference rounds it on the grid it is quantized
+/// with, so the arithmetic fails too; this names the tensor, both scales and the layer and module
+/// of its matmul. Returns the failure message, if any, and records
+/// `quantization_activation_scale_mismatch`.
+pub fn judge_activation_scales(build: &crate::onnx::quantized::QuantizedBuild, metrics: &mut Metrics) -> Option<String> {
+    let mut found = Vec::new();
+    let mut table = serde_json::Map::new();
+    let mut ordered: Vec<&crate::onnx::quantized::QuantizedWeight> = build.weights.iter().collect();
+    ordered.sort_by_key(|w| (layer_of(&w.key).unwrap_or(usize::MAX), w.key.clone()));
+    for w in ordered {
+        for (which, m, quantized) in w.rounding.mismatches() {
+            table.insert(
+                format!("{} ({which})", w.key),
+                serde_json::json!({"dequantized_by": m.node, "scale": m.scale, "quantized_with": quantized, "ratio": m.scale / quantized}),
+            );
+            found.push((w, which, m, quantized));
+        }
+    }
+    let (w, which, m, quantized) = found.first().copied()?;
+    metrics.insert(key::QUANTIZATION_ACTIVATION_SCALE_MISMATCH.into(), serde_json::Value::Object(table));
+    let module = w.key.split('.').nth(2).unwrap_or("");
+    if let Some(layer) = layer_of(&w.key) {
+        metrics.insert(key::FIRST_DIVERGENT_LAYER.into(), layer.into());
+        metrics.insert(key::DIVERGENT_MODULE.into(), format!("layer {layer} {module}").into());
+    }
+    Some(format!(
+        "the {which} of `{}`'s matmul is quantized with scale {quantized:e} and dequantized by `{}` with {:e} ({:.4}×): its values come out scaled, not rounded{}{}",
+        w.key,
+        m.node,
+        m.scale,
+        m.scale / quantized,
+        layer_of(&w.key).map(|l| format!("; blamed on layer {l} {module}")).unwrap_or_default(),
+        if found.len() > 1 { format!(" ({} such tensors)", found.len()) } else { String::new() }
     ))
 }
 
@@ -215,7 +273,7 @@ mod tests {
     use super::*;
 
     fn w(key: &str, e: f64) -> WeightError {
-        WeightError { key: key.into(), node: format!("n/{key}"), bits: 4, relative_error: e }
+        WeightError { key: key.into(), node: format!("n/{key}"), bits: 4, relative_error: e, rounding_error: None }
     }
 
     /// Guards the weights check: uniform quantization error passes; one weight 2.5× the median
