@@ -332,8 +332,7 @@ impl Weights {
         self.overrides.lookup(key).map(|(_, o)| o.source.clone()).unwrap_or_default()
     }
 
-    /// How the export rounds the activations around `module_name`'s matmul (see
-    /// [`Override::activations`]); recorded, for [`Weights::unmodelled_activations`].
+    /// How the export rounds `module_name`'s matmul's activations, recorded as asked for.
     pub fn activations(&self, module_name: &str) -> MatmulActivations {
         let Some((key, o)) = self.overrides.lookup(module_name) else { return MatmulActivations::default() };
         if let Ok(mut used) = self.used_activations.lock() {

@@ -27,8 +27,8 @@ use std::path::Path;
 use onnx_parity_reference::weights::{ActivationQuant, MatmulActivations, StaticGrid};
 
 use super::error::QuantizedError;
+use super::graph::{attr, PayloadGraph};
 use super::payload_proto::{PayloadNode, PayloadTensor};
-use super::PayloadGraph;
 
 /// The integer type activations are quantized to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -284,10 +284,10 @@ impl<'g> Walk<'g> {
 
     /// `QuantizeLinear(X, scale, zp)`'s constant per-tensor grid.
     fn quantize_linear(&mut self, q: &PayloadNode) -> Result<QuantizedActivation, QuantizedError> {
-        if super::attr(q, "block_size").is_some_and(|b| b != 0) {
+        if attr(q, "block_size").is_some_and(|b| b != 0) {
             return Err(self.bad(q, "a blocked activation quantization: not modelled".into()));
         }
-        let out_type = super::attr(q, "output_dtype").filter(|&t| t != 0).unwrap_or(2) as i32;
+        let out_type = attr(q, "output_dtype").filter(|&t| t != 0).unwrap_or(2) as i32;
         let (scale, zero_point, ty) = self.scale_and_zero_point(q, 1, 2, out_type)?;
         let x = q.input.first().filter(|s| !s.is_empty()).cloned().ok_or_else(|| self.bad(q, "no input".into()))?;
         self.explain(q);
@@ -460,7 +460,7 @@ impl<'g> Walk<'g> {
         let shape =
             |what: &str| self.bad(n, format!("{what}: only MatMulInteger → Cast(float) → Mul(·, input scale × weight scale) is modelled"));
         let [cast] = self.readers(&out)[..] else { return Err(shape("its output is not read by one Cast")) };
-        if cast.op_type != "Cast" || super::attr(cast, "to") != Some(1) {
+        if cast.op_type != "Cast" || attr(cast, "to") != Some(1) {
             return Err(shape("its output is not cast to float"));
         }
         let cast_out = cast.output.first().cloned().unwrap_or_default();
@@ -520,18 +520,35 @@ impl<'g> Walk<'g> {
         let Some(n) = self.graph.nodes.iter().find(|n| is_quantization_op(&n.op_type) && !self.explained.contains(&n.name)) else {
             return Ok(());
         };
-        let around = n
-            .output
-            .first()
-            .map(|o| self.readers(o).iter().map(|r| format!("{} `{}`", r.op_type, r.name)).collect::<Vec<_>>().join(", "))
-            .unwrap_or_default();
-        Err(self.bad(
-            n,
-            format!(
-                "quantizes activations in a way the harness does not model (it models a matmul's input and output rounded per tensor: DynamicQuantizeLinear into MatMulInteger, QuantizeLinear → DequantizeLinear pairs around a MatMul, QLinearMatMul; and quantized weights and tables); read by: {}",
-                if around.is_empty() { "nothing".into() } else { around }
+        let named = |nodes: &[&PayloadNode]| nodes.iter().map(|r| format!("{} `{}`", r.op_type, r.name)).collect::<Vec<_>>().join(", ");
+        let out = n.output.first().cloned().unwrap_or_default();
+        let readers = self.readers(&out);
+        // A pair's values go on through its DequantizeLinear: say where.
+        let downstream: Vec<&PayloadNode> = readers
+            .iter()
+            .filter(|r| r.op_type == "DequantizeLinear")
+            .flat_map(|d| d.output.first().map(|o| self.readers(o)).unwrap_or_default())
+            .collect();
+        let x = n.input.first().map_or("", String::as_str);
+        let why = match n.op_type.as_str() {
+            "DequantizeLinear" if self.graph.init(x).is_some() => format!(
+                "dequantizes the constant `{x}` into {}: only a MatMul's weight (B) and a gathered table are read as quantized weights",
+                named(&readers)
             ),
-        ))
+            "QuantizeLinear" | "DequantizeLinear" if downstream.iter().chain(&readers).any(|r| r.op_type == "MatMul") => format!(
+                "rounds `{x}` for {}: a MatMul whose weight is not a quantized constant (an activation × activation product, or a weight computed at run time) is not modelled",
+                named(if downstream.is_empty() { &readers } else { &downstream })
+            ),
+            "QuantizeLinear" | "DequantizeLinear" => format!(
+                "rounds `{x}` for {}: only a MatMul's input and output are modelled rounded (a QDQ build quantizing other ops: ask quantize_static for op_types_to_quantize=[\"MatMul\"])",
+                named(if downstream.is_empty() { &readers } else { &downstream })
+            ),
+            _ => format!(
+                "an operator on quantized values the harness does not model (it models DynamicQuantizeLinear into MatMulInteger and its fused forms, QuantizeLinear → DequantizeLinear pairs on a MatMul's input and output, QLinearMatMul, and quantized weights and tables); read by: {}",
+                if readers.is_empty() { "nothing".into() } else { named(&readers) }
+            ),
+        };
+        Err(self.bad(n, format!("refused, not judged as float: {why}")))
     }
 }
 
