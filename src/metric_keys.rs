@@ -56,6 +56,7 @@ pub const QUANTIZATION_KERNEL_MODEL: &str = "quantization_kernel_model";
 /// first few with key, position, channel and both scaled values).
 pub const INT8_STEPS_ADOPTED: &str = "int8_steps_adopted";
 pub const QUANTIZATION_ACTIVATION_SCALE_MISMATCH: &str = "quantization_activation_scale_mismatch";
+pub const QUANTIZED_ACTIVATIONS: &str = "quantized_activations";
 pub const INT8_STEPS_ADOPTED_FIRST: &str = "int8_steps_adopted_first";
 /// Per quantized weight: node, bits, `relative_error` against the checkpoint, `ratio_to_median`.
 pub const QUANTIZATION_WEIGHT_ERROR: &str = "quantization_weight_error";

@@ -258,3 +258,40 @@ fn clamp(x: &Tensor, (lo, hi): (f64, f64)) -> Result<Tensor> {
     let x = if lo > f64::NEG_INFINITY { x.maximum(lo)? } else { x.clone() };
     Ok(if hi < f64::INFINITY { x.minimum(hi)? } else { x })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::weights::StaticGrid;
+
+    /// Guards the candidate's output of a QLinearMatMul as ONNX Runtime computes it: the integer
+    /// GEMM of the codes recovered from the dequantized operands, scaled by
+    /// `f32(f32(s_a · s_w[n]) / s_y)`, per output column (and the column offset of a slice).
+    #[test]
+    fn integer_output_is_the_codes_gemm_times_the_multiplier() -> Result<()> {
+        let grid = |scale| StaticGrid { scale, zero_point: 0, qmin: 0, qmax: 255 };
+        let dev = candle_core::Device::Cpu;
+        // W codes [[1, 2], [3, 4]] ([K, N]) with column scales 0.5 and 0.25.
+        let w = Tensor::from_vec(vec![0.5f32, 0.5, 1.5, 1.0], (2, 2), &dev)?;
+        let quant = MatmulActivations {
+            input: Some(ActivationQuant::Static(grid(0.1))),
+            shared_input: false,
+            output: Some(grid(0.2)),
+            integer_output: Some(std::sync::Arc::new(vec![0.5, 0.25])),
+        };
+        let linear = Linear::from_weight_t(w.clone()).with_activations(quant, Some("k".into()));
+        // The candidate's rounded input: codes 2 and −3 of scale 0.1.
+        let c = Tensor::from_vec(vec![0.2f32, -0.3], (1, 2), &dev)?;
+        let got = linear.candidate_output(&c, &w, 0)?.expect("an integer GEMM");
+        // acc = [2·1 − 3·3, 2·2 − 3·4] = [−7, −8]; m = [0.1·0.5 / 0.2, 0.1·0.25 / 0.2].
+        assert_eq!(got, vec![-7.0 * ((0.1f32 * 0.5) / 0.2), -8.0 * ((0.1f32 * 0.25) / 0.2)]);
+        // The second column alone, as the lm_head's slices read it.
+        let got = linear.candidate_output(&c, &w.narrow(1, 1, 1)?, 1)?.expect("an integer GEMM");
+        assert_eq!(got, vec![-8.0 * ((0.1f32 * 0.25) / 0.2)]);
+        // A float GEMM's output has no computable candidate value.
+        let float = Linear::from_weight_t(w.clone())
+            .with_activations(MatmulActivations { integer_output: None, ..linear.activations() }, Some("k".into()));
+        assert_eq!(float.candidate_output(&c, &w, 0)?, None);
+        Ok(())
+    }
+}

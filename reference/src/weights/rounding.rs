@@ -130,6 +130,44 @@ mod tests {
         round_hinted(key.unwrap_or(""), x, k, quant, hint.as_ref().map(|(h, t)| (Hint::Values(h.as_slice()), *t)), false);
     }
 
+    /// Guards the rule on the graph's own grids: a dynamic tensor's candidate grid comes from the
+    /// candidate's own range (a 1-ulp different max moves no step), a static grid is the build's;
+    /// at a near-tie the candidate's step is taken and recorded, a value beyond rounding never is.
+    #[test]
+    fn near_ties_on_dynamic_and_static_grids() {
+        // Range [0, 2.55] → scale 0.01; 0.015 is a tie (1.5 steps), the candidate's just below.
+        let x = vec![2.55f32, 0.015 * 1.000_001, 0.5];
+        let hint = vec![2.55f32, 0.015 * 0.999_999, 0.5 * 1.2];
+        let mut hints = RoundingHints::new(1e-4);
+        hints.insert("k", std::sync::Arc::new(hint));
+        for quant in [
+            ActivationQuant::Dynamic,
+            ActivationQuant::Static(crate::weights::StaticGrid { scale: 0.01, zero_point: 0, qmin: 0, qmax: 255 }),
+        ] {
+            let mut plain = x.clone();
+            crate::weights::round_activations(&mut plain, 3, &quant);
+            let mut y = x.clone();
+            let ((), adopted) = with_rounding_hints(hints.clone(), || round_with_active_hints(Some("k"), &mut y, 3, &quant));
+            assert_eq!(adopted.len(), 1, "{quant:?}");
+            assert_eq!((adopted[0].col, (y[1] / 0.01).round()), (1, 1.0), "{quant:?}: the candidate's step 1, not 2");
+            assert_eq!((plain[1] / 0.01).round(), 2.0);
+            assert_eq!(y[2], plain[2], "{quant:?}: a value 20 % off keeps the reference's step");
+        }
+    }
+
+    /// Guards a scaled hint (a QLinearMatMul's output as its kernel scales it onto the grid): the
+    /// candidate's step is decided on the scaled value itself, not divided again.
+    #[test]
+    fn scaled_hints_are_steps_already() {
+        let grid = ActivationQuant::Static(crate::weights::StaticGrid { scale: 0.5, zero_point: 0, qmin: 0, qmax: 255 });
+        // Own 3.5000005 steps (rounds to 4); the candidate's kernel put it at 3.4999998.
+        let mut y = vec![1.750_000_2f32];
+        let scaled = [3.499_999_8f32];
+        let mut taken = Vec::new();
+        crate::weights::activations::round(&mut y, 1, &grid, Some((Hint::Scaled(&scaled), 1e-4)), false, |t| taken.push(t.candidate));
+        assert_eq!((y[0], taken.len()), (1.5, 1));
+    }
+
     /// Guards the adoption rule: a value within rounding of the candidate's on the other side of
     /// a half step takes the candidate's step (and is reported); one the candidate computes a
     /// whole step away, or further than the tolerance, keeps the reference's; without hints the

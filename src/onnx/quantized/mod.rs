@@ -43,6 +43,8 @@ mod names;
 mod payload;
 mod payload_proto;
 mod reader;
+#[cfg(test)]
+mod tests;
 mod weight;
 pub use activations::{IntType, MatmulRounding, QuantizedActivation, Rounding, ScaleMismatch};
 pub use error::QuantizedError;
@@ -145,6 +147,26 @@ impl QuantizedBuild {
             parts.push(format!("dequantized with another scale than quantized: {}", mismatched.join(", ")));
         }
         parts.join("; ")
+    }
+
+    /// Each activation tensor the graph rounds, by name: its integer type, per tensor, static (with
+    /// its scale and zero point) or dynamic, the node that quantizes it, and the matmuls whose
+    /// input or output it is (`layers.0.self_attn.q_proj.weight (input)`).
+    pub fn activation_table(&self) -> serde_json::Value {
+        let mut table: BTreeMap<String, serde_json::Value> = BTreeMap::new();
+        for w in &self.weights {
+            for (which, a) in [("input", &w.rounding.input), ("output", &w.rounding.output)] {
+                let Some(a) = a else { continue };
+                let name = a.tensor.clone().unwrap_or_else(|| format!("{} (requantized output)", a.node));
+                let entry = table.entry(name).or_insert_with(|| {
+                    serde_json::json!({"quantization": a.describe(), "node": a.node, "bits": a.ty.bits, "signed": a.ty.signed, "matmuls": []})
+                });
+                if let Some(list) = entry["matmuls"].as_array_mut() {
+                    list.push(format!("{} ({which})", w.key).into());
+                }
+            }
+        }
+        serde_json::to_value(table).unwrap_or_default()
     }
 
     /// What ONNX Runtime's CPU EP runs for the graph's integer matmuls after its fusions.

@@ -87,6 +87,8 @@ struct Interface {
     ops: BTreeMap<String, usize>,
     n_initializers: usize,
     config: std::path::PathBuf,
+    /// A build that quantizes activations: each tensor it rounds, how, and for which matmul.
+    quantized_activations: Option<serde_json::Value>,
 }
 
 fn interface(inputs: L1Inputs<'_>, ep: RunEp) -> Result<Interface, TierOutcome> {
@@ -182,10 +184,12 @@ fn interface(inputs: L1Inputs<'_>, ep: RunEp) -> Result<Interface, TierOutcome> 
     // The EP whose contract applies: the one the case names, else the one this run uses.
     // A quantized build: how, as its graphs say, and each quantized weight's shape against the
     // config's; a quantized dtype on a build without quantized weights is a float build.
+    let mut quantized_activations = None;
     match QuantizedBuild::read(onnx_dir) {
         Ok(Some(q)) => {
             notes.push(format!("quantized: {}", q.summary()));
             violations.extend(quantized_shape_violations(&q, config_json));
+            quantized_activations = q.rounds_activations().then(|| q.activation_table());
         }
         Ok(None) => {
             if let Some(d) = pin.and_then(|p| p.dtype).filter(|d| d.is_quantized()) {
@@ -203,12 +207,24 @@ fn interface(inputs: L1Inputs<'_>, ep: RunEp) -> Result<Interface, TierOutcome> 
         violations.extend(findings.violations);
         notes.extend(findings.notes);
     }
-    Ok(Interface { contract, package, protocol, graphs, violations, notes, ops, n_initializers, config: config_json.into() })
+    Ok(Interface {
+        contract,
+        package,
+        protocol,
+        graphs,
+        violations,
+        notes,
+        ops,
+        n_initializers,
+        config: config_json.into(),
+        quantized_activations,
+    })
 }
 
 impl Interface {
     fn into_outcome(self, load: Option<load::LoadReport>) -> TierOutcome {
-        let Interface { contract, protocol, graphs, mut violations, mut notes, ops, n_initializers, config, .. } = self;
+        let Interface { contract, protocol, graphs, mut violations, mut notes, ops, n_initializers, config, quantized_activations, .. } =
+            self;
         // Who made the export and which transformers wrote the checkpoint's config: what the
         // verdict's numbers depend on besides this tool and ORT (reports show them).
         let mut producers: Vec<&str> = graphs.values().map(|g| g.producer.as_str()).filter(|p| !p.is_empty()).collect();
@@ -241,7 +257,11 @@ impl Interface {
         } else {
             format!("{} contract violations: {}; {protocol}{notes}", violations.len(), violations.join("; "))
         };
-        TierOutcome::new(status, message)
+        let outcome = match quantized_activations {
+            Some(table) => TierOutcome::new(status, message).metric(key::QUANTIZED_ACTIVATIONS, table),
+            None => TierOutcome::new(status, message),
+        };
+        outcome
             .metric(key::VIOLATIONS, violations.len())
             .metric(key::KV_PAIRS, contract.kv.len())
             .metric(key::INITIALIZERS, n_initializers)

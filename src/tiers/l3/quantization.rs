@@ -295,6 +295,54 @@ mod tests {
         assert!(relative_error(&[1.0, f32::NAN], &[1.0, 1.0]).is_nan());
     }
 
+    /// Guards the steps-read population: weights compared by their error against rounding on their
+    /// own grid, whatever their granularity (per channel 0.95, a per-tensor table 1.0), pass; one at
+    /// 20x fails blamed on its layer and module; the two populations never mix medians (an int4
+    /// weight at 0.12 relative beside them is judged with the int4 weights).
+    #[test]
+    fn weights_whose_steps_are_read_are_judged_on_their_own_grid() {
+        let r = |key: &str, rounding: f64| WeightError { rounding_error: Some(rounding), bits: 8, ..w(key, 0.01 * rounding) };
+        let mut good: Vec<WeightError> = (0..6).map(|l| r(&format!("layers.{l}.mlp.up_proj.weight"), 0.95 + 0.01 * l as f64)).collect();
+        good.push(r("embed_tokens.weight", 1.0));
+        good.push(w("layers.0.self_attn.q_proj.weight", 0.12));
+        assert_eq!(judge_weights(&good, &mut Metrics::new()), None);
+        let mut bad = good.clone();
+        bad[2].rounding_error = Some(20.0);
+        let mut m = Metrics::new();
+        let msg = judge_weights(&bad, &mut m).expect("fails");
+        assert!(msg.contains("layers.2.mlp.up_proj.weight") && msg.contains("own grid") && msg.contains("layer 2 mlp"), "{msg}");
+        assert_eq!(m.get("first_divergent_layer").and_then(|v| v.as_u64()), Some(2));
+    }
+
+    /// Guards the activation scales check: a build whose tensors are dequantized with the scale
+    /// they are quantized with says nothing; one dequantized with 1.25x its scale fails naming the
+    /// tensor's matmul, both scales and its layer and module.
+    #[test]
+    fn a_tensor_dequantized_with_another_scale_fails() {
+        use crate::onnx::quantized::{IntType, MatmulRounding, QuantizedActivation, Rounding, ScaleMismatch};
+        let reader = |path: &std::path::Path| crate::onnx::quantized::QuantizedBuild::read(path).expect("read").expect("quantized");
+        let mut q = reader(&std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/gemma4-text-ple/variants/qdq-w8a8"));
+        assert_eq!(judge_activation_scales(&q, &mut Metrics::new()), None);
+        let w = q.weights.iter_mut().find(|w| w.key == "layers.3.mlp.up_proj.weight").expect("up_proj");
+        w.rounding = MatmulRounding {
+            input: Some(QuantizedActivation {
+                tensor: Some("x".into()),
+                node: "x_q".into(),
+                rounding: Rounding::Static { scale: 0.5, zero_point: 128 },
+                ty: IntType { bits: 8, signed: false },
+                mismatch: Some(ScaleMismatch { node: "x_dq".into(), scale: 0.625, zero_point: 128 }),
+            }),
+            ..w.rounding.clone()
+        };
+        let mut m = Metrics::new();
+        let msg = judge_activation_scales(&q, &mut m).expect("fails");
+        assert!(
+            msg.contains("layers.3.mlp.up_proj.weight") && msg.contains("`x_dq`") && msg.contains("1.2500×") && msg.contains("layer 3 mlp"),
+            "{msg}"
+        );
+        assert_eq!(m.get("first_divergent_layer").and_then(|v| v.as_u64()), Some(3));
+    }
+
     /// Guards the cost: identical logits cost nothing and agree everywhere; a flipped argmax is
     /// counted and costs KL > 0.
     #[test]

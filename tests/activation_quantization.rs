@@ -1,0 +1,142 @@
+//! Builds that quantize activations (issue 43): what is read from each committed build, what L1
+//! says of it, and the near-tie rule on a 16-bit build, where the floors take many one-step
+//! differences and must still see a layer computed wrong. (Each build's verdict and each mutant's
+//! expected failure are cases of the parity target: `gemma4-text-ple@dynamic*`, `@qdq-w8a*`,
+//! `@qop-w8a8*`, and `unified-vision-text@…`.)
+
+mod support;
+
+use std::path::PathBuf;
+
+use onnx_parity::case::ExportPin;
+use onnx_parity::onnx::quantized::{QuantOp, QuantizedBuild, Rounding};
+use onnx_parity::tiers::l1::{self, L1Inputs};
+use onnx_parity::tiers::outcome::Status;
+
+fn repo(rel: &str) -> PathBuf {
+    support::root().join(rel)
+}
+
+fn build(fixture: &str, name: &str) -> QuantizedBuild {
+    QuantizedBuild::read(&repo(&format!("fixtures/{fixture}/variants/{name}"))).expect("read").expect("quantized")
+}
+
+/// Guards the reading of every committed build as the tool wrote it (counts as in
+/// `activation-quantized.json`): the op, how each matmul's input and output are rounded (dynamic
+/// uint8; static uint8 / uint16), the QDQ pairs that replace a tensor for its other readers (the
+/// per-layer projection's input, the stream entering layer 0, and each layer's per-layer gate
+/// input, which the residual reads too), and every weight standing for a parameter of the model.
+#[test]
+fn every_committed_build_is_read_as_its_tool_wrote_it() {
+    for (fixture, matmuls, gates) in [("gemma4-text-ple", 84, 11), ("unified-vision", 41, 0)] {
+        let config = repo(&format!("fixtures/{fixture}/checkpoint/config.json"));
+        let model =
+            onnx_parity_reference::Gemma4::dry(onnx_parity_reference::ModelConfig::from_file(&config).expect("config")).expect("manifest");
+        let manifest = model.weight_manifest();
+        let resolves = |k: &str| onnx_parity_reference::weights::name_for(k, manifest.keys().map(String::as_str)).map(str::to_string);
+        for (name, op, input, output) in [
+            ("dynamic", QuantOp::MatMulInteger, Some(("uint8", false)), None),
+            ("dynamic-pc", QuantOp::MatMulInteger, Some(("uint8", false)), None),
+            ("qdq-w8a8", QuantOp::DequantizeLinear, Some(("uint8", true)), Some("uint8")),
+            ("qdq-w8a16", QuantOp::DequantizeLinear, Some(("uint16", true)), Some("uint16")),
+            ("qop-w8a8", QuantOp::QLinearMatMul, Some(("uint8", true)), Some("uint8")),
+        ] {
+            let mut q = build(fixture, name);
+            let mm: Vec<_> = q.weights.iter().filter(|w| !w.op.is_table()).collect();
+            assert_eq!(mm.len(), matmuls, "{fixture}@{name}");
+            assert!(mm.iter().all(|w| w.op == op && w.bits == 8 && w.signed && w.accuracy_level == 0), "{fixture}@{name}");
+            for w in &mm {
+                let a = w.rounding.input.as_ref().expect("input rounded");
+                let (ty, stat) = input.expect("input");
+                assert_eq!((a.ty.name(), matches!(a.rounding, Rounding::Static { .. })), (ty, stat), "{fixture}@{name} {}", w.key);
+                assert_eq!(w.rounding.output.as_ref().map(|o| o.ty.name()), output, "{fixture}@{name} {}", w.key);
+                assert!(w.rounding.mismatches().is_empty(), "{fixture}@{name} {}", w.key);
+                assert_eq!(w.requantizes_from_integer_gemm(), output == Some("uint8"), "{fixture}@{name} {}", w.key);
+            }
+            let shared = mm.iter().filter(|w| w.rounding.shared_input).count();
+            assert_eq!(shared, if op == QuantOp::DequantizeLinear { gates } else { 0 }, "{fixture}@{name}");
+            // The dynamic builds' tables: Gather on uint8 codes → DequantizeLinear (PLE only).
+            let tables = q.weights.iter().filter(|w| w.op == QuantOp::GatherDequantize).count();
+            assert_eq!(tables, if name.starts_with("dynamic") && fixture == "gemma4-text-ple" { 2 } else { 0 }, "{fixture}@{name}");
+            q.resolve_keys(resolves).expect("names and paths agree");
+            for w in &q.weights {
+                assert!(resolves(&w.key).is_some(), "{fixture}@{name}: `{}` stands for `{}`, not a parameter", w.initializer, w.key);
+            }
+        }
+    }
+}
+
+/// Guards L1 on such a build: it passes and names the quantization — which tensors are rounded,
+/// to which type, per tensor, static or dynamic — in its message and its `quantized_activations`.
+#[test]
+fn l1_names_the_quantized_activations() {
+    let config = repo("fixtures/gemma4-text-ple/checkpoint/config.json");
+    let pin = ExportPin { dtype: Some("int8".parse().expect("dtype")), ..Default::default() };
+    for (name, says) in [
+        ("qdq-w8a16", "62 inputs uint16 per tensor, static; 84 outputs uint16 per tensor, static"),
+        ("dynamic", "62 inputs uint8 per tensor, dynamic"),
+        ("qop-w8a8", "62 inputs uint8 per tensor, static; 84 outputs uint8 per tensor, static"),
+    ] {
+        let export = repo(&format!("fixtures/gemma4-text-ple/variants/{name}"));
+        let out = l1::check_interface(L1Inputs { config: &config, export: &export, float_dtype: "float32", pin: Some(&pin) });
+        assert_eq!(out.status, Status::Pass, "{name}: {}", out.message);
+        assert!(out.message.contains(says), "{name}: {}", out.message);
+        let table = out.metrics.get("quantized_activations").and_then(|v| v.as_object()).expect("quantized_activations");
+        let entry = table.get("v_model.layers.0.input_layernorm.RMSNormalization_70").expect("layer 0's normed input");
+        assert!(entry["quantization"].as_str().is_some_and(|q| q.starts_with(says.split(' ').nth(2).expect("type"))), "{name}: {entry}");
+        let matmuls: Vec<&str> = entry["matmuls"].as_array().expect("matmuls").iter().filter_map(|m| m.as_str()).collect();
+        assert!(matmuls.contains(&"layers.0.self_attn.q_proj.weight (input)"), "{name}: {matmuls:?}");
+    }
+    // The float export under an int8 pin is still a float build.
+    let out = l1::check_interface(L1Inputs {
+        config: &config,
+        export: &repo("fixtures/gemma4-text-ple/onnx"),
+        float_dtype: "float32",
+        pin: Some(&pin),
+    });
+    assert_eq!(out.status, Status::Fail, "{}", out.message);
+}
+
+/// Guards the near-tie rule where it takes most: a uint16 build (a step is 1/65535 of a tensor's
+/// range, so two f32 computations of one activation land one step apart often). Judged with the
+/// floors conditioned on its steps it passes and says how many it took; a layer computed wrong —
+/// one value of layer 5's local output off by 2e-3, about 10x that layer's floor — still fails
+/// there: a one-step difference at 1/65535 of a range cannot cover it.
+#[test]
+fn uint16_near_ties_take_the_candidate_s_step_and_nothing_else() {
+    use onnx_parity::case::{Candidate, Case, Level};
+    use onnx_parity::evaluation::CaseEvaluations;
+    use onnx_parity::outputs::Isolation;
+    use onnx_parity::tiers::l3::{self, Calibration};
+    use onnx_parity::tiers::{run_level, RunOptions};
+    use onnx_parity::tolerance::Tolerances;
+    let name = "qdq-w8a16";
+    let case = Case::load(&repo("cases/causal-lm/gemma4-text-ple.yaml")).expect("case").for_variant(name).expect("variant");
+    let candidate = Candidate::variant(name);
+    let evals = CaseEvaluations::for_build(&case, Some(name));
+    let outcome = run_level(&case, &candidate, Level::L3, &RunOptions::with_goldens(repo("goldens")), &evals);
+    assert_eq!(outcome.status, Status::Pass, "{}", outcome.message);
+    let adopted = outcome.metrics.get("int8_steps_adopted").and_then(|v| v.as_u64()).expect("adoptions reported");
+    assert!(adopted > 0, "{adopted} near-ties adopted");
+    assert!(outcome.metrics.get("quantization_kl_mean").and_then(|v| v.as_f64()).is_some_and(|kl| kl > 0.0), "the cost is reported");
+
+    let eval = evals.for_level(Level::L3, &case);
+    let reference = eval.reference(&case).expect("reference");
+    let run = eval.candidates(&case, &candidate).into_iter().next().expect("one candidate").expect("ran");
+    let hinted = run.hinted.as_ref().expect("a build that rounds activations is judged with hints");
+    let hinted = hinted.local.as_ref().expect("its local run gave hints");
+    let plain = eval.calibration(&case).expect("calibrated rule").expect("calibration");
+    let tol = case.thresholds(&Tolerances::defaults()).expect("tolerances").require_l3().expect("L3 row");
+    let judge = |isolation: &Isolation, cal: &Calibration<'_>| {
+        l3::compare(&reference.run, &run.forced, isolation, reference.scope, &tol, Some(cal))
+    };
+    let with_hints = Calibration { local: &hinted.floor, local_truth: Some(&hinted.truth), ..plain };
+    assert_eq!(judge(&run.isolation, &with_hints).status, Status::Pass);
+    let Isolation::Done(iso) = &run.isolation else { panic!("isolation ran") };
+    let mut broken = iso.clone();
+    let onnx_parity::outputs::LayerOutputs::Tensors(local) = &mut broken.local else { panic!("local layers ran") };
+    local[5].data[64 * 13 + 7] += 2e-3;
+    let broken = judge(&Isolation::Done(broken), &with_hints);
+    assert_eq!(broken.status, Status::Fail, "{}", broken.message);
+    assert_eq!(broken.metrics.get("first_divergent_layer").and_then(|v| v.as_u64()), Some(5), "{}", broken.message);
+}
