@@ -15,7 +15,9 @@
 #                   (fixtures/<fixture>/variants/<build>/, fixtures/<fixture>/quantized.json) and two int4 mutants of
 #                   gemma4-text-dense (variants/int4-mutant-scales, variants/int4-mutant-nibbles); and
 #                   scripts/make_quantizer_dialect_fixtures.py, ORT's RTN and QDQ dialects of gemma4-text-ple
-#                   (variants/rtn, rtn-acc4, qdq and their scale mutants; quantizer-dialects.json)
+#                   (variants/rtn, rtn-acc4, qdq and their scale mutants; quantizer-dialects.json), and
+#                   scripts/make_activation_quant_fixtures.py, builds that quantize activations of gemma4-text-ple
+#                   and unified-vision (variants/dynamic*, qdq-w8a8*, qdq-w8a16*, qop-w8a8*; activation-quantized.json)
 #   jpeg family:    scripts/make_jpeg_fixtures.py, fixtures/jpeg/: JPEGs written by Pillow and Pillow's RGB decoding of them
 #   unrunnable family: scripts/make_unrunnable_fixtures.py, builds ORT accepts but cannot run on the CPU EP
 #                   (fixtures/gemma4-text-moe/variants/geglu: MoE activation_type geglu); and
@@ -67,6 +69,8 @@ for family in $FAMILIES; do
     quantized)
       "$PY" scripts/make_quantized_fixtures.py
       "$PY" scripts/make_quantizer_dialect_fixtures.py
+      # Builds that quantize activations too (issue 43): dynamic, static QDQ 8/16-bit, QOperator.
+      "$PY" scripts/make_activation_quant_fixtures.py
       ;;
     jpeg)
       "$PY" scripts/make_jpeg_fixtures.py
