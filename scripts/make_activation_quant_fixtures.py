@@ -53,6 +53,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from make_mutant_fixtures import copy_tree, require_mutated_from, session  # noqa: E402
 from make_quantized_fixtures import (  # noqa: E402
     SCALE_FACTOR,
+    fresh_variant,
     gather_exclusions,
     initializers,
     max_abs,
@@ -163,15 +164,7 @@ def runtime_ops(path):
 
 def make_build(fixture, build, f32_out, tmp):
     sub = FIXTURE_MODELS[fixture]
-    src_root = FIXTURES / fixture / "onnx"
-    dst_root = FIXTURES / fixture / "variants" / build
-    if dst_root.exists():
-        shutil.rmtree(dst_root)
-    if sub != ".":
-        for d in sorted(p for p in src_root.iterdir() if p.is_dir() and p.name != sub):
-            copy_tree(d, dst_root / d.name)
-    src_path = src_root / sub / "model.onnx"
-    dst_path = dst_root / sub / "model.onnx"
+    src_root, dst_root, src_path, dst_path = fresh_variant(fixture, build, sub)
     model, params = quantize(build, fixture, src_path, tmp)
     save(model, dst_path)
     onnx.checker.check_model(str(dst_path))

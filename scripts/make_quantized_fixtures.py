@@ -237,9 +237,9 @@ def describe(model):
     return examples
 
 
-def make_build(fixture, build, f32_out):
-    bits, symmetric, accuracy_level, op_types = BUILDS[build]
-    sub = FIXTURE_MODELS[fixture]
+def fresh_variant(fixture, build, sub):
+    """An empty fixtures/<fixture>/variants/<build>/ holding copies of the export's other sub-models
+    (those but `sub`, the one quantized): the source's and the build's roots and model paths."""
     src_root = FIXTURES / fixture / "onnx"
     dst_root = FIXTURES / fixture / "variants" / build
     if dst_root.exists():
@@ -247,8 +247,13 @@ def make_build(fixture, build, f32_out):
     if sub != ".":
         for d in sorted(p for p in src_root.iterdir() if p.is_dir() and p.name != sub):
             copy_tree(d, dst_root / d.name)
-    src_path = src_root / sub / "model.onnx"
-    dst_path = dst_root / sub / "model.onnx"
+    return src_root, dst_root, src_root / sub / "model.onnx", dst_root / sub / "model.onnx"
+
+
+def make_build(fixture, build, f32_out):
+    bits, symmetric, accuracy_level, op_types = BUILDS[build]
+    sub = FIXTURE_MODELS[fixture]
+    src_root, dst_root, src_path, dst_path = fresh_variant(fixture, build, sub)
     source = onnx.load(str(src_path), load_external_data=False)
     model, excluded = quantize(src_path, bits, symmetric, accuracy_level, op_types)
     save(model, dst_path)

@@ -176,44 +176,15 @@ fn every_quantizer_dialect_names_its_parameters() {
 /// output off by 1e-4, far below the flip's effect) still fails under the hinted floors.
 #[test]
 fn int8_near_ties_take_the_candidate_s_step_and_nothing_else() {
-    use onnx_parity::case::{Candidate, Case, Level};
-    use onnx_parity::evaluation::CaseEvaluations;
-    use onnx_parity::outputs::Isolation;
-    use onnx_parity::tiers::l3::{self, Calibration};
-    use onnx_parity::tiers::{run_level, RunOptions};
-    use onnx_parity::tolerance::Tolerances;
-    let case = Case::load(&repo("cases/causal-lm/gemma4-text-ple.yaml")).expect("case").for_variant("rtn-acc4").expect("rtn-acc4");
-    let candidate = Candidate::variant("rtn-acc4");
-    let evals = CaseEvaluations::for_build(&case, Some("rtn-acc4"));
-    let outcome = run_level(&case, &candidate, Level::L3, &RunOptions::with_goldens(repo("goldens")), &evals);
-    assert_eq!(outcome.status, Status::Pass, "{}", outcome.message);
-    let adopted = outcome.metrics.get("int8_steps_adopted").and_then(|v| v.as_u64()).expect("adoptions reported");
+    let t = support::near_ties("rtn-acc4", 5, 1e-4);
+    assert_eq!(t.l3.status, Status::Pass, "{}", t.l3.message);
+    let adopted = t.l3.metrics.get("int8_steps_adopted").and_then(|v| v.as_u64()).expect("adoptions reported");
     assert!((1..=16).contains(&adopted), "{adopted} near-ties adopted");
-
-    let eval = evals.for_level(Level::L3, &case);
-    let reference = eval.reference(&case).expect("reference");
-    let run = eval.candidates(&case, &candidate).into_iter().next().expect("one candidate").expect("ran");
-    let hinted = run.hinted.as_ref().expect("an accuracy_level 4 build on the CPU EP is judged with hints");
-    let hinted = hinted.local.as_ref().expect("its local run gave hints");
-    let plain = eval.calibration(&case).expect("calibrated rule").expect("calibration");
-    let tol = case.thresholds(&Tolerances::defaults()).expect("tolerances").require_l3().expect("L3 row");
-    let judge = |isolation: &Isolation, cal: &Calibration<'_>| {
-        l3::compare(&reference.run, &run.forced, isolation, reference.scope, &tol, Some(cal))
-    };
-    let with_hints = Calibration { local: &hinted.floor, local_truth: Some(&hinted.truth), ..plain };
-    assert_eq!(judge(&run.isolation, &with_hints).status, Status::Pass);
-
+    assert_eq!(t.hinted.status, Status::Pass);
     // The plain floors: the flip fails layer 5.
-    let without = judge(&run.isolation, &plain);
-    assert_eq!(without.status, Status::Fail, "{}", without.message);
-    assert_eq!(without.metrics.get("first_divergent_layer").and_then(|v| v.as_u64()), Some(5), "{}", without.message);
-
+    assert_eq!(t.plain.status, Status::Fail, "{}", t.plain.message);
+    assert_eq!(t.plain.metrics.get("first_divergent_layer").and_then(|v| v.as_u64()), Some(5), "{}", t.plain.message);
     // A wrong value in layer 5 (1e-4, ~400x the floor's error there): no hint hides it.
-    let Isolation::Done(iso) = &run.isolation else { panic!("isolation ran") };
-    let mut broken = iso.clone();
-    let onnx_parity::outputs::LayerOutputs::Tensors(local) = &mut broken.local else { panic!("local layers ran") };
-    local[5].data[64 * 13 + 7] += 1e-4;
-    let broken = judge(&Isolation::Done(broken), &with_hints);
-    assert_eq!(broken.status, Status::Fail, "{}", broken.message);
-    assert_eq!(broken.metrics.get("first_divergent_layer").and_then(|v| v.as_u64()), Some(5), "{}", broken.message);
+    assert_eq!(t.broken.status, Status::Fail, "{}", t.broken.message);
+    assert_eq!(t.broken.metrics.get("first_divergent_layer").and_then(|v| v.as_u64()), Some(5), "{}", t.broken.message);
 }

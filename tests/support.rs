@@ -108,3 +108,47 @@ pub fn max_abs(a: &[f32], b: &[f32]) -> f32 {
     }
     a.iter().zip(b).map(|(x, y)| if x.is_finite() && y.is_finite() { (x - y).abs() } else { f32::INFINITY }).fold(0.0, f32::max)
 }
+
+/// The near-tie rule on a variant of `gemma4-text-ple` whose floors are conditioned on its steps:
+/// its whole L3; its layers judged against the hinted local floors; the same with one value of
+/// `layer`'s local output moved by `delta` (a layer computed wrong); and against the plain floors.
+pub struct NearTies {
+    pub l3: onnx_parity::tiers::outcome::TierOutcome,
+    pub hinted: onnx_parity::tiers::outcome::TierOutcome,
+    pub broken: onnx_parity::tiers::outcome::TierOutcome,
+    pub plain: onnx_parity::tiers::outcome::TierOutcome,
+}
+
+pub fn near_ties(variant: &str, layer: usize, delta: f32) -> NearTies {
+    use onnx_parity::case::{Candidate, Case, Level};
+    use onnx_parity::evaluation::CaseEvaluations;
+    use onnx_parity::outputs::Isolation;
+    use onnx_parity::tiers::l3::{self, Calibration};
+    use onnx_parity::tiers::{run_level, RunOptions};
+    use onnx_parity::tolerance::Tolerances;
+    let case = Case::load(&root().join("cases/causal-lm/gemma4-text-ple.yaml")).expect("case").for_variant(variant).expect("variant");
+    let candidate = Candidate::variant(variant);
+    let evals = CaseEvaluations::for_build(&case, Some(variant));
+    let l3 = run_level(&case, &candidate, Level::L3, &RunOptions::with_goldens(root().join("goldens")), &evals);
+    let eval = evals.for_level(Level::L3, &case);
+    let reference = eval.reference(&case).expect("reference");
+    let run = eval.candidates(&case, &candidate).into_iter().next().expect("one candidate").expect("ran");
+    let hinted = run.hinted.as_ref().expect("a build whose activations are rounded is judged with hints");
+    let hinted = hinted.local.as_ref().expect("its local run gave hints");
+    let plain = eval.calibration(&case).expect("calibrated rule").expect("calibration");
+    let tol = case.thresholds(&Tolerances::defaults()).expect("tolerances").require_l3().expect("L3 row");
+    let judge = |isolation: &Isolation, cal: &Calibration<'_>| {
+        l3::compare(&reference.run, &run.forced, isolation, reference.scope, &tol, Some(cal))
+    };
+    let with_hints = Calibration { local: &hinted.floor, local_truth: Some(&hinted.truth), ..plain };
+    let Isolation::Done(iso) = &run.isolation else { panic!("isolation ran") };
+    let mut broken = iso.clone();
+    let onnx_parity::outputs::LayerOutputs::Tensors(local) = &mut broken.local else { panic!("local layers ran") };
+    local[layer].data[64 * 13 + 7] += delta;
+    NearTies {
+        l3,
+        hinted: judge(&run.isolation, &with_hints),
+        broken: judge(&Isolation::Done(broken), &with_hints),
+        plain: judge(&run.isolation, &plain),
+    }
+}
