@@ -60,6 +60,7 @@ from make_quantized_fixtures import (  # noqa: E402
     oracle_logits,
     run,
     save,
+    selected,
     sha256_tree,
 )
 
@@ -251,13 +252,7 @@ def make_mutant(fixture, build, kind, source_out):
 def main():
     logging.getLogger("onnxruntime.quantization").setLevel(logging.WARNING)
     logging.getLogger().setLevel(logging.ERROR)
-    only = sys.argv[1:]
-    unknown = [n for n in only if n not in FIXTURE_MODELS]
-    if unknown:
-        raise SystemExit(f"unknown fixtures: {unknown} (known: {list(FIXTURE_MODELS)})")
-    for fixture, sub in FIXTURE_MODELS.items():
-        if only and fixture not in only:
-            continue
+    for fixture, sub in selected(FIXTURE_MODELS):
         f32_out = run(FIXTURES / fixture / "onnx" / sub / "model.onnx", fixture)
         record = {"onnxruntime": version("onnxruntime"), "onnx": version("onnx"), "onnx-ir": version("onnx-ir"),
                   "source_export": "mobius-onnx 0.1.0 f32 (onnx/)", "builds": {}}

@@ -383,15 +383,19 @@ def make_mutant(name, fixture, source, tensor_name, layer, kind, source_out):
             "decoder_layer": layer}
 
 
+def selected(models):
+    """The (fixture, quantized sub-model) pairs of `models` the command line names (all without
+    arguments); an unknown name stops the script."""
+    only = sys.argv[1:]
+    unknown = [n for n in only if n not in models]
+    if unknown:
+        raise SystemExit(f"unknown fixtures: {unknown} (known: {list(models)})")
+    return [(fixture, sub) for fixture, sub in models.items() if not only or fixture in only]
+
+
 def main():
     logging.getLogger("onnxruntime.quantization").setLevel(logging.WARNING)
-    only = sys.argv[1:]
-    unknown = [n for n in only if n not in FIXTURE_MODELS]
-    if unknown:
-        raise SystemExit(f"unknown fixtures: {unknown} (known: {list(FIXTURE_MODELS)})")
-    for fixture, sub in FIXTURE_MODELS.items():
-        if only and fixture not in only:
-            continue
+    for fixture, sub in selected(FIXTURE_MODELS):
         f32_out = run(FIXTURES / fixture / "onnx" / sub / "model.onnx", fixture)
         print(f"{fixture}: f32 source prefill logits max abs diff vs HF oracle "
               f"{max_abs(f32_out['logits'], oracle_logits(fixture)):.3e}")

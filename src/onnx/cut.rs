@@ -183,10 +183,7 @@ fn handed_on<'a>(producer: &HashMap<&str, &'a NodeProto>, t: &'a str, reader: &N
     let Some(made) = producer.get(t) else { return t };
     match made.op_type.as_str() {
         "QuantizeLinear" | "DynamicQuantizeLinear" => source(made).unwrap_or(t),
-        "DequantizeLinear" if reader.op_type == "MatMul" => {
-            let pair = source(made).and_then(|q| producer.get(q)).filter(|q| q.op_type == "QuantizeLinear");
-            pair.and_then(|q| source(q)).unwrap_or(t)
-        }
+        "DequantizeLinear" if reader.op_type == "MatMul" => layers::pair_source(|v| producer.get(v).copied(), t).unwrap_or(t),
         _ => t,
     }
 }

@@ -263,13 +263,17 @@ pub fn embeddings_into_layer0(graph: &GraphProto) -> Option<String> {
 /// belongs to the layers that read the tensor (the reference rounds it there), so the value that
 /// enters them, and is compared with the reference's, is the float one before it.
 pub(crate) fn before_rounding(graph: &GraphProto, tensor: &str) -> String {
-    let made = |t: &str, op: &str| graph.node.iter().find(|n| n.op_type == op && n.output.first().is_some_and(|o| o == t));
-    let x = made(tensor, "DequantizeLinear")
-        .and_then(|dq| dq.input.first())
-        .and_then(|q| made(q, "QuantizeLinear"))
-        .and_then(|q| q.input.first())
-        .filter(|x| !x.is_empty());
-    x.cloned().unwrap_or_else(|| tensor.to_string())
+    let made_by = |t: &str| graph.node.iter().find(|n| n.output.first().is_some_and(|o| o == t));
+    pair_source(made_by, tensor).map_or_else(|| tensor.to_string(), str::to_string)
+}
+
+/// The float tensor `X` whose QDQ pair (`X → QuantizeLinear → DequantizeLinear → t`) makes `t`,
+/// `made_by` finding a value's producer; `None` when no such pair makes `t`.
+pub(crate) fn pair_source<'a>(made_by: impl Fn(&str) -> Option<&'a super::proto::NodeProto>, t: &str) -> Option<&'a str> {
+    let source = |n: &'a super::proto::NodeProto| n.input.first().map(String::as_str).filter(|x| !x.is_empty());
+    let dq = made_by(t).filter(|n| n.op_type == "DequantizeLinear")?;
+    let q = made_by(source(dq)?).filter(|n| n.op_type == "QuantizeLinear")?;
+    source(q)
 }
 
 /// The instrumented copy of the decoder graph at `model_path`.

@@ -21,6 +21,9 @@ pub(crate) struct Linear {
     /// Its weight's key in the quantized build, where rounding hints are looked up
     /// ([`crate::weights::rounding`]).
     hint_key: Option<String>,
+    /// The weight's integer codes `[in, out]` (f64) where the export's kernel is an integer GEMM
+    /// ([`Linear::candidate_output`]): made on first use, once per model.
+    codes: std::sync::OnceLock<Tensor>,
 }
 
 /// A linear layer's input as its matmul reads it ([`Linear::input`]): rounded as the export
@@ -40,12 +43,13 @@ impl Linear {
             bias: if bias { Some(w.get(&format!("{prefix}.bias"), &[out_dim])?) } else { None },
             quant: Box::new(w.activations(&name)),
             hint_key: w.activation_key(&name),
+            codes: Default::default(),
         })
     }
 
     /// A bias-free Linear from an already transposed weight `[in, out]`.
     pub(crate) fn from_weight_t(weight_t: Tensor) -> Self {
-        Self { weight_t, bias: None, quant: Box::default(), hint_key: None }
+        Self { weight_t, bias: None, quant: Box::default(), hint_key: None, codes: Default::default() }
     }
 
     /// With its activations rounded as a quantized export rounds them, hints looked up by `key`.
@@ -89,7 +93,7 @@ impl Linear {
     pub(crate) fn forward_columns(&self, x: &LinearInput, start: usize, cols: usize) -> Result<Tensor> {
         let w = self.weight_t.narrow(1, start, cols)?;
         let y = x.x.matmul(&in_dtype_of(&w, &x.x)?)?;
-        let candidate = x.candidate.as_ref().map(|c| self.candidate_output(c, &w, start)).transpose()?.flatten();
+        let candidate = x.candidate.as_ref().map(|c| self.candidate_output(c, start, cols)).transpose()?.flatten();
         self.output(y, candidate)
     }
 
@@ -102,51 +106,42 @@ impl Linear {
             None => y,
         };
         let candidate = match &self.bias {
-            None => x.candidate.as_ref().map(|c| self.candidate_output(c, &self.weight_t, 0)).transpose()?.flatten(),
+            None => x.candidate.as_ref().map(|c| self.candidate_output(c, 0, self.weight_t.dim(1)?)).transpose()?.flatten(),
             Some(_) => None,
         };
         self.output(y, candidate)
     }
 
     /// The candidate's output as its kernel scales it onto the output grid, from its rounded input
-    /// `c` and the weight columns `w` from `first`: where the kernel is QLinearMatMul, an integer
-    /// GEMM of the codes (recovered exactly from the dequantized operands: each is a code times its
-    /// scale to within an f32 rounding) scaled by `m[n] = f32(f32(s_a · s_w[n]) / s_y)` in f32, as
-    /// ONNX Runtime computes it (research §3: 768,000 codes bit for bit). `None` where the kernel
-    /// is a float GEMM: its sums' order is MLAS's, and the reference's own is as good a guess.
-    fn candidate_output(&self, c: &Tensor, w: &Tensor, first: usize) -> Result<Option<Vec<f32>>> {
+    /// `c`, for the output columns `first..first + cols`: where the kernel is QLinearMatMul, an
+    /// integer GEMM of the codes (recovered exactly from the dequantized operands: each is a code
+    /// times its scale to within an f32 rounding) scaled by `m[n] = f32(f32(s_a · s_w[n]) / s_y)` in
+    /// f32, as ONNX Runtime computes it (research §3: 768,000 codes bit for bit). `None` where the
+    /// kernel is a float GEMM: its sums' order is MLAS's, and the reference's own is as good a guess.
+    fn candidate_output(&self, c: &Tensor, first: usize, cols: usize) -> Result<Option<Vec<f32>>> {
         let (Some(scales), Some(a), Some(out)) = (&self.quant.integer_output, self.quant.input_grid(), self.quant.output) else {
             return Ok(None);
-        };
-        let (k, n) = w.dims2()?;
-        let codes = |t: &Tensor, scale: &dyn Fn(usize) -> f32, cols: usize| -> Result<Vec<f64>> {
-            let v = t.flatten_all()?.to_dtype(DType::F32)?.to_vec1::<f32>()?;
-            Ok(v.iter()
-                .enumerate()
-                .map(|(i, &x)| {
-                    let s = scale(i % cols);
-                    if s == 0.0 {
-                        0.0
-                    } else {
-                        ((x / s) as f64).round_ties_even()
-                    }
-                })
-                .collect())
         };
         let s_w = |col: usize| -> f32 {
             if scales.len() == 1 {
                 scales[0]
             } else {
-                scales.get(first + col).copied().unwrap_or(0.0)
+                scales.get(col).copied().unwrap_or(0.0)
             }
         };
-        let rows = c.dim(0)?;
-        let ia = Tensor::from_vec(codes(c, &|_| a.scale, k)?, (rows, k), c.device())?;
-        let iw = Tensor::from_vec(codes(w, &s_w, n)?, (k, n), c.device())?;
+        let iw = match self.codes.get() {
+            Some(codes) => codes,
+            None => {
+                let codes = Tensor::from_vec(integer_codes(&self.weight_t, &s_w)?, self.weight_t.dims2()?, c.device())?;
+                self.codes.get_or_init(|| codes)
+            }
+        };
+        let k = iw.dim(0)?;
+        let ia = Tensor::from_vec(integer_codes(c, &|_| a.scale)?, (c.dim(0)?, k), c.device())?;
         // |acc| ≤ 2^16 · K: exact in f64.
-        let acc = ia.matmul(&iw)?.flatten_all()?.to_vec1::<f64>()?;
-        let m: Vec<f32> = (0..n).map(|col| (a.scale * s_w(col)) / out.scale).collect();
-        Ok(Some(acc.iter().enumerate().map(|(i, &v)| (v as f32) * m[i % n]).collect()))
+        let acc = ia.matmul(&iw.narrow(1, first, cols)?)?.flatten_all()?.to_vec1::<f64>()?;
+        let m: Vec<f32> = (first..first + cols).map(|col| (a.scale * s_w(col)) / out.scale).collect();
+        Ok(Some(acc.iter().enumerate().map(|(i, &v)| (v as f32) * m[i % cols]).collect()))
     }
 
     /// `y` requantized as the export requantizes this matmul's output, taking the candidate's step
@@ -193,6 +188,24 @@ fn round_tensor(
     };
     let cand = cand.map(|c| Tensor::from_vec(c, dims, x.device())?.to_dtype(dtype)).transpose()?;
     Ok((rounded, cand))
+}
+
+/// The integer codes of `t` (`[rows, cols]`, each column `n` a code times `scale(n)` to within an
+/// f32 rounding) as f64, row-major (a zero scale gives code 0).
+fn integer_codes(t: &Tensor, scale: &dyn Fn(usize) -> f32) -> Result<Vec<f64>> {
+    let cols = t.dim(1)?;
+    let v = t.flatten_all()?.to_dtype(DType::F32)?.to_vec1::<f32>()?;
+    Ok(v.iter()
+        .enumerate()
+        .map(|(i, &x)| {
+            let s = scale(i % cols);
+            if s == 0.0 {
+                0.0
+            } else {
+                ((x / s) as f64).round_ties_even()
+            }
+        })
+        .collect())
 }
 
 /// `x` (`[.., k]`) rounded as `quant` rounds it, without hints.
@@ -282,16 +295,16 @@ mod tests {
         let linear = Linear::from_weight_t(w.clone()).with_activations(quant, Some("k".into()));
         // The candidate's rounded input: codes 2 and −3 of scale 0.1.
         let c = Tensor::from_vec(vec![0.2f32, -0.3], (1, 2), &dev)?;
-        let got = linear.candidate_output(&c, &w, 0)?.expect("an integer GEMM");
+        let got = linear.candidate_output(&c, 0, 2)?.expect("an integer GEMM");
         // acc = [2·1 − 3·3, 2·2 − 3·4] = [−7, −8]; m = [0.1·0.5 / 0.2, 0.1·0.25 / 0.2].
         assert_eq!(got, vec![-7.0 * ((0.1f32 * 0.5) / 0.2), -8.0 * ((0.1f32 * 0.25) / 0.2)]);
         // The second column alone, as the lm_head's slices read it.
-        let got = linear.candidate_output(&c, &w.narrow(1, 1, 1)?, 1)?.expect("an integer GEMM");
+        let got = linear.candidate_output(&c, 1, 1)?.expect("an integer GEMM");
         assert_eq!(got, vec![-8.0 * ((0.1f32 * 0.25) / 0.2)]);
         // A float GEMM's output has no computable candidate value.
         let float = Linear::from_weight_t(w.clone())
             .with_activations(MatmulActivations { integer_output: None, ..linear.activations() }, Some("k".into()));
-        assert_eq!(float.candidate_output(&c, &w, 0)?, None);
+        assert_eq!(float.candidate_output(&c, 0, 2)?, None);
         Ok(())
     }
 }

@@ -151,12 +151,15 @@ impl MatmulRounding {
         }
     }
 
+    /// The tensors rounded around the matmul: `("input", …)`, `("output", …)`.
+    pub fn rounded(&self) -> impl Iterator<Item = (&'static str, &QuantizedActivation)> {
+        [("input", &self.input), ("output", &self.output)].into_iter().filter_map(|(which, a)| Some((which, a.as_ref()?)))
+    }
+
     /// The rounded tensors with a scale mismatch, as `(which, mismatch, quantized scale)`.
     pub fn mismatches(&self) -> Vec<(&'static str, &ScaleMismatch, f32)> {
-        [("input", &self.input), ("output", &self.output)]
-            .into_iter()
+        self.rounded()
             .filter_map(|(which, a)| {
-                let a = a.as_ref()?;
                 let Rounding::Static { scale, .. } = a.rounding else { return None };
                 a.mismatch.as_ref().map(|m| (which, m, scale))
             })

@@ -123,13 +123,12 @@ impl QuantizedBuild {
     pub fn activation_summary(&self) -> String {
         let mut groups: BTreeMap<String, BTreeSet<&str>> = BTreeMap::new();
         for w in &self.weights {
-            for (which, a) in [("inputs", &w.rounding.input), ("outputs", &w.rounding.output)] {
-                let Some(a) = a else { continue };
+            for (which, a) in w.rounding.rounded() {
                 let kind = match a.rounding {
                     Rounding::Dynamic => "dynamic",
                     Rounding::Static { .. } => "static",
                 };
-                groups.entry(format!("{which} {} per tensor, {kind}", a.ty.name())).or_default().insert(a.node.as_str());
+                groups.entry(format!("{which}s {} per tensor, {kind}", a.ty.name())).or_default().insert(a.node.as_str());
             }
         }
         let mut parts: Vec<String> = groups.into_iter().map(|(g, nodes)| format!("{} {g}", nodes.len())).collect();
@@ -155,8 +154,7 @@ impl QuantizedBuild {
     pub fn activation_table(&self) -> serde_json::Value {
         let mut table: BTreeMap<String, serde_json::Value> = BTreeMap::new();
         for w in &self.weights {
-            for (which, a) in [("input", &w.rounding.input), ("output", &w.rounding.output)] {
-                let Some(a) = a else { continue };
+            for (which, a) in w.rounding.rounded() {
                 let name = a.tensor.clone().unwrap_or_else(|| format!("{} (requantized output)", a.node));
                 let entry = table.entry(name).or_insert_with(|| {
                     serde_json::json!({"quantization": a.describe(), "node": a.node, "bits": a.ty.bits, "signed": a.ty.signed, "matmuls": []})

@@ -31,6 +31,16 @@ fn layer_of(key: &str) -> Option<usize> {
     key.strip_prefix("layers.")?.split('.').next()?.parse().ok()
 }
 
+/// Blames the layer and module of parameter `key` (`layers.1.mlp.gate_proj.weight` → layer 1
+/// `mlp`) in `metrics`; returns the message's `; blamed on layer 1 mlp` (empty outside a layer).
+fn blame(key: &str, metrics: &mut Metrics) -> String {
+    let module = key.split('.').nth(2).unwrap_or("");
+    let Some(layer) = layer_of(key) else { return String::new() };
+    metrics.insert(key::FIRST_DIVERGENT_LAYER.into(), layer.into());
+    metrics.insert(key::DIVERGENT_MODULE.into(), format!("layer {layer} {module}").into());
+    format!("; blamed on layer {layer} {module}")
+}
+
 /// Which weights a weight is compared with, and by which error: a weight whose steps are read
 /// ([`WeightError::rounding_error`]) with every such weight by that error (≈ 1 for
 /// round-to-nearest at any granularity: an int8 per-channel matrix and a uint8 per-tensor table
@@ -91,11 +101,7 @@ pub fn judge_weights(weights: &[WeightError], metrics: &mut Metrics) -> Option<S
         metrics.insert(key::QUANTIZATION_WEIGHT_ERROR_RATIO_MAX.into(), r.into());
     }
     let (ratio, w) = first_bad?;
-    let module = w.key.split('.').nth(2).unwrap_or("");
-    if let Some(layer) = layer_of(&w.key) {
-        metrics.insert(key::FIRST_DIVERGENT_LAYER.into(), layer.into());
-        metrics.insert(key::DIVERGENT_MODULE.into(), format!("layer {layer} {module}").into());
-    }
+    let blamed = blame(&w.key, metrics);
     let measured = match w.rounding_error {
         Some(r) => format!(
             "{r:.2}× the error rounding to nearest on its own grid gives (rms of its steps / √12), {ratio:.1}× the median of the build's weights whose steps are read (> {WEIGHT_ERROR_RATIO})"
@@ -104,11 +110,7 @@ pub fn judge_weights(weights: &[WeightError], metrics: &mut Metrics) -> Option<S
     };
     Some(format!(
         "the build's `{}` (node `{}`, int{}) is not the checkpoint's weight: it dequantizes {:.3} off (rms relative), {measured}{}",
-        w.key,
-        w.node,
-        w.bits,
-        w.relative_error,
-        layer_of(&w.key).map(|l| format!("; blamed on layer {l} {module}")).unwrap_or_default()
+        w.key, w.node, w.bits, w.relative_error, blamed
     ))
 }
 
@@ -135,18 +137,14 @@ pub fn judge_activation_scales(build: &crate::onnx::quantized::QuantizedBuild, m
     }
     let (w, which, m, quantized) = found.first().copied()?;
     metrics.insert(key::QUANTIZATION_ACTIVATION_SCALE_MISMATCH.into(), serde_json::Value::Object(table));
-    let module = w.key.split('.').nth(2).unwrap_or("");
-    if let Some(layer) = layer_of(&w.key) {
-        metrics.insert(key::FIRST_DIVERGENT_LAYER.into(), layer.into());
-        metrics.insert(key::DIVERGENT_MODULE.into(), format!("layer {layer} {module}").into());
-    }
+    let blamed = blame(&w.key, metrics);
     Some(format!(
         "the {which} of `{}`'s matmul is quantized with scale {quantized:e} and dequantized by `{}` with {:e} ({:.4}×): its values come out scaled, not rounded{}{}",
         w.key,
         m.node,
         m.scale,
         m.scale / quantized,
-        layer_of(&w.key).map(|l| format!("; blamed on layer {l} {module}")).unwrap_or_default(),
+        blamed,
         if found.len() > 1 { format!(" ({} such tensors)", found.len()) } else { String::new() }
     ))
 }
