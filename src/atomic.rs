@@ -20,27 +20,31 @@ const TMP_ATTEMPTS: u32 = 1000;
 /// from a live writer's temp file without a lock (the ONNX Runtime cache removes them under its
 /// lock), but they never block a write (see `create_temp`). `tests/kill.rs` checks all of this.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    write_atomic_with(path, |mut f| {
+        f.write_all(bytes)?;
+        f.sync_all()
+    })
+}
+
+/// [`write_atomic`] of what `write` writes into the temp file (and syncs): a large value streamed
+/// to disk without a copy of it in memory (the reference cache's entries).
+pub fn write_atomic_with<T>(path: &Path, write: impl FnOnce(File) -> io::Result<T>) -> io::Result<T> {
     let dir = match path.parent() {
         Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
         _ => PathBuf::from("."),
     };
     let name = path.file_name().ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "path has no file name"))?;
     fs::create_dir_all(&dir)?;
-    let (tmp, mut f) = create_temp(&dir, &name.to_string_lossy())?;
-    let result = (|| {
-        f.write_all(bytes)?;
-        f.sync_all()?;
-        drop(f);
-        fs::rename(&tmp, path)
-    })();
-    if let Err(e) = result {
+    let (tmp, f) = create_temp(&dir, &name.to_string_lossy())?;
+    let result = write(f).and_then(|out| fs::rename(&tmp, path).map(|()| out));
+    if result.is_err() {
         let _ = fs::remove_file(&tmp);
-        return Err(e);
     }
+    let out = result?;
     if let Ok(d) = File::open(&dir) {
         let _ = d.sync_all();
     }
-    Ok(())
+    Ok(out)
 }
 
 /// Creates a fresh temp file for `name` in `dir`. A name that exists is skipped, never reused or

@@ -49,6 +49,19 @@ pub const CUDA_CACHE_MAXSIZE_VAR: &str = "CUDA_CACHE_MAXSIZE";
 /// `ONNX_PARITY_CACHE`: the per-user cache root (else `$XDG_CACHE_HOME/onnx-parity`, else
 /// `~/.cache/onnx-parity`).
 pub const CACHE_ENV: &str = "ONNX_PARITY_CACHE";
+/// `ONNX_PARITY_REFERENCE_CACHE`: `off` (`0`, `false`, `no`) turns the reference cache off
+/// (`crate::reference_cache`); anything else, or unset, leaves it on.
+pub const REFERENCE_CACHE_ENV: &str = "ONNX_PARITY_REFERENCE_CACHE";
+/// `ONNX_PARITY_REFERENCE_CACHE_MAX`: the reference cache's bound (`20G`, `500M`, bytes).
+pub const REFERENCE_CACHE_MAX_ENV: &str = "ONNX_PARITY_REFERENCE_CACHE_MAX";
+
+/// Whether the reference side's results are cached, where and how much.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReferenceCacheSettings {
+    /// `None`: off (the variable or `--no-cache`).
+    pub root: Option<PathBuf>,
+    pub max_bytes: u64,
+}
 
 /// Everything a run takes from its environment.
 #[derive(Debug, Clone)]
@@ -63,6 +76,7 @@ pub struct RunContext {
     pub ort_wheel: Option<PathBuf>,
     pub ort_threads: usize,
     pub cache_root: PathBuf,
+    pub reference_cache: ReferenceCacheSettings,
     pub testdata: Option<PathBuf>,
     /// `ONNX_PARITY_GOLDENS` (else each case's own, found from its folder).
     pub goldens_root: Option<PathBuf>,
@@ -83,6 +97,12 @@ pub struct RunContext {
 }
 
 impl RunContext {
+    /// This context with the reference cache off (`--no-cache`).
+    pub fn without_reference_cache(mut self) -> RunContext {
+        self.reference_cache.root = None;
+        self
+    }
+
     /// The selected EPs, or the CPU alone when the selection is invalid (for reports and skip
     /// reasons; the drivers refuse an invalid selection before planning).
     pub fn eps_or_cpu(&self) -> Vec<RunEp> {
@@ -136,6 +156,12 @@ impl RunContext {
             ort_dylib: path(ORT_DYLIB_ENV),
             ort_wheel: path(ORT_WHEEL_ENV),
             ort_threads: text(THREADS_ENV).and_then(|v| v.trim().parse().ok()).unwrap_or(0),
+            reference_cache: ReferenceCacheSettings {
+                root: (!switched_off(var(REFERENCE_CACHE_ENV).as_deref())).then(|| cache_root.join("reference")),
+                max_bytes: text(REFERENCE_CACHE_MAX_ENV)
+                    .and_then(|v| crate::reference_cache::parse_size(&v))
+                    .unwrap_or(crate::reference_cache::DEFAULT_MAX_BYTES),
+            },
             cache_root,
             testdata: path(TESTDATA_ENV),
             goldens_root: path(GOLDENS_ENV),
@@ -157,6 +183,12 @@ fn ci_enabled(value: Option<&std::ffi::OsStr>) -> bool {
         let v = v.to_string_lossy().trim().to_ascii_lowercase();
         !matches!(v.as_str(), "" | "0" | "false" | "no" | "off")
     })
+}
+
+/// Whether a value switches something off: `0`, `false`, `no` or `off` (any case); unset or
+/// empty leaves it as it is.
+fn switched_off(value: Option<&std::ffi::OsStr>) -> bool {
+    value.is_some_and(|v| matches!(v.to_string_lossy().trim().to_ascii_lowercase().as_str(), "0" | "false" | "no" | "off"))
 }
 
 static CONTEXT: OnceLock<RunContext> = OnceLock::new();

@@ -36,6 +36,7 @@ pub mod ort_genai;
 pub mod outputs;
 pub mod plan;
 pub mod python_json;
+pub mod reference_cache;
 pub mod regenerate;
 pub mod report;
 pub mod repro;

@@ -74,23 +74,60 @@ pub struct Prefill {
     pub activations: BTreeMap<String, Dense<f32>>,
 }
 
-/// All-position logits `[1, S, vocab]` kept as the final normed hidden state and the head that
-/// makes them, one vocabulary slice at a time when they are compared (the f64 arbiter's: at real
-/// width a full `[S, 262144]` tensor beside the reference's and the candidate's is 629 MB more
-/// for 600 positions; the state is a few MB).
+/// All-position logits `[1, S, vocab]` made one vocabulary slice at a time when they are
+/// compared (the f64 arbiter's: at real width a full `[S, 262144]` tensor beside the
+/// reference's and the candidate's is 629 MB more for 600 positions): from the final normed
+/// hidden state and the head (a few MB), or read slice by slice from a reference-cache entry.
 #[derive(Clone)]
 pub struct StreamedLogits {
-    pub hidden: candle_core::Tensor,
-    pub head: onnx_parity_reference::text::LogitsHead,
+    source: LogitsSource,
+}
+
+#[derive(Clone)]
+enum LogitsSource {
+    Head { hidden: candle_core::Tensor, head: onnx_parity_reference::text::LogitsHead },
+    Stored(StoredSlices),
+}
+
+/// Logits stored slice-major in a file (`[S, cols]` blocks in vocabulary order, f32 little
+/// endian, from `offset`): read one slice at a time, never whole in memory.
+#[derive(Debug, Clone)]
+pub struct StoredSlices {
+    pub file: std::sync::Arc<std::sync::Mutex<std::fs::File>>,
+    /// Where it is, for errors.
+    pub path: std::path::PathBuf,
+    pub offset: u64,
+    pub rows: usize,
+    pub vocab: usize,
+    /// Columns per stored slice (the last may be narrower).
+    pub slice: usize,
 }
 
 impl StreamedLogits {
     /// Columns per slice: the reference's own lm_head slice width.
     pub const SLICE: usize = onnx_parity_reference::text::VOCAB_SLICE;
 
+    /// Made from `hidden` (`[S, hidden]`) by `head`.
+    pub fn from_head(hidden: candle_core::Tensor, head: onnx_parity_reference::text::LogitsHead) -> Self {
+        StreamedLogits { source: LogitsSource::Head { hidden, head } }
+    }
+
+    /// Read from a file (a reference-cache entry).
+    pub fn stored(slices: StoredSlices) -> Self {
+        StreamedLogits { source: LogitsSource::Stored(slices) }
+    }
+
+    /// Whether each slice is computed by the head (not read from a file).
+    pub fn is_computed(&self) -> bool {
+        matches!(self.source, LogitsSource::Head { .. })
+    }
+
     /// `[1, S, vocab]`.
     pub fn shape(&self) -> Vec<usize> {
-        vec![1, self.hidden.dims().first().copied().unwrap_or(0), self.head.vocab()]
+        match &self.source {
+            LogitsSource::Head { hidden, head } => vec![1, hidden.dims().first().copied().unwrap_or(0), head.vocab()],
+            LogitsSource::Stored(s) => vec![1, s.rows, s.vocab],
+        }
     }
 
     /// `f(start, cols, values)` for each vocabulary slice in order, `values` the `[S, cols]`
@@ -99,14 +136,40 @@ impl StreamedLogits {
         &self,
         mut f: impl FnMut(usize, usize, &[f32]) -> Result<(), E>,
     ) -> Result<(), E> {
-        let vocab = self.head.vocab();
-        let values = |t: candle_core::Tensor| -> Result<Vec<f32>, onnx_parity_reference::Error> {
-            Ok(t.to_dtype(candle_core::DType::F32)?.flatten_all()?.to_vec1()?)
-        };
-        for start in (0..vocab).step_by(Self::SLICE) {
-            let cols = Self::SLICE.min(vocab - start);
-            let slice = values(self.head.columns(&self.hidden, start, cols)?)?;
-            f(start, cols, &slice)?;
+        match &self.source {
+            LogitsSource::Head { hidden, head } => {
+                let vocab = head.vocab();
+                let values = |t: candle_core::Tensor| -> Result<Vec<f32>, onnx_parity_reference::Error> {
+                    Ok(t.to_dtype(candle_core::DType::F32)?.flatten_all()?.to_vec1()?)
+                };
+                for start in (0..vocab).step_by(Self::SLICE) {
+                    let cols = Self::SLICE.min(vocab - start);
+                    let slice = values(head.columns(hidden, start, cols)?)?;
+                    f(start, cols, &slice)?;
+                }
+                Ok(())
+            }
+            LogitsSource::Stored(s) => s.for_each_slice(f),
+        }
+    }
+}
+
+impl StoredSlices {
+    fn for_each_slice<E: From<onnx_parity_reference::Error>>(
+        &self,
+        mut f: impl FnMut(usize, usize, &[f32]) -> Result<(), E>,
+    ) -> Result<(), E> {
+        use std::io::{Read, Seek, SeekFrom};
+        let io = |source: std::io::Error| onnx_parity_reference::Error::Io { path: self.path.clone(), source };
+        let mut file = self.file.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        file.seek(SeekFrom::Start(self.offset)).map_err(io)?;
+        let mut bytes = Vec::new();
+        for start in (0..self.vocab).step_by(self.slice.max(1)) {
+            let cols = self.slice.min(self.vocab - start);
+            bytes.resize(self.rows * cols * 4, 0);
+            file.read_exact(&mut bytes).map_err(io)?;
+            let values: Vec<f32> = bytes.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
+            f(start, cols, &values)?;
         }
         Ok(())
     }
@@ -114,7 +177,10 @@ impl StreamedLogits {
 
 impl std::fmt::Debug for StreamedLogits {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "StreamedLogits({:?}, hidden {:?})", self.shape(), self.hidden.dtype())
+        match &self.source {
+            LogitsSource::Head { hidden, .. } => write!(f, "StreamedLogits({:?}, hidden {:?})", self.shape(), hidden.dtype()),
+            LogitsSource::Stored(s) => write!(f, "StreamedLogits({:?}, stored in {})", self.shape(), s.path.display()),
+        }
     }
 }
 

@@ -50,6 +50,8 @@ pub struct RunMetadata {
     pub wall_s: f64,
     /// The reference's device, the TF32 switches of both back ends, and the TF32 probe.
     pub gpu: crate::gpu::GpuMetadata,
+    /// Which reference-side results came from the reference cache (`crate::reference_cache`).
+    pub reference_cache: crate::reference_cache::CacheUse,
 }
 
 impl RunMetadata {
@@ -70,6 +72,7 @@ impl RunMetadata {
             started_unix_s: std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0),
             wall_s: 0.0,
             gpu: crate::gpu::GpuMetadata::current(),
+            reference_cache: crate::reference_cache::usage(),
         }
     }
 }

@@ -166,7 +166,7 @@ impl Backend for ReferenceBackend {
         };
         let mut run = self.model.generate(inputs, &opts)?;
         let d = |t: &Tensor| dense(t).map_err(onnx_parity_reference::Error::from);
-        let streamed = run.final_hidden.take().map(|hidden| Arc::new(StreamedLogits { hidden, head: self.model.logits_head() }));
+        let streamed = run.final_hidden.take().map(|hidden| Arc::new(StreamedLogits::from_head(hidden, self.model.logits_head())));
         let mut prefill = Prefill { logits: d(&run.logits)?, streamed, ..Default::default() };
         let p = &run.prepared;
         if let Some(f) = &p.image_features {

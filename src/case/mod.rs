@@ -16,6 +16,7 @@ pub mod definition;
 pub mod discovery;
 pub mod error;
 pub mod implementations;
+pub mod infer;
 /// The tiers and dtypes a case names live below `case/` (the tolerance table reads them too).
 pub use crate::level;
 pub mod schema;

@@ -12,6 +12,7 @@
 //! are kept), so a case's peak memory is the largest single implementation's, not their sum —
 //! what lets a real checkpoint and its export share one machine.
 
+pub mod cached;
 mod error;
 pub mod hinted;
 pub mod implementations;
@@ -38,6 +39,7 @@ use crate::metrics::{RelativeError, WeightError};
 use crate::onnx::package::{Layout, OnnxPackage};
 use crate::onnx::quantized::QuantizedBuild;
 use crate::outputs::{GeneratedTokens, Isolation, Run};
+use crate::reference_cache::KeyBuilder;
 use crate::runtime::kernels::MatMulNBitsModel;
 use implementations::Implementation;
 use onnx_parity_reference::model::LocalPle;
@@ -134,6 +136,9 @@ fn weight_errors(build: &QuantizedBuild, weights: &Overrides, checkpoint: &std::
 #[derive(Debug)]
 pub struct CaseEvaluation {
     inputs: OnceLock<Result<ModelInputs, SharedError>>,
+    /// What the reference side's results are cached under ([`cached::identity`]; `None`: not
+    /// cached).
+    identity: OnceLock<Option<KeyBuilder>>,
     /// A quantized case's build weights (`None` for a float case).
     dequantized: OnceLock<Result<Option<Dequantized>, SharedError>>,
     reference: OnceLock<Result<ReferenceRun, SharedError>>,
@@ -207,6 +212,7 @@ impl CaseEvaluation {
         }
         CaseEvaluation {
             inputs: OnceLock::new(),
+            identity: OnceLock::new(),
             dequantized: OnceLock::new(),
             reference: OnceLock::new(),
             float_reference: OnceLock::new(),
@@ -226,6 +232,12 @@ impl CaseEvaluation {
 
     pub fn inputs(&self, case: &Case) -> Result<&ModelInputs, SharedError> {
         self.inputs.get_or_init(|| crate::inputs::for_case(case).map_err(|e| Arc::new(e.into()))).as_ref().map_err(Arc::clone)
+    }
+
+    /// The key parts every reference-side result of `case` is cached under (`None`: the cache
+    /// is off, or the case's files or inputs cannot be read: the runs report why).
+    fn identity(&self, case: &Case) -> Option<&KeyBuilder> {
+        self.identity.get_or_init(|| cached::current_identity(case, self.inputs(case).ok()?, self.matmul_nbits)).as_ref()
     }
 
     /// A quantized case's build weights, read from its graphs and dequantized on first use;
@@ -257,10 +269,11 @@ impl CaseEvaluation {
                     .map(str::to_string)
                     .collect();
                 build.resolve_keys(|k| name_for(k, names.iter().map(String::as_str)).map(str::to_string)).map_err(|e| err(e.to_string()))?;
-                let weights = build.dequantize().map_err(|e| err(e.to_string()))?;
                 tracing::info!("{}: quantized build: {}", case.name, build.summary());
-                let errors = weight_errors(&build, &weights, checkpoint)?;
-                drop(weights);
+                let errors = cached::through(case, self.identity(case), "weight errors", |_| {}, || {
+                    let weights = build.dequantize().map_err(|e| err(e.to_string()))?;
+                    weight_errors(&build, &weights, checkpoint)
+                })?;
                 Ok(Some(Dequantized { build, errors }))
             })
             .as_ref()
@@ -283,14 +296,23 @@ impl CaseEvaluation {
             self.float_reference
                 .get_or_init(|| {
                     let (inputs, reference) = (self.inputs(case)?, &self.reference(case)?.run);
-                    let eos = eos_ids(case);
-                    let request = GenerationRequest { layer_outputs: false, ..precision::forced(case, &eos, &reference.generation.tokens) };
-                    // Its all-position logits streamed (the cost is made slice by slice): the
-                    // float model is the last one loaded, beside the runs already held.
-                    precision::with_reference(case, candle_core::DType::F32, None, |b| {
-                        b.stream_logits();
-                        b.run(inputs, &request)
-                    })
+                    cached::through(
+                        case,
+                        self.identity(case),
+                        "float reference",
+                        |_| {},
+                        || {
+                            let eos = eos_ids(case);
+                            let request =
+                                GenerationRequest { layer_outputs: false, ..precision::forced(case, &eos, &reference.generation.tokens) };
+                            // Its all-position logits streamed (the cost is made slice by slice): the
+                            // float model is the last one loaded, beside the runs already held.
+                            precision::with_reference(case, candle_core::DType::F32, None, |b| {
+                                b.stream_logits();
+                                b.run(inputs, &request)
+                            })
+                        },
+                    )
                 })
                 .as_ref()
                 .map_err(Arc::clone),
@@ -303,30 +325,32 @@ impl CaseEvaluation {
         self.reference
             .get_or_init(|| {
                 let inputs = self.inputs(case)?;
-                let eos = eos_ids(case);
                 let build = self.build(case)?;
-                let (run, opened) = match build {
-                    None => {
-                        run_once(&implementations::REFERENCE, case, RunEp::Cpu, |backend| backend.run(inputs, &request(case, &eos, None)))?
-                    }
-                    Some(build) => {
-                        let artifacts = Artifacts::of(case);
-                        let dir = artifacts.checkpoint.as_deref().ok_or(EvalError::NoArtifact(implementations::REFERENCE.missing))?;
-                        let open = |dir: &std::path::Path| precision::load_reference(case, dir, candle_core::DType::F32, Some(build));
-                        run_loaded(case, "reference", dir, "", open, |b: &mut ReferenceBackend| b.run(inputs, &request(case, &eos, None)))?
-                    }
-                };
-                let scope = opened.scope.unwrap_or(BidirectionalScope::None);
-                Ok(ReferenceRun { scope, run })
+                cached::through(case, self.identity(case), "reference", |_| {}, || self.run_reference(case, inputs, build))
             })
             .as_ref()
             .map_err(Arc::clone)
     }
 
+    fn run_reference(&self, case: &Case, inputs: &ModelInputs, build: Option<&QuantizedBuild>) -> Result<ReferenceRun, SharedError> {
+        let eos = eos_ids(case);
+        let (run, opened) = match build {
+            None => run_once(&implementations::REFERENCE, case, RunEp::Cpu, |backend| backend.run(inputs, &request(case, &eos, None)))?,
+            Some(build) => {
+                let artifacts = Artifacts::of(case);
+                let dir = artifacts.checkpoint.as_deref().ok_or(EvalError::NoArtifact(implementations::REFERENCE.missing))?;
+                let open = |dir: &std::path::Path| precision::load_reference(case, dir, candle_core::DType::F32, Some(build));
+                run_loaded(case, "reference", dir, "", open, |b: &mut ReferenceBackend| b.run(inputs, &request(case, &eos, None)))?
+            }
+        };
+        let scope = opened.scope.unwrap_or(BidirectionalScope::None);
+        Ok(ReferenceRun { scope, run })
+    }
+
     /// The f64 arbiter's run of the case's inputs, teacher-forced with the reference's tokens
     /// (the calibrated L3 rule's truth).
     pub fn arbiter(&self, case: &Case) -> Result<&Run, SharedError> {
-        self.precision.arbiter(case, self.inputs(case)?, &self.reference(case)?.run, self.build(case)?)
+        self.precision.arbiter(case, self.identity(case), self.inputs(case)?, &self.reference(case)?.run, self.build(case)?)
     }
 
     /// What the calibrated rule judges `case`'s candidates with, when it decides their L3
@@ -336,8 +360,9 @@ impl CaseEvaluation {
         let get = || -> Result<Calibration<'_>, SharedError> {
             let (inputs, reference) = (self.inputs(case)?, &self.reference(case)?.run);
             let build = self.build(case)?;
-            let truth = self.precision.arbiter(case, inputs, reference, build)?;
-            let at = self.precision.at_precision(case, case.dtype, inputs, reference, truth, build, local_ple(case))?;
+            let id = self.identity(case);
+            let truth = self.precision.arbiter(case, id, inputs, reference, build)?;
+            let at = self.precision.at_precision(case, id, case.dtype, inputs, reference, truth, build, local_ple(case))?;
             Ok(Calibration {
                 rule,
                 truth,
@@ -409,15 +434,37 @@ impl CaseEvaluation {
         let build = &d.build;
         let tokens = &reference.generation.tokens;
         let mut out = hinted::Hinted::default();
+        let id = self.identity(case);
+        // Each conditioned floor is cached under the candidate's activations too.
+        let digest = |a: &std::collections::BTreeMap<String, crate::inputs::Dense<f32>>| {
+            let mut k = KeyBuilder::new("activations", "");
+            cached::add_activations(&mut k, a);
+            k.finish().0
+        };
+        let (local_digest, isolated_digest, forced_digest) =
+            (digest(&activations.local), digest(&activations.isolated), digest(&activations.forced));
         if let Some(h) = hinted::hints(build, activations.local) {
-            let arbiter = self.precision.arbiter(case, inputs, reference, Some(build))?;
-            out.local = Some(hinted::local(case, inputs, arbiter, build, local_ple(case), &h)?);
+            let arbiter = self.precision.arbiter(case, id, inputs, reference, Some(build))?;
+            let ple = local_ple(case);
+            let extra = |k: &mut KeyBuilder| {
+                k.add("activations", &local_digest).text("ple", &format!("{ple:?}"));
+            };
+            out.local = Some(cached::through(case, id, "conditioned local layers", extra, || {
+                hinted::local(case, inputs, arbiter, build, ple, &h)
+            })?);
         }
         if let Some(h) = hinted::hints(build, activations.isolated) {
-            out.isolated = Some(hinted::runs(case, inputs, tokens, build, &h)?);
+            let extra = |k: &mut KeyBuilder| {
+                k.add("activations", &isolated_digest);
+            };
+            out.isolated =
+                Some(cached::through(case, id, "conditioned isolated decoder", extra, || hinted::runs(case, inputs, tokens, build, &h))?);
         }
         if let Some(h) = hinted::hints(build, activations.forced) {
-            out.prefill = Some(hinted::runs(case, inputs, tokens, build, &h)?);
+            let extra = |k: &mut KeyBuilder| {
+                k.add("activations", &forced_digest);
+            };
+            out.prefill = Some(cached::through(case, id, "conditioned prefill", extra, || hinted::runs(case, inputs, tokens, build, &h))?);
         }
         Ok((out.local.is_some() || out.prefill.is_some() || out.isolated.is_some()).then_some(out))
     }

@@ -26,6 +26,7 @@ use crate::case::{Case, Dtype, L3Rule, Level};
 use crate::inputs::ModelInputs;
 use crate::onnx::quantized::QuantizedBuild;
 use crate::outputs::{LocalLayers, Run};
+use crate::reference_cache::KeyBuilder;
 use crate::tolerance::{CalibratedRule, Tolerances};
 use onnx_parity_reference::model::LocalPle;
 
@@ -68,14 +69,29 @@ pub fn calibrated_rule(case: &Case) -> Option<CalibratedRule> {
 
 impl PrecisionRuns {
     /// The f64 arbiter's run of `inputs`, teacher-forced with `reference`'s tokens.
-    pub fn arbiter(&self, case: &Case, inputs: &ModelInputs, reference: &Run, build: Option<&QuantizedBuild>) -> Result<&Run, SharedError> {
+    pub fn arbiter(
+        &self,
+        case: &Case,
+        identity: Option<&KeyBuilder>,
+        inputs: &ModelInputs,
+        reference: &Run,
+        build: Option<&QuantizedBuild>,
+    ) -> Result<&Run, SharedError> {
         self.arbiter
             .get_or_init(|| {
-                let eos = eos_ids(case);
-                with_reference(case, DType::F64, build, |b| {
-                    b.stream_logits();
-                    b.run(inputs, &forced(case, &eos, &reference.generation.tokens))
-                })
+                super::cached::through(
+                    case,
+                    identity,
+                    "arbiter",
+                    |_| {},
+                    || {
+                        let eos = eos_ids(case);
+                        with_reference(case, DType::F64, build, |b| {
+                            b.stream_logits();
+                            b.run(inputs, &forced(case, &eos, &reference.generation.tokens))
+                        })
+                    },
+                )
             })
             .as_ref()
             .map_err(Arc::clone)
@@ -87,6 +103,7 @@ impl PrecisionRuns {
     pub fn at_precision(
         &self,
         case: &Case,
+        identity: Option<&KeyBuilder>,
         dtype: Dtype,
         inputs: &ModelInputs,
         reference: &Run,
@@ -100,11 +117,16 @@ impl PrecisionRuns {
         let i = i + if ple == LocalPle::FromStream { 3 } else { 0 };
         self.at[i]
             .get_or_init(|| {
-                let eos = eos_ids(case);
-                let request = forced(case, &eos, &reference.generation.tokens);
-                with_reference(case, compute, build, |b| {
-                    let run = if compute == DType::F32 { None } else { Some(b.run(inputs, &request)?) };
-                    Ok(AtPrecision { run, local: b.local_layers(inputs, arbiter, ple)? })
+                let extra = |k: &mut KeyBuilder| {
+                    k.text("compute", &format!("{compute:?}")).text("ple", &format!("{ple:?}"));
+                };
+                super::cached::through(case, identity, "floor", extra, || {
+                    let eos = eos_ids(case);
+                    let request = forced(case, &eos, &reference.generation.tokens);
+                    with_reference(case, compute, build, |b| {
+                        let run = if compute == DType::F32 { None } else { Some(b.run(inputs, &request)?) };
+                        Ok(AtPrecision { run, local: b.local_layers(inputs, arbiter, ple)? })
+                    })
                 })
             })
             .as_ref()

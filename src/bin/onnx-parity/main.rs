@@ -15,6 +15,7 @@ use onnx_parity::regenerate::{regenerate, GoldenChange};
 use onnx_parity::report::{CaseReport, LevelReport, RunMetadata, RunReport};
 use onnx_parity::tiers::RunOptions;
 
+mod check;
 mod dumps;
 use dumps::{compare, compare_with_arbiter, diff_reports, logits, LogitsArgs, Precision};
 
@@ -23,6 +24,10 @@ use dumps::{compare, compare_with_arbiter, diff_reports, logits, LogitsArgs, Pre
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// Neither read nor write the reference cache (also `ONNX_PARITY_REFERENCE_CACHE=off`):
+    /// every reference-side result is computed.
+    #[arg(long, global = true)]
+    no_cache: bool,
 }
 
 #[derive(Subcommand)]
@@ -31,6 +36,11 @@ enum Command {
     /// and parse errors, then each trial with the execution provider it runs on for the EPs
     /// `ONNX_PARITY_EP` selects (ignored ones with why). Exits 1 if any file is malformed.
     List { paths: Vec<PathBuf> },
+    /// Judge an export without a case file: the case is built from the export and its
+    /// checkpoint (`--model DIR|HF_ID`), what could not be inferred is printed, then the tiers
+    /// run as `run` runs them (same verdicts, reports, blame and exit status; 2 when the export
+    /// or the checkpoint is not usable). `--write-case FILE` keeps the YAML to commit.
+    Check(check::CheckArgs),
     /// Run tiers on the cases under PATHs and print a verdict per case × tier. Exits 0 when every
     /// tier that ran passed (xfail, ambiguous and skipped do not fail a run), 1 when one failed,
     /// 3 when nothing ran (every trial asked for was skipped or ignored), 2 on an error.
@@ -180,7 +190,7 @@ fn repro(path: PathBuf, variant: Option<String>, level: Level, out: PathBuf) -> 
 
 /// The report files `run` and `report` write.
 #[derive(clap::Args)]
-struct ReportFiles {
+pub(crate) struct ReportFiles {
     /// Write the JSON report here.
     #[arg(long)]
     report: Option<PathBuf>,
@@ -201,7 +211,7 @@ fn default_paths(paths: Vec<PathBuf>) -> Vec<PathBuf> {
 }
 
 /// A `--levels` entry: `L1` … `L5`, any case.
-fn parse_level(s: &str) -> Result<Level, onnx_parity::names::UnknownName> {
+pub(crate) fn parse_level(s: &str) -> Result<Level, onnx_parity::names::UnknownName> {
     s.trim().to_ascii_uppercase().parse()
 }
 
@@ -252,7 +262,13 @@ fn list(paths: Vec<PathBuf>) -> anyhow::Result<ExitCode> {
 /// `run`'s exit status when no trial it was asked for ran (pytest's "no tests collected").
 const NOTHING_RAN: u8 = 3;
 
-fn run(paths: Vec<PathBuf>, levels: Vec<Level>, files: ReportFiles, goldens: Option<PathBuf>, strict: bool) -> anyhow::Result<ExitCode> {
+pub(crate) fn run(
+    paths: Vec<PathBuf>,
+    levels: Vec<Level>,
+    files: ReportFiles,
+    goldens: Option<PathBuf>,
+    strict: bool,
+) -> anyhow::Result<ExitCode> {
     let levels = if levels.is_empty() { Level::ALL.to_vec() } else { levels };
     let mut opts = RunOptions::from_env();
     opts.strict |= strict;
@@ -561,7 +577,14 @@ fn main() -> ExitCode {
     // The run context (src/context.rs): resolved once, here, from the environment; while the
     // process has one thread, the variables the libraries it loads read (TF32 off for CUDA before
     // any CUDA context, ORT GenAI's ONNX Runtime) are set here and nowhere else.
-    let context = onnx_parity::context::RunContext::from_env();
+    let cli = Cli::parse();
+    let mut context = onnx_parity::context::RunContext::from_env();
+    if cli.no_cache {
+        context = context.without_reference_cache();
+    }
+    if let Command::Check(check::CheckArgs { ep: Some(eps), .. }) = &cli.command {
+        context.eps = onnx_parity::eps::parse_selection(eps);
+    }
     let vars = onnx_parity::driver::variables_to_set(&context, cfg!(feature = "cuda"));
     for (k, v) in &vars {
         std::env::set_var(k, v);
@@ -571,13 +594,13 @@ fn main() -> ExitCode {
         .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("ONNX_PARITY_LOG").unwrap_or_else(|_| "info".into()))
         .with_writer(std::io::stderr)
         .try_init();
-    let cli = Cli::parse();
     if let Err(e) = &onnx_parity::context::current().eps {
         eprintln!("error: {e}");
         return ExitCode::from(2);
     }
     let result = match cli.command {
         Command::List { paths } => list(paths),
+        Command::Check(args) => check::check(args),
         Command::Run { paths, levels, files, goldens, strict } => run(paths, levels, files, goldens, strict),
         Command::Golden { paths, force, goldens } => golden(paths, force, goldens),
         Command::Fetch { paths, weights, runtimes, no_hub } => fetch(paths, weights, runtimes, no_hub),

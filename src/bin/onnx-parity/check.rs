@@ -1,0 +1,98 @@
+//! `onnx-parity check EXPORT --model DIR|HF_ID`: judge an export without writing a case, the
+//! case built from what the export and the checkpoint say (`onnx_parity::case::infer`), run as
+//! `run` runs a case file, with the same verdicts, reports and blame.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use onnx_parity::case::infer::{infer, CheckRequest, Prompt};
+use onnx_parity::case::Level;
+
+use super::{parse_level, run, ReportFiles};
+
+/// `check`'s arguments.
+#[derive(clap::Args)]
+pub struct CheckArgs {
+    /// The export folder (`model.onnx`, or `decoder/`, `embedding/`, `vision_encoder/`).
+    pub export: PathBuf,
+    /// The checkpoint it was exported from: a folder (config.json, safetensors, tokenizer), or
+    /// a model id in the HF cache (never downloaded here).
+    #[arg(long)]
+    pub model: String,
+    /// Execution providers to judge it on (`cpu`, `cuda`, `cpu,cuda`; default
+    /// `ONNX_PARITY_EP`, else the CPU).
+    #[arg(long)]
+    pub ep: Option<String>,
+    /// Tiers to run (default L1,L3: L4/L5 need goldens, which a fresh export has none of).
+    #[arg(long, value_delimiter = ',', value_parser = parse_level)]
+    pub levels: Vec<Level>,
+    /// The prompt, through the checkpoint's tokenizer and chat template.
+    #[arg(long, conflicts_with_all = ["tokens", "inputs"])]
+    pub prompt: Option<String>,
+    /// N token ids drawn from the vocabulary instead of a prompt (a checkpoint without a
+    /// tokenizer; the default there, 32).
+    #[arg(long, conflicts_with = "inputs")]
+    pub tokens: Option<usize>,
+    /// A safetensors file of the processor's tensors (`input_ids`, `pixel_values`, ...).
+    #[arg(long)]
+    pub inputs: Option<PathBuf>,
+    /// An image for the prompt (an export with a vision encoder).
+    #[arg(long, requires = "prompt")]
+    pub image: Vec<PathBuf>,
+    /// New tokens to generate.
+    #[arg(long, default_value_t = 8)]
+    pub max_new_tokens: usize,
+    /// Also write the case YAML it ran here (paths relative to it), to commit it as a case.
+    #[arg(long)]
+    pub write_case: Option<PathBuf>,
+    /// Fail a tier whose artifact is missing instead of skipping it.
+    #[arg(long)]
+    pub strict: bool,
+    #[command(flatten)]
+    pub files: ReportFiles,
+}
+
+pub fn check(args: CheckArgs) -> anyhow::Result<ExitCode> {
+    let levels = if args.levels.is_empty() { vec![Level::L1, Level::L3] } else { args.levels.clone() };
+    let prompt = match (&args.prompt, args.tokens, &args.inputs) {
+        (Some(text), _, _) => Some(Prompt::Text { text: text.clone(), images: args.image.clone() }),
+        (_, Some(n), _) => Some(Prompt::Tokens(n)),
+        (_, _, Some(p)) => Some(Prompt::Tensors(p.clone())),
+        _ => None,
+    };
+    let request = CheckRequest {
+        export: args.export.clone(),
+        model: args.model.clone(),
+        prompt,
+        levels: levels.clone(),
+        max_new_tokens: args.max_new_tokens,
+    };
+    // The case lives where it is written, else in a folder of its own under the temp folder
+    // (`check/<export folder>` names its trials).
+    let name = std::path::absolute(&args.export)?.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "export".into());
+    let path = match &args.write_case {
+        Some(p) => p.clone(),
+        None => std::env::temp_dir().join(format!("onnx-parity-check-{}", std::process::id())).join("check").join(format!("{name}.yaml")),
+    };
+    let dir = std::path::absolute(path.parent().unwrap_or(std::path::Path::new(".")))?;
+    let inferred = match infer(&request, Some(&dir)) {
+        Ok(i) => i,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return Ok(ExitCode::from(2));
+        }
+    };
+    for n in &inferred.not_inferred {
+        println!("not inferred: {n}");
+    }
+    onnx_parity::atomic::write_atomic(&path, inferred.yaml.as_bytes()).with_context(|| format!("writing {}", path.display()))?;
+    if args.write_case.is_some() {
+        println!("wrote the case to {}", path.display());
+    }
+    let code = run(vec![path.clone()], levels, args.files, None, args.strict);
+    if args.write_case.is_none() {
+        let _ = std::fs::remove_dir_all(dir.parent().unwrap_or(&dir));
+    }
+    code
+}

@@ -1,0 +1,289 @@
+//! A case built from what an export and its checkpoint say, for `onnx-parity check EXPORT
+//! --model DIR|HF_ID` (the exporter's inner loop: no YAML to write by hand). The model type,
+//! vocabulary and EOS ids come from the checkpoint's `config.json`; the dtype from the export's
+//! graphs (a quantized weight's bit width, else the KV cache's or the logits' element type); the
+//! task from its sub-models (a vision encoder: image-text-to-text). What cannot be inferred —
+//! expected failures, the export pin (`export:`), goldens for L4/L5 — is listed in
+//! [`Inferred::not_inferred`] and printed, never guessed.
+
+use std::path::{Path, PathBuf};
+
+use crate::level::{Dtype, Level};
+use crate::onnx::graph::{Dim, GraphSummary};
+use crate::onnx::package::{Layout, OnnxPackage, DECODER, TEXT_MODEL, VISION_ENCODER};
+
+/// Why no case could be built (`check` exits 2 naming it).
+#[derive(Debug, thiserror::Error)]
+pub enum InferError {
+    #[error("{}: not an ONNX export: {source}", path.display())]
+    NotAnExport {
+        path: PathBuf,
+        #[source]
+        source: crate::onnx::package::PackageError,
+    },
+    #[error("{}: {why}", path.display())]
+    Unreadable { path: PathBuf, why: String },
+    #[error("--model {model}: {why}")]
+    Model { model: String, why: String },
+    #[error("{export} is not an export of {model}: {why}")]
+    OtherModel { export: String, model: String, why: String },
+}
+
+/// What the case is fed.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Prompt {
+    /// Text through the checkpoint's tokenizer and chat template (with `images`).
+    Text { text: String, images: Vec<PathBuf> },
+    /// `n` token ids drawn from the vocabulary (a checkpoint without a tokenizer).
+    Tokens(usize),
+    /// A safetensors file of the processor's tensors.
+    Tensors(PathBuf),
+}
+
+/// What `check` was asked.
+#[derive(Debug, Clone)]
+pub struct CheckRequest {
+    pub export: PathBuf,
+    /// A checkpoint folder, or a model id in the HF cache.
+    pub model: String,
+    pub prompt: Option<Prompt>,
+    pub levels: Vec<Level>,
+    pub max_new_tokens: usize,
+}
+
+/// The case `check` runs.
+#[derive(Debug, Clone)]
+pub struct Inferred {
+    /// The YAML, paths absolute or relative to `relative_to`.
+    pub yaml: String,
+    /// What it could not infer, one line each.
+    pub not_inferred: Vec<String>,
+}
+
+/// The tokens `--tokens N` feeds: BOS (2) then ids drawn from `3..vocab` by a fixed generator,
+/// the same on every machine.
+pub fn token_ids(n: usize, vocab: usize) -> Vec<i64> {
+    let mut state: u64 = 0x9e37_79b9_7f4a_7c15;
+    let span = vocab.saturating_sub(3).max(1) as u64;
+    let mut ids = vec![2i64];
+    while ids.len() < n {
+        state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        ids.push(3 + ((state >> 33) % span) as i64);
+    }
+    ids.truncate(n.max(1));
+    ids
+}
+
+/// The checkpoint folder `model` names: a folder, else a snapshot in the HF cache (never
+/// downloaded here); and the model id the case is written under.
+pub fn resolve_model(model: &str) -> Result<(PathBuf, String, Option<String>), InferError> {
+    let dir = Path::new(model);
+    if dir.is_dir() {
+        // `…/tiny-model/checkpoint` is `local/tiny-model`.
+        let id = dir.canonicalize().ok().and_then(|d| {
+            let named = if d.file_name().is_some_and(|n| n == "checkpoint") { d.parent()?.to_path_buf() } else { d };
+            named.file_name().map(|n| n.to_string_lossy().into_owned())
+        });
+        return Ok((dir.to_path_buf(), format!("local/{}", id.unwrap_or_else(|| "checkpoint".into())), None));
+    }
+    if dir.exists() || model.starts_with('.') || model.starts_with('/') || model.split('/').count() != 2 {
+        let why = if dir.exists() { "is not a folder" } else { "is neither a checkpoint folder nor an `owner/name` model id" };
+        return Err(InferError::Model { model: model.into(), why: why.into() });
+    }
+    let hub = crate::hub::Hub::new(crate::context::current().hub.clone());
+    let revision = crate::hub::DEFAULT_REVISION;
+    match hub.cached_snapshot_dir(model, revision).filter(|d| d.join("config.json").is_file()) {
+        Some(d) => Ok((d, model.to_string(), Some(revision.to_string()))),
+        None => Err(InferError::Model {
+            model: model.into(),
+            why: "not in the HF cache (HF_HOME / HF_HUB_CACHE) and `check` does not download: download it first (e.g. \
+                  write the case with a checkpoint folder, or `onnx-parity fetch --weights` a case naming it), or pass its folder"
+                .into(),
+        }),
+    }
+}
+
+fn read_json(path: &Path) -> Result<serde_json::Value, InferError> {
+    let text = std::fs::read_to_string(path).map_err(|e| InferError::Unreadable { path: path.into(), why: e.to_string() })?;
+    serde_json::from_str(&text).map_err(|e| InferError::Unreadable { path: path.into(), why: format!("not JSON: {e}") })
+}
+
+/// `key` from the text config (`text_config.key`, else `key`).
+fn text_field<'a>(config: &'a serde_json::Value, key: &str) -> Option<&'a serde_json::Value> {
+    config.get("text_config").and_then(|t| t.get(key)).or_else(|| config.get(key))
+}
+
+/// The build's dtype from its graphs: a quantized weight's bits, else the decoder's KV cache or
+/// logits element type.
+fn export_dtype(export: &Path, decoder: &GraphSummary) -> Result<Dtype, InferError> {
+    let build = crate::onnx::quantized::QuantizedBuild::read(export)
+        .map_err(|e| InferError::Unreadable { path: export.into(), why: e.to_string() })?;
+    if let Some(b) = build {
+        return Ok(if b.weights.iter().any(|w| w.bits <= 4) { Dtype::Int4 } else { Dtype::Int8 });
+    }
+    let typed = decoder
+        .inputs
+        .iter()
+        .find(|i| i.name.starts_with("past_key_values"))
+        .or_else(|| decoder.outputs.iter().find(|o| o.name == "logits"));
+    match typed.map(|t| t.dtype) {
+        Some("float16") => Ok(Dtype::Float16),
+        Some("bfloat16") => Ok(Dtype::Bfloat16),
+        Some("float32") => Ok(Dtype::Float32),
+        other => Err(InferError::Unreadable {
+            path: decoder.path.clone(),
+            why: format!("no KV cache input or logits output of a float type to take the dtype from (found {other:?})"),
+        }),
+    }
+}
+
+/// Whether the export is of this checkpoint: its logits' vocabulary, its KV pairs and its
+/// sub-models are what the checkpoint's config says (L1 checks every tensor; this catches the
+/// wrong `--model` before anything runs).
+fn check_same_model(req: &CheckRequest, package: &OnnxPackage, decoder: &GraphSummary, config: &Path) -> Result<(), InferError> {
+    let other = |why: String| InferError::OtherModel { export: req.export.display().to_string(), model: req.model.clone(), why };
+    let contract = crate::onnx::contract::ExportContract::from_config_file(config)
+        .map_err(|e| InferError::Unreadable { path: config.into(), why: e.to_string() })?;
+    let graph_vocab = decoder.outputs.iter().find(|o| o.name == "logits").and_then(|o| o.dims.as_ref()?.last().cloned());
+    if let Some(Dim::Static(v)) = graph_vocab {
+        if v != contract.vocab_size {
+            return Err(other(format!("its logits have {v} vocabulary entries, the checkpoint's config.json {}", contract.vocab_size)));
+        }
+    }
+    let pairs = decoder.inputs.iter().filter(|i| i.name.starts_with("past_key_values.") && i.name.ends_with(".key")).count();
+    if pairs > 0 && pairs != contract.kv.len() {
+        return Err(other(format!(
+            "its decoder has {pairs} KV cache pairs, the checkpoint's config.json {} layers with their own KV",
+            contract.kv.len()
+        )));
+    }
+    // Each pair's heads and head width (`[batch, heads, seq, head_dim]`) where the graph states them.
+    for (i, kv) in contract.kv.iter().enumerate() {
+        let Some(dims) = decoder.inputs.iter().find(|t| t.name == format!("past_key_values.{i}.key")).and_then(|t| t.dims.clone()) else {
+            continue;
+        };
+        if let (Some(Dim::Static(h)), Some(Dim::Static(d))) = (dims.get(1), dims.get(3)) {
+            if (*h, *d) != (kv.heads, kv.head_dim) {
+                return Err(other(format!(
+                    "its KV pair {i} has {h} heads of width {d}, the checkpoint's layer {} has {} of width {}",
+                    kv.layer, kv.heads, kv.head_dim
+                )));
+            }
+        }
+    }
+    let expected: Vec<&str> = contract.submodels.iter().map(|s| s.role).collect();
+    let text_only_config = expected == [TEXT_MODEL];
+    if text_only_config && package.layout == Layout::Multimodal {
+        let found: Vec<&String> = package.submodels.keys().collect();
+        return Err(other(format!("it has the sub-models {found:?}, the checkpoint's config.json describes a text-only model")));
+    }
+    Ok(())
+}
+
+/// A relative path from `base` to `path` when both are absolute, else `path`.
+fn relative(path: &Path, base: Option<&Path>) -> String {
+    let abs = |p: &Path| std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf());
+    let Some(base) = base else { return abs(path).display().to_string() };
+    let (p, b) = (abs(path), abs(base));
+    let (pc, bc): (Vec<_>, Vec<_>) = (p.components().collect(), b.components().collect());
+    let common = pc.iter().zip(&bc).take_while(|(a, b)| a == b).count();
+    // Nothing in common but the root: the absolute path says more.
+    if common <= 1 {
+        return p.display().to_string();
+    }
+    let mut out = PathBuf::new();
+    for _ in common..bc.len() {
+        out.push("..");
+    }
+    for c in &pc[common..] {
+        out.push(c.as_os_str());
+    }
+    out.display().to_string()
+}
+
+/// The case for `req`, its paths relative to `case_dir` (the folder the YAML is written to).
+pub fn infer(req: &CheckRequest, case_dir: Option<&Path>) -> Result<Inferred, InferError> {
+    let package = OnnxPackage::open(&req.export).map_err(|source| InferError::NotAnExport { path: req.export.clone(), source })?;
+    let (checkpoint, model_id, revision) = resolve_model(&req.model)?;
+    let config = read_json(&checkpoint.join("config.json"))?;
+    let model_type = config.get("model_type").and_then(|v| v.as_str()).unwrap_or_default().to_string();
+    if !model_type.starts_with("gemma4") {
+        return Err(InferError::Model { model: req.model.clone(), why: format!("model_type `{model_type}` is not a Gemma 4 model") });
+    }
+    let role = if package.layout == Layout::TextOnly { TEXT_MODEL } else { DECODER };
+    let decoder_path = package.submodel(role).ok_or_else(|| InferError::Unreadable {
+        path: req.export.clone(),
+        why: format!("no `{role}` sub-model (found {:?})", package.submodels.keys().collect::<Vec<_>>()),
+    })?;
+    let decoder = GraphSummary::load(decoder_path).map_err(|e| InferError::Unreadable { path: decoder_path.into(), why: e.to_string() })?;
+    check_same_model(req, &package, &decoder, &checkpoint.join("config.json"))?;
+    let vocab = text_field(&config, "vocab_size").and_then(|v| v.as_u64()).unwrap_or(0) as usize;
+    let dtype = export_dtype(&req.export, &decoder)?;
+    let vision = package.submodel(VISION_ENCODER).is_some();
+    let mut not_inferred = vec![
+        "expected failures (`xfail:`): none; a failing tier fails".to_string(),
+        "the export pin (`export: {ep, dtype, static_cache}`): not written, so L1 checks no EP contract".to_string(),
+    ];
+    if req.levels.iter().any(|l| matches!(l, Level::L4 | Level::L5)) {
+        not_inferred.push("goldens for L4/L5: none are looked for beside a written case until `onnx-parity golden` writes them".into());
+    }
+    let mut y = String::new();
+    let q = |s: &str| serde_json::to_string(s).unwrap_or_default();
+    y.push_str(&format!("# Written by `onnx-parity check` from the export {} and the checkpoint {}.\n", req.export.display(), req.model));
+    for n in &not_inferred {
+        y.push_str(&format!("# Not inferred: {n}\n"));
+    }
+    y.push_str(&format!("model_id: {}\nmodel_type: {}\n", q(&model_id), q(&model_type)));
+    if let Some(r) = &revision {
+        y.push_str(&format!("revision: {}\n", q(r)));
+    }
+    let task = if vision { "image-text-to-text" } else { "text-generation" };
+    y.push_str(&format!("task_type: {}\ndtype: {}\n", q(task), q(dtype.as_str())));
+    if revision.is_none() {
+        y.push_str(&format!("checkpoint: {}\n", q(&relative(&checkpoint, case_dir))));
+    }
+    y.push_str(&format!("onnx: {}\n", q(&relative(&req.export, case_dir))));
+    let has_tokenizer = checkpoint.join("tokenizer.json").is_file();
+    let prompt = match &req.prompt {
+        Some(p) => p.clone(),
+        None if has_tokenizer => Prompt::Text { text: "The capital of France is".into(), images: vec![] },
+        None => {
+            not_inferred.push("a prompt: the checkpoint has no tokenizer.json, so 32 token ids drawn from its vocabulary are fed".into());
+            Prompt::Tokens(32)
+        }
+    };
+    match &prompt {
+        Prompt::Text { text, images } => {
+            if !has_tokenizer {
+                return Err(InferError::Model {
+                    model: req.model.clone(),
+                    why: "--prompt needs the checkpoint's tokenizer.json, which it lacks (use --tokens N)".into(),
+                });
+            }
+            y.push_str(&format!("inputs:\n  prompts: [{}]\n", q(text)));
+            if !images.is_empty() {
+                let list: Vec<String> = images.iter().map(|i| q(&relative(i, case_dir))).collect();
+                y.push_str(&format!("  images: [{}]\n", list.join(", ")));
+            }
+        }
+        Prompt::Tokens(n) => {
+            let ids: Vec<String> = token_ids(*n, vocab).iter().map(|i| i.to_string()).collect();
+            y.push_str(&format!("inputs:\n  input_ids: [{}]\n", ids.join(", ")));
+        }
+        Prompt::Tensors(p) => y.push_str(&format!("inputs:\n  tensors: {}\n", q(&relative(p, case_dir)))),
+    }
+    let levels: Vec<String> = req.levels.iter().map(|l| l.to_string()).collect();
+    y.push_str(&format!("levels: [{}]\n", levels.join(", ")));
+    let eos = match text_field(&config, "eos_token_id").or_else(|| config.get("eos_token_id")) {
+        Some(serde_json::Value::Array(a)) => a.iter().filter_map(|v| v.as_i64()).collect(),
+        Some(v) => v.as_i64().into_iter().collect(),
+        None => vec![1],
+    };
+    let eos: Vec<String> = eos.iter().map(|e| e.to_string()).collect();
+    y.push_str(&format!(
+        "generation:\n  max_new_tokens: {}\n  do_sample: false\n  eos_token_id: [{}]\n",
+        req.max_new_tokens,
+        eos.join(", ")
+    ));
+    Ok(Inferred { yaml: y, not_inferred })
+}

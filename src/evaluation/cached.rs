@@ -1,0 +1,208 @@
+//! The evaluation's reference-side results through the reference cache (`crate::reference_cache`):
+//! what each key is made of, and how the evaluation's own result types are stored.
+//!
+//! A case's **identity** is everything its reference runs read: the reference code version and
+//! device, every file of the checkpoint folder (weights, config), the inputs (ids, pixels,
+//! positions, token types), the mask scope asked for, the generation asked for (EOS ids, new
+//! tokens, whether L3 keeps all positions and layers), and for a quantized build every file of
+//! its export folder and the kernel model its floors follow. Each result adds what distinguishes
+//! it (`arbiter`, `floor float16 given`, the candidate's activations for a conditioned floor).
+
+use std::sync::OnceLock;
+
+use onnx_parity_reference::weights::rounding::Adopted;
+
+use super::error::SharedError;
+use super::hinted::Conditioned;
+use super::precision::AtPrecision;
+use super::request::{eos_ids, max_new_tokens};
+use super::ReferenceRun;
+use crate::artifacts::Artifacts;
+use crate::case::{Case, Level};
+use crate::inputs::{Dense, ModelInputs};
+use crate::metrics::WeightError;
+use crate::reference_cache::codec::{Decoder, Encoder};
+use crate::reference_cache::{CacheError, Cached, KeyBuilder, Store, CODE_VERSION};
+use crate::runtime::kernels::MatMulNBitsModel;
+
+/// The process's reference cache, `None` when it is off.
+pub fn store() -> Option<&'static Store> {
+    static STORE: OnceLock<Option<Store>> = OnceLock::new();
+    STORE
+        .get_or_init(|| {
+            let s = &crate::context::current().reference_cache;
+            s.root.clone().map(|root| Store::new(root, s.max_bytes))
+        })
+        .as_ref()
+}
+
+/// The digest of every file under `dir` (recursively, by relative path), through the store's
+/// remembered digests.
+fn folder(store: &Store, key: &mut KeyBuilder, part: &str, dir: &std::path::Path) -> Result<(), CacheError> {
+    let mut files = Vec::new();
+    for f in crate::files::walk(dir, &|_| true) {
+        files.push(f.map_err(|e| CacheError::Io { path: e.path, source: e.source })?);
+    }
+    for f in files {
+        let rel = f.strip_prefix(dir).unwrap_or(&f).to_string_lossy().into_owned();
+        let digest = store.digests.digest(&f)?;
+        key.text(&format!("{part}/{rel}"), &digest);
+    }
+    Ok(())
+}
+
+/// `inputs` into `key`, bit exact.
+pub fn add_inputs(key: &mut KeyBuilder, inputs: &ModelInputs) {
+    key.i64s("input_ids", &inputs.input_ids);
+    if let Some(p) = &inputs.pixel_values {
+        key.text("pixel_values shape", &format!("{:?}", p.shape)).f32s("pixel_values", &p.data);
+    }
+    if let Some(p) = &inputs.image_position_ids {
+        key.text("image_position_ids shape", &format!("{:?}", p.shape)).i64s("image_position_ids", &p.data);
+    }
+    if let Some(t) = &inputs.mm_token_type_ids {
+        key.i64s("mm_token_type_ids", t);
+    }
+}
+
+/// The identity of `case`'s reference side on `inputs` ([module doc](self)); `None` when the
+/// cache is off or a file cannot be read (then nothing is cached and the runs report the error).
+pub fn identity(case: &Case, inputs: &ModelInputs, model: MatMulNBitsModel, code: &str) -> Option<KeyBuilder> {
+    let store = store()?;
+    let artifacts = Artifacts::of(case);
+    let checkpoint = artifacts.checkpoint.as_deref()?;
+    let mut key = KeyBuilder::new("case", code);
+    let device = crate::gpu::device_spec().map(|d| d.to_string()).unwrap_or_else(|e| e.to_string());
+    key.text("device", &device);
+    let built = (|| -> Result<(), CacheError> {
+        folder(store, &mut key, "checkpoint", checkpoint)?;
+        add_inputs(&mut key, inputs);
+        key.text("bidirectional", &format!("{:?}", case.bidirectional));
+        key.i64s("eos", &eos_ids(case));
+        key.text("max_new_tokens", &max_new_tokens(case).to_string());
+        key.text("l3", &case.levels.contains(&Level::L3).to_string());
+        key.text("dtype", case.dtype.as_str());
+        if case.dtype.is_quantized() {
+            let export = artifacts.export.as_deref().ok_or_else(|| CacheError::Shape("a quantized case without an export".into()))?;
+            folder(store, &mut key, "build", export)?;
+            key.text("kernel model", &format!("{model:?}"));
+        }
+        Ok(())
+    })();
+    match built {
+        Ok(()) => Some(key),
+        Err(e) => {
+            tracing::warn!("{}: the reference cache is not used for this case: {e}", case.name);
+            None
+        }
+    }
+}
+
+/// The identity for this build's code ([`CODE_VERSION`]).
+pub fn current_identity(case: &Case, inputs: &ModelInputs, model: MatMulNBitsModel) -> Option<KeyBuilder> {
+    identity(case, inputs, model, CODE_VERSION)
+}
+
+/// `what` of `case` under `identity` (with `extra` parts) from the cache, else `compute`d and
+/// stored. A failed computation is not stored.
+pub fn through<T: Cached>(
+    case: &Case,
+    identity: Option<&KeyBuilder>,
+    what: &str,
+    extra: impl FnOnce(&mut KeyBuilder),
+    compute: impl FnOnce() -> Result<T, SharedError>,
+) -> Result<T, SharedError> {
+    let (Some(store), Some(identity)) = (store(), identity) else { return compute() };
+    let mut key = identity.clone();
+    key.text("result", what);
+    extra(&mut key);
+    let key = key.finish();
+    if let Some(v) = store.get(what, &case.name, &key) {
+        return Ok(v);
+    }
+    let value = compute()?;
+    if store.put(what, &case.name, &key, &value) && value.read_back_after_store() {
+        if let Some(v) = store.read_back(what, &case.name, &key) {
+            return Ok(v);
+        }
+    }
+    Ok(value)
+}
+
+/// The candidate's activations a conditioned floor takes its steps from, into `key`.
+pub fn add_activations(key: &mut KeyBuilder, activations: &std::collections::BTreeMap<String, Dense<f32>>) {
+    key.text("near-tie tolerance", &super::hinted::NEAR_TIE_TOLERANCE.to_string());
+    for (name, a) in activations {
+        key.text("activation", name).text("shape", &format!("{:?}", a.shape)).f32s("values", &a.data);
+    }
+}
+
+impl Cached for ReferenceRun {
+    fn encode(&self, e: &mut Encoder) -> std::io::Result<()> {
+        self.scope.encode(e)?;
+        self.run.encode(e)
+    }
+
+    fn decode(d: &mut Decoder) -> Result<Self, CacheError> {
+        Ok(ReferenceRun { scope: Cached::decode(d)?, run: Cached::decode(d)? })
+    }
+}
+
+impl Cached for AtPrecision {
+    fn encode(&self, e: &mut Encoder) -> std::io::Result<()> {
+        self.run.encode(e)?;
+        self.local.encode(e)
+    }
+
+    fn decode(d: &mut Decoder) -> Result<Self, CacheError> {
+        Ok(AtPrecision { run: Cached::decode(d)?, local: Cached::decode(d)? })
+    }
+}
+
+impl<T: Cached> Cached for Conditioned<T> {
+    fn encode(&self, e: &mut Encoder) -> std::io::Result<()> {
+        self.floor.encode(e)?;
+        self.truth.encode(e)?;
+        self.floor_adopted.encode(e)?;
+        self.truth_adopted.encode(e)
+    }
+
+    fn decode(d: &mut Decoder) -> Result<Self, CacheError> {
+        Ok(Conditioned {
+            floor: T::decode(d)?,
+            truth: T::decode(d)?,
+            floor_adopted: <Vec<Adopted>>::decode(d)?,
+            truth_adopted: <Vec<Adopted>>::decode(d)?,
+        })
+    }
+}
+
+impl Cached for Vec<WeightError> {
+    fn encode(&self, e: &mut Encoder) -> std::io::Result<()> {
+        e.usize(self.len())?;
+        self.iter().try_for_each(|w| {
+            e.str(&w.key)?;
+            e.str(&w.node)?;
+            e.u64(w.bits as u64)?;
+            e.f64(w.relative_error)?;
+            match w.rounding_error {
+                None => e.u64(0),
+                Some(r) => {
+                    e.u64(1)?;
+                    e.f64(r)
+                }
+            }
+        })
+    }
+
+    fn decode(d: &mut Decoder) -> Result<Self, CacheError> {
+        let n = d.count()?;
+        (0..n)
+            .map(|_| {
+                let (key, node, bits, relative_error) = (d.str()?, d.str()?, d.u64()? as u32, d.f64()?);
+                let rounding_error = if d.u64()? == 0 { None } else { Some(d.f64()?) };
+                Ok(WeightError { key, node, bits, relative_error, rounding_error })
+            })
+            .collect()
+    }
+}

@@ -1,0 +1,185 @@
+//! Cache keys: a SHA-256 over everything that decides a reference-side result, each part named
+//! (so two parts cannot run into each other), and the digests of the files it reads — the
+//! checkpoint's weights and config, a quantized build's graphs and payload — remembered by
+//! their metadata so an unchanged multi-GB checkpoint is hashed once, not on every run.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use super::CacheError;
+
+/// The version of the code that computes the reference side (build.rs: a digest of its sources).
+pub const CODE_VERSION: &str = env!("ONNX_PARITY_REFERENCE_CODE");
+
+/// A cache key.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Key(pub [u8; 32]);
+
+impl std::fmt::Display for Key {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.iter().try_for_each(|b| write!(f, "{b:02x}"))
+    }
+}
+
+impl std::fmt::Debug for Key {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Key({self})")
+    }
+}
+
+/// Builds a key from named parts, in the order given.
+#[derive(Clone)]
+pub struct KeyBuilder(Sha256);
+
+impl KeyBuilder {
+    /// A key for results of kind `what`, of this code version (`code`: [`CODE_VERSION`] but in
+    /// the tests that show a changed reference build misses).
+    pub fn new(what: &str, code: &str) -> Self {
+        let mut b = KeyBuilder(Sha256::new());
+        b.add("format", &super::codec::FORMAT.to_le_bytes());
+        b.add("code", code.as_bytes());
+        b.add("what", what.as_bytes());
+        b
+    }
+
+    /// Adds part `name` (length-prefixed, so parts never run into each other).
+    pub fn add(&mut self, name: &str, value: &[u8]) -> &mut Self {
+        for part in [name.as_bytes(), value] {
+            self.0.update((part.len() as u64).to_le_bytes());
+            self.0.update(part);
+        }
+        self
+    }
+
+    pub fn text(&mut self, name: &str, value: &str) -> &mut Self {
+        self.add(name, value.as_bytes())
+    }
+
+    pub fn i64s(&mut self, name: &str, values: &[i64]) -> &mut Self {
+        let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+        self.add(name, &bytes)
+    }
+
+    /// Adds `values` (f32, bit exact) without a copy of them.
+    pub fn f32s(&mut self, name: &str, values: &[f32]) -> &mut Self {
+        self.0.update((name.len() as u64).to_le_bytes());
+        self.0.update(name.as_bytes());
+        self.0.update(((values.len() * 4) as u64).to_le_bytes());
+        for chunk in values.chunks(1 << 14) {
+            let bytes: Vec<u8> = chunk.iter().flat_map(|v| v.to_le_bytes()).collect();
+            self.0.update(&bytes);
+        }
+        self
+    }
+
+    pub fn finish(&self) -> Key {
+        Key(self.0.clone().finalize().into())
+    }
+}
+
+impl std::fmt::Debug for KeyBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "KeyBuilder({})", self.finish())
+    }
+}
+
+/// What a file's digest is remembered by: it is hashed again when any of these changed (a
+/// write changes the size or the change time, which no tool can set back).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+struct Stamp {
+    len: u64,
+    modified_ns: i128,
+    changed_ns: i128,
+    inode: u64,
+}
+
+fn stamp(meta: &std::fs::Metadata) -> Stamp {
+    let ns = |t: std::io::Result<std::time::SystemTime>| {
+        t.ok().and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok()).map_or(0, |d| d.as_nanos() as i128)
+    };
+    #[cfg(unix)]
+    let (changed_ns, inode) = {
+        use std::os::unix::fs::MetadataExt;
+        (meta.ctime() as i128 * 1_000_000_000 + meta.ctime_nsec() as i128, meta.ino())
+    };
+    #[cfg(not(unix))]
+    let (changed_ns, inode) = (0, 0);
+    Stamp { len: meta.len(), modified_ns: ns(meta.modified()), changed_ns, inode }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Remembered {
+    stamp: Stamp,
+    sha256: String,
+}
+
+/// File digests remembered by path and [`Stamp`], kept in `<cache>/file-digests.json`.
+#[derive(Debug)]
+pub struct FileDigests {
+    path: PathBuf,
+    known: Mutex<Option<BTreeMap<PathBuf, Remembered>>>,
+}
+
+impl FileDigests {
+    pub fn new(path: PathBuf) -> Self {
+        FileDigests { path, known: Mutex::new(None) }
+    }
+
+    /// The SHA-256 of `file`'s content (hashed now when it changed or was never seen; progress
+    /// logged for large files).
+    pub fn digest(&self, file: &Path) -> Result<String, CacheError> {
+        let io = |source| CacheError::Io { path: file.to_path_buf(), source };
+        let canonical = std::fs::canonicalize(file).map_err(io)?;
+        let now = stamp(&std::fs::metadata(&canonical).map_err(io)?);
+        let mut guard = self.known.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let known =
+            guard.get_or_insert_with(|| std::fs::read(&self.path).ok().and_then(|b| serde_json::from_slice(&b).ok()).unwrap_or_default());
+        if let Some(r) = known.get(&canonical).filter(|r| r.stamp == now) {
+            return Ok(r.sha256.clone());
+        }
+        let sha256 = hash_file(&canonical)?;
+        // Stamped again after reading: a file written meanwhile is not remembered as read.
+        let after = stamp(&std::fs::metadata(&canonical).map_err(io)?);
+        if after == now {
+            known.insert(canonical, Remembered { stamp: now, sha256: sha256.clone() });
+            if let Ok(text) = serde_json::to_vec(&*known) {
+                if let Err(e) = crate::atomic::write_atomic(&self.path, &text) {
+                    tracing::warn!("reference cache: cannot remember file digests in {}: {e}", self.path.display());
+                }
+            }
+        }
+        Ok(sha256)
+    }
+}
+
+/// SHA-256 of a file's content, read in 8 MiB blocks; a file over 1 GiB logs its progress.
+fn hash_file(path: &Path) -> Result<String, CacheError> {
+    use std::io::Read;
+    let io = |source| CacheError::Io { path: path.to_path_buf(), source };
+    let mut file = std::fs::File::open(path).map_err(io)?;
+    let len = file.metadata().map_err(io)?.len();
+    let mut h = Sha256::new();
+    let mut buf = vec![0u8; 8 << 20];
+    let (mut done, mut logged) = (0u64, 0u64);
+    let t = std::time::Instant::now();
+    loop {
+        let n = file.read(&mut buf).map_err(io)?;
+        if n == 0 {
+            break;
+        }
+        h.update(&buf[..n]);
+        done += n as u64;
+        if len > 1 << 30 && done - logged >= 1 << 30 {
+            logged = done;
+            tracing::info!("reference cache: hashing {}: {:.1} of {:.1} GB", path.display(), done as f64 / 1e9, len as f64 / 1e9);
+        }
+    }
+    if len > 1 << 28 {
+        tracing::info!("reference cache: hashed {} ({:.2} GB) in {:.1} s", path.display(), len as f64 / 1e9, t.elapsed().as_secs_f64());
+    }
+    Ok(h.finalize().iter().map(|b| format!("{b:02x}")).collect())
+}
