@@ -50,7 +50,8 @@ pub const CUDA_CACHE_MAXSIZE_VAR: &str = "CUDA_CACHE_MAXSIZE";
 /// `~/.cache/onnx-parity`).
 pub const CACHE_ENV: &str = "ONNX_PARITY_CACHE";
 /// `ONNX_PARITY_REFERENCE_CACHE`: `off` (`0`, `false`, `no`) turns the reference cache off
-/// (`crate::reference_cache`); anything else, or unset, leaves it on.
+/// (`crate::reference_cache`); a folder puts it there; unset (or `on`) keeps it on under the
+/// cache root (`<ONNX_PARITY_CACHE>/reference`).
 pub const REFERENCE_CACHE_ENV: &str = "ONNX_PARITY_REFERENCE_CACHE";
 /// `ONNX_PARITY_REFERENCE_CACHE_MAX`: the reference cache's bound (`20G`, `500M`, bytes).
 pub const REFERENCE_CACHE_MAX_ENV: &str = "ONNX_PARITY_REFERENCE_CACHE_MAX";
@@ -157,7 +158,7 @@ impl RunContext {
             ort_wheel: path(ORT_WHEEL_ENV),
             ort_threads: text(THREADS_ENV).and_then(|v| v.trim().parse().ok()).unwrap_or(0),
             reference_cache: ReferenceCacheSettings {
-                root: (!switched_off(var(REFERENCE_CACHE_ENV).as_deref())).then(|| cache_root.join("reference")),
+                root: reference_cache_root(var(REFERENCE_CACHE_ENV).as_deref(), &cache_root),
                 max_bytes: text(REFERENCE_CACHE_MAX_ENV)
                     .and_then(|v| crate::reference_cache::parse_size(&v))
                     .unwrap_or(crate::reference_cache::DEFAULT_MAX_BYTES),
@@ -183,6 +184,18 @@ fn ci_enabled(value: Option<&std::ffi::OsStr>) -> bool {
         let v = v.to_string_lossy().trim().to_ascii_lowercase();
         !matches!(v.as_str(), "" | "0" | "false" | "no" | "off")
     })
+}
+
+/// Where the reference cache is (`None`: off) for `ONNX_PARITY_REFERENCE_CACHE`'s `value`.
+fn reference_cache_root(value: Option<&std::ffi::OsStr>, cache_root: &std::path::Path) -> Option<PathBuf> {
+    if switched_off(value) {
+        return None;
+    }
+    let v = value.map(|v| v.to_string_lossy().trim().to_string()).unwrap_or_default();
+    match v.to_ascii_lowercase().as_str() {
+        "" | "1" | "on" | "true" | "yes" => Some(cache_root.join("reference")),
+        _ => Some(PathBuf::from(v)),
+    }
 }
 
 /// Whether a value switches something off: `0`, `false`, `no` or `off` (any case); unset or
@@ -238,6 +251,12 @@ mod tests {
         assert_eq!(home.eps, Ok(vec![RunEp::Cpu]));
         assert!(!home.cuda_ep());
         assert!(lookup(&[(EP_VAR, "cpu,tpu")]).eps.is_err());
+        // The reference cache: on under the cache root by default, off, or in a folder given.
+        assert_eq!(c.reference_cache.root, Some(PathBuf::from("/c/reference")));
+        assert_eq!(c.reference_cache.max_bytes, crate::reference_cache::DEFAULT_MAX_BYTES);
+        assert_eq!(lookup(&[(REFERENCE_CACHE_ENV, "Off")]).reference_cache.root, None);
+        let moved = lookup(&[(REFERENCE_CACHE_ENV, "/big/disk"), (REFERENCE_CACHE_MAX_ENV, "2G")]).reference_cache;
+        assert_eq!((moved.root, moved.max_bytes), (Some(PathBuf::from("/big/disk")), 2 << 30));
         for off in ["", "0", "false", "No", "OFF"] {
             assert!(!ci_enabled(Some(std::ffi::OsStr::new(off))), "{off:?}");
         }

@@ -488,7 +488,8 @@ fn unknown_ep_is_an_error() {
 #[test]
 fn one_reference_run_for_all_variants() {
     let o = std::process::Command::new(env!("CARGO_BIN_EXE_onnx-parity"))
-        .args(["run", "--levels", "L3,L4,L5", "cases/causal-lm/unified-text-kvshare.yaml"])
+        // What one process computes: nothing read from the reference cache.
+        .args(["run", "--no-cache", "--levels", "L3,L4,L5", "cases/causal-lm/unified-text-kvshare.yaml"])
         .current_dir(support::root())
         .env("ONNX_PARITY_LOG", "onnx_parity::evaluation=info")
         .env("NO_COLOR", "1")

@@ -10,16 +10,11 @@
 
 use std::sync::OnceLock;
 
-use onnx_parity_reference::weights::rounding::Adopted;
-
 use super::error::SharedError;
-use super::hinted::Conditioned;
-use super::precision::AtPrecision;
 use super::request::{eos_ids, max_new_tokens};
-use super::ReferenceRun;
 use crate::artifacts::Artifacts;
 use crate::case::{Case, Level};
-use crate::inputs::{Dense, ModelInputs};
+use crate::inputs::ModelInputs;
 use crate::metrics::WeightError;
 use crate::reference_cache::codec::{Decoder, Encoder};
 use crate::reference_cache::{CacheError, Cached, KeyBuilder, Store, CODE_VERSION};
@@ -67,8 +62,7 @@ pub fn add_inputs(key: &mut KeyBuilder, inputs: &ModelInputs) {
 
 /// The identity of `case`'s reference side on `inputs` ([module doc](self)); `None` when the
 /// cache is off or a file cannot be read (then nothing is cached and the runs report the error).
-pub fn identity(case: &Case, inputs: &ModelInputs, model: MatMulNBitsModel, code: &str) -> Option<KeyBuilder> {
-    let store = store()?;
+pub fn identity(store: &Store, case: &Case, inputs: &ModelInputs, model: MatMulNBitsModel, code: &str) -> Option<KeyBuilder> {
     let artifacts = Artifacts::of(case);
     let checkpoint = artifacts.checkpoint.as_deref()?;
     let mut key = KeyBuilder::new("case", code);
@@ -100,7 +94,15 @@ pub fn identity(case: &Case, inputs: &ModelInputs, model: MatMulNBitsModel, code
 
 /// The identity for this build's code ([`CODE_VERSION`]).
 pub fn current_identity(case: &Case, inputs: &ModelInputs, model: MatMulNBitsModel) -> Option<KeyBuilder> {
-    identity(case, inputs, model, CODE_VERSION)
+    identity(store()?, case, inputs, model, CODE_VERSION)
+}
+
+/// The key of result `what` (with `extra` parts) of the case `identity` stands for.
+pub fn entry_key(identity: &KeyBuilder, what: &str, extra: impl FnOnce(&mut KeyBuilder)) -> crate::reference_cache::Key {
+    let mut key = identity.clone();
+    key.text("result", what);
+    extra(&mut key);
+    key.finish()
 }
 
 /// `what` of `case` under `identity` (with `extra` parts) from the cache, else `compute`d and
@@ -113,10 +115,7 @@ pub fn through<T: Cached>(
     compute: impl FnOnce() -> Result<T, SharedError>,
 ) -> Result<T, SharedError> {
     let (Some(store), Some(identity)) = (store(), identity) else { return compute() };
-    let mut key = identity.clone();
-    key.text("result", what);
-    extra(&mut key);
-    let key = key.finish();
+    let key = entry_key(identity, what, extra);
     if let Some(v) = store.get(what, &case.name, &key) {
         return Ok(v);
     }
@@ -127,54 +126,6 @@ pub fn through<T: Cached>(
         }
     }
     Ok(value)
-}
-
-/// The candidate's activations a conditioned floor takes its steps from, into `key`.
-pub fn add_activations(key: &mut KeyBuilder, activations: &std::collections::BTreeMap<String, Dense<f32>>) {
-    key.text("near-tie tolerance", &super::hinted::NEAR_TIE_TOLERANCE.to_string());
-    for (name, a) in activations {
-        key.text("activation", name).text("shape", &format!("{:?}", a.shape)).f32s("values", &a.data);
-    }
-}
-
-impl Cached for ReferenceRun {
-    fn encode(&self, e: &mut Encoder) -> std::io::Result<()> {
-        self.scope.encode(e)?;
-        self.run.encode(e)
-    }
-
-    fn decode(d: &mut Decoder) -> Result<Self, CacheError> {
-        Ok(ReferenceRun { scope: Cached::decode(d)?, run: Cached::decode(d)? })
-    }
-}
-
-impl Cached for AtPrecision {
-    fn encode(&self, e: &mut Encoder) -> std::io::Result<()> {
-        self.run.encode(e)?;
-        self.local.encode(e)
-    }
-
-    fn decode(d: &mut Decoder) -> Result<Self, CacheError> {
-        Ok(AtPrecision { run: Cached::decode(d)?, local: Cached::decode(d)? })
-    }
-}
-
-impl<T: Cached> Cached for Conditioned<T> {
-    fn encode(&self, e: &mut Encoder) -> std::io::Result<()> {
-        self.floor.encode(e)?;
-        self.truth.encode(e)?;
-        self.floor_adopted.encode(e)?;
-        self.truth_adopted.encode(e)
-    }
-
-    fn decode(d: &mut Decoder) -> Result<Self, CacheError> {
-        Ok(Conditioned {
-            floor: T::decode(d)?,
-            truth: T::decode(d)?,
-            floor_adopted: <Vec<Adopted>>::decode(d)?,
-            truth_adopted: <Vec<Adopted>>::decode(d)?,
-        })
-    }
 }
 
 impl Cached for Vec<WeightError> {

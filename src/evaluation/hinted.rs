@@ -27,6 +27,8 @@ use crate::case::Case;
 use crate::inputs::{Dense, ModelInputs};
 use crate::onnx::quantized::QuantizedBuild;
 use crate::outputs::{Isolation, LocalLayers, Run};
+use crate::reference_cache::codec::{Decoder, Encoder};
+use crate::reference_cache::{CacheError, Cached, KeyBuilder};
 use onnx_parity_reference::model::LocalPle;
 
 /// How close (relative to the scaled value, at least one step) the reference's and the
@@ -179,4 +181,33 @@ pub(super) fn runs(
     let eos = eos_ids(case);
     let request = forced(case, &eos, tokens);
     conditioned(case, build, hints, |b, h| b.run_hinted(inputs, &request, h))
+}
+
+/// The digest of a candidate's activations (name, shape, values, bit exact) and the near-tie
+/// tolerance: what a conditioned floor's cache key adds to the case's identity.
+pub fn activations_digest(activations: &BTreeMap<String, Dense<f32>>) -> [u8; 32] {
+    let mut key = KeyBuilder::new("activations", "");
+    key.text("near-tie tolerance", &NEAR_TIE_TOLERANCE.to_string());
+    for (name, a) in activations {
+        key.text("activation", name).text("shape", &format!("{:?}", a.shape)).f32s("values", &a.data);
+    }
+    key.finish().0
+}
+
+impl<T: Cached> Cached for Conditioned<T> {
+    fn encode(&self, e: &mut Encoder) -> std::io::Result<()> {
+        self.floor.encode(e)?;
+        self.truth.encode(e)?;
+        self.floor_adopted.encode(e)?;
+        self.truth_adopted.encode(e)
+    }
+
+    fn decode(d: &mut Decoder) -> Result<Self, CacheError> {
+        Ok(Conditioned {
+            floor: T::decode(d)?,
+            truth: T::decode(d)?,
+            floor_adopted: <Vec<Adopted>>::decode(d)?,
+            truth_adopted: <Vec<Adopted>>::decode(d)?,
+        })
+    }
 }

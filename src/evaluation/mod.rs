@@ -39,7 +39,8 @@ use crate::metrics::{RelativeError, WeightError};
 use crate::onnx::package::{Layout, OnnxPackage};
 use crate::onnx::quantized::QuantizedBuild;
 use crate::outputs::{GeneratedTokens, Isolation, Run};
-use crate::reference_cache::KeyBuilder;
+use crate::reference_cache::codec::{Decoder, Encoder};
+use crate::reference_cache::{CacheError, Cached, KeyBuilder};
 use crate::runtime::kernels::MatMulNBitsModel;
 use implementations::Implementation;
 use onnx_parity_reference::model::LocalPle;
@@ -53,6 +54,17 @@ pub struct ReferenceRun {
     /// The mask scope it ran in, for reports.
     pub scope: BidirectionalScope,
     pub run: Run,
+}
+
+impl Cached for ReferenceRun {
+    fn encode(&self, e: &mut Encoder) -> std::io::Result<()> {
+        self.scope.encode(e)?;
+        self.run.encode(e)
+    }
+
+    fn decode(d: &mut Decoder) -> Result<Self, CacheError> {
+        Ok(ReferenceRun { scope: Cached::decode(d)?, run: Cached::decode(d)? })
+    }
 }
 
 /// What a candidate implementation computed for a case.
@@ -436,11 +448,7 @@ impl CaseEvaluation {
         let mut out = hinted::Hinted::default();
         let id = self.identity(case);
         // Each conditioned floor is cached under the candidate's activations too.
-        let digest = |a: &std::collections::BTreeMap<String, crate::inputs::Dense<f32>>| {
-            let mut k = KeyBuilder::new("activations", "");
-            cached::add_activations(&mut k, a);
-            k.finish().0
-        };
+        let digest = hinted::activations_digest;
         let (local_digest, isolated_digest, forced_digest) =
             (digest(&activations.local), digest(&activations.isolated), digest(&activations.forced));
         if let Some(h) = hinted::hints(build, activations.local) {

@@ -26,7 +26,8 @@ use crate::case::{Case, Dtype, L3Rule, Level};
 use crate::inputs::ModelInputs;
 use crate::onnx::quantized::QuantizedBuild;
 use crate::outputs::{LocalLayers, Run};
-use crate::reference_cache::KeyBuilder;
+use crate::reference_cache::codec::{Decoder, Encoder};
+use crate::reference_cache::{CacheError, Cached, KeyBuilder};
 use crate::tolerance::{CalibratedRule, Tolerances};
 use onnx_parity_reference::model::LocalPle;
 
@@ -36,6 +37,17 @@ use onnx_parity_reference::model::LocalPle;
 pub struct AtPrecision {
     pub run: Option<Run>,
     pub local: LocalLayers,
+}
+
+impl Cached for AtPrecision {
+    fn encode(&self, e: &mut Encoder) -> std::io::Result<()> {
+        self.run.encode(e)?;
+        self.local.encode(e)
+    }
+
+    fn decode(d: &mut Decoder) -> Result<Self, CacheError> {
+        Ok(AtPrecision { run: Cached::decode(d)?, local: Cached::decode(d)? })
+    }
 }
 
 /// A case's calibration runs, each computed on first use and shared by its candidates (a

@@ -10,13 +10,11 @@ use std::sync::{Arc, Mutex};
 
 use sha2::{Digest, Sha256};
 
-use super::key::Key;
-use super::CacheError;
+use super::error::CacheError;
+use super::key::{Key, FORMAT};
 
 /// The first bytes of every entry.
 const MAGIC: &[u8; 8] = b"OPREFC\0\x01";
-/// Bumped when the layout of any value changes (the code version covers the rest).
-pub const FORMAT: u32 = 1;
 /// Floats converted per write (bounded scratch, not a copy of the tensor).
 const CHUNK: usize = 1 << 16;
 

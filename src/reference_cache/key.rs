@@ -10,7 +10,11 @@ use std::sync::Mutex;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use super::CacheError;
+use super::error::CacheError;
+
+/// The entry layout's version, in every key and entry header: bumped when the layout of any
+/// value changes (the code version covers the rest).
+pub const FORMAT: u32 = 1;
 
 /// The version of the code that computes the reference side (build.rs: a digest of its sources).
 pub const CODE_VERSION: &str = env!("ONNX_PARITY_REFERENCE_CODE");
@@ -40,7 +44,7 @@ impl KeyBuilder {
     /// the tests that show a changed reference build misses).
     pub fn new(what: &str, code: &str) -> Self {
         let mut b = KeyBuilder(Sha256::new());
-        b.add("format", &super::codec::FORMAT.to_le_bytes());
+        b.add("format", &FORMAT.to_le_bytes());
         b.add("code", code.as_bytes());
         b.add("what", what.as_bytes());
         b

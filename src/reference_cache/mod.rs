@@ -13,6 +13,7 @@
 //! entries go first. `ONNX_PARITY_REFERENCE_CACHE=off` or `--no-cache` turns it off.
 
 pub mod codec;
+mod error;
 pub mod key;
 pub mod values;
 
@@ -21,28 +22,13 @@ use std::sync::Mutex;
 
 use serde::Serialize;
 
-pub use key::{FileDigests, Key, KeyBuilder, CODE_VERSION};
+pub use error::CacheError;
+pub use key::{FileDigests, Key, KeyBuilder, CODE_VERSION, FORMAT};
 pub use values::Cached;
 
 /// The folder's default bound: two cases at 12B width (≈ 2.5 GB each with 1100 positions) and
 /// room for their quantized builds.
 pub const DEFAULT_MAX_BYTES: u64 = 20 << 30;
-
-/// Why an entry could not be used (a miss, logged) or stored.
-#[derive(Debug, thiserror::Error)]
-pub enum CacheError {
-    #[error("{}: {source}", path.display())]
-    Io {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("{} is corrupt: {why}", path.display())]
-    Corrupt { path: PathBuf, why: String },
-    /// A value whose parts do not fit together (a shape, an enum tag).
-    #[error("an entry's value does not fit together: {0}")]
-    Shape(String),
-}
 
 /// What this process took from the cache and put in it (the report's `reference_cache`).
 #[derive(Debug, Clone, Default, Serialize, PartialEq)]

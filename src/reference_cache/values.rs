@@ -9,7 +9,7 @@ use onnx_parity_reference::weights::rounding::Adopted;
 use onnx_parity_reference::BidirectionalScope;
 
 use super::codec::{Decoder, Encoder};
-use super::CacheError;
+use super::error::CacheError;
 use crate::outputs::{Component, Dense, GeneratedTokens, LayerOutputs, LocalLayers, Prefill, Run, StoredSlices, StreamedLogits};
 
 type W = std::io::Result<()>;

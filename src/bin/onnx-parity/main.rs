@@ -299,6 +299,7 @@ pub(crate) fn run(
         }
     }
     meta.wall_s = start.elapsed().as_secs_f64();
+    meta.reference_cache = onnx_parity::reference_cache::usage();
     let report_data = RunReport { cases, metadata: meta };
     write_reports(&report_data, &files)?;
     print!("{}", report_data.console_summary());

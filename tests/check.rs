@@ -1,0 +1,160 @@
+//! `onnx-parity check EXPORT --model DIR`: the exporter's inner loop without a case YAML. On a
+//! fixture export it gives the committed case's verdicts; `--write-case` writes a case `run`
+//! accepts with the same verdicts; bad input is one clear error and exit status 2. And the
+//! reference cache's contract at the scale of the committed cases: every trial's verdict and
+//! metrics are the same with the cache off, cold and warm.
+
+use std::path::Path;
+use std::process::Command;
+
+use serde_json::Value;
+
+mod support;
+use support::{root, text};
+
+fn cli_in(cache: &Path, args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_onnx-parity"))
+        .args(args)
+        .current_dir(root())
+        .env("ONNX_PARITY_LOG", "warn")
+        // The runtimes stay where they are; only the reference cache's folder is this test's.
+        .env("ONNX_PARITY_REFERENCE_CACHE", cache.join("reference"))
+        .output()
+        .expect("runs the onnx-parity binary")
+}
+
+/// `(case, level) → (status, metrics)` of a JSON report.
+fn verdicts(report: &Path) -> std::collections::BTreeMap<(String, String), (String, Value)> {
+    let v: Value = serde_json::from_str(&std::fs::read_to_string(report).expect("report")).expect("json");
+    let mut out = std::collections::BTreeMap::new();
+    for c in v["cases"].as_array().expect("cases") {
+        for l in c["levels"].as_array().expect("levels") {
+            let mut metrics = l["metrics"].clone();
+            if let Some(m) = metrics.as_object_mut() {
+                // Timings are not verdicts.
+                m.retain(|k, _| !k.ends_with("_s") && !k.contains("seconds"));
+            }
+            let key = (c["name"].as_str().unwrap_or("").to_string(), l["level"].as_str().unwrap_or("").to_string());
+            out.insert(key, (l["status"].as_str().unwrap_or("").to_string(), metrics));
+        }
+    }
+    out
+}
+
+fn fixture(rel: &str) -> String {
+    root().join("fixtures").join(rel).display().to_string()
+}
+
+/// Guards `check` against the committed case: the same L1 and L3 verdicts and numbers on the
+/// same inputs (gemma4-text-ple passes; unified-vision fails at image_features where its case
+/// expects that failure), and `--write-case` writes a case that `run` gives the same verdicts.
+#[test]
+fn check_gives_the_committed_cases_verdicts() {
+    let dir = tempfile::tempdir().expect("tmp");
+    for (fixture_name, case, expected) in [
+        ("gemma4-text-ple", "cases/causal-lm/gemma4-text-ple.yaml", [("L1", "pass"), ("L3", "pass")]),
+        ("unified-vision", "cases/vision-language/unified-vision.yaml", [("L1", "pass"), ("L3", "xfail")]),
+    ] {
+        let committed = dir.path().join(format!("{fixture_name}-committed.json"));
+        let o = cli_in(dir.path(), &["run", case, "--levels", "L1,L3", "--report", &committed.display().to_string()]);
+        assert!(o.status.code().is_some_and(|c| c <= 1), "{}", text(&o));
+        let committed = verdicts(&committed);
+        let written = dir.path().join("cases/check").join(format!("{fixture_name}.yaml"));
+        let report = dir.path().join(format!("{fixture_name}-check.json"));
+        let args = [
+            "check",
+            &fixture(&format!("{fixture_name}/onnx")),
+            "--model",
+            &fixture(&format!("{fixture_name}/checkpoint")),
+            "--inputs",
+            &fixture(&format!("{fixture_name}/inputs.safetensors")),
+            "--write-case",
+            &written.display().to_string(),
+            "--report",
+            &report.display().to_string(),
+        ];
+        let o = cli_in(dir.path(), &args);
+        let checked = verdicts(&report);
+        for (level, status) in expected {
+            let ours = checked.iter().find(|((_, l), _)| l == level).map(|(_, v)| v.clone()).expect("a check verdict");
+            let theirs = committed.iter().find(|((c, l), _)| l == level && !c.contains('@') && !c.contains('[')).map(|(_, v)| v.clone());
+            let theirs = theirs.expect("the committed verdict");
+            assert_eq!(theirs.0, status, "{fixture_name} {level}: the committed case");
+            // An expected failure of the committed case is a failure without its YAML.
+            let want = if status == "xfail" { "fail" } else { status };
+            assert_eq!(ours.0, want, "{fixture_name} {level}: {}", text(&o));
+            // The same numbers (the committed case adds the signature its expectation matched).
+            let mut theirs_metrics = theirs.1.clone();
+            if let Some(m) = theirs_metrics.as_object_mut() {
+                m.remove("xfail_signature");
+            }
+            assert_eq!(ours.1, theirs_metrics, "{fixture_name} {level}: the same metrics");
+        }
+        assert!(text(&o).contains("not inferred: expected failures"), "{}", text(&o));
+        // The written case runs as a case file, with the same verdicts.
+        let again = dir.path().join(format!("{fixture_name}-again.json"));
+        let o = cli_in(dir.path(), &["run", &written.display().to_string(), "--report", &again.display().to_string()]);
+        assert!(o.status.code().is_some_and(|c| c <= 1), "{}", text(&o));
+        // `run` lists the tiers the case does not name as skipped.
+        let again: Vec<_> = verdicts(&again).into_values().filter(|v| v.0 != "skipped").collect();
+        assert_eq!(again, checked.into_values().collect::<Vec<_>>(), "{fixture_name}: the written case");
+    }
+}
+
+/// Guards bad input: an export folder that is not one, a checkpoint of another model, a model
+/// id not in the HF cache — one error naming what is wrong, exit status 2, nothing run.
+#[test]
+fn check_refuses_bad_input_naming_it() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let ple = fixture("gemma4-text-ple/onnx");
+    let cases: [(Vec<String>, &str); 4] = [
+        (vec![fixture("gemma4-text-ple/checkpoint"), fixture("gemma4-text-ple/checkpoint")], "not an ONNX export"),
+        (vec![ple.clone(), fixture("gemma4-text-moe/checkpoint")], "is not an export of"),
+        (vec![fixture("unified-vision/onnx"), fixture("gemma4-text-ple/checkpoint")], "its KV pair 0 has 2 heads"),
+        (vec![ple.clone(), "nobody/not-cached-model".into()], "not in the HF cache"),
+    ];
+    for (args, says) in cases {
+        let o = Command::new(env!("CARGO_BIN_EXE_onnx-parity"))
+            .args(["check", &args[0], "--model", &args[1]])
+            .current_dir(root())
+            .env("ONNX_PARITY_LOG", "warn")
+            .env("HF_HUB_OFFLINE", "1")
+            .env("HF_HOME", dir.path())
+            .output()
+            .expect("runs");
+        assert_eq!(o.status.code(), Some(2), "{says}: {}", text(&o));
+        assert!(text(&o).contains(says), "{says}: {}", text(&o));
+        assert!(!text(&o).contains("PASS") && !text(&o).contains("FAIL"), "nothing ran: {}", text(&o));
+    }
+}
+
+/// Guards the cache's contract: on every committed case each trial's status and metrics are
+/// the same with the cache off, cold (computed and stored) and warm (read back).
+#[test]
+fn verdicts_are_identical_with_and_without_the_cache() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let mut runs = Vec::new();
+    for (name, extra) in [("off", Some("--no-cache")), ("cold", None), ("warm", None)] {
+        let report = dir.path().join(format!("{name}.json"));
+        let mut args = vec!["run".to_string(), "cases".into(), "--report".into(), report.display().to_string()];
+        args.extend(extra.map(str::to_string));
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let o = cli_in(dir.path(), &args);
+        assert!(o.status.code().is_some_and(|c| c <= 1), "{name}: {}", text(&o));
+        let v: Value = serde_json::from_str(&std::fs::read_to_string(&report).expect("report")).expect("json");
+        let hits = v["metadata"]["reference_cache"]["hits"].as_array().map_or(0, Vec::len);
+        runs.push((name, verdicts(&report), hits));
+    }
+    // Off: nothing read; cold: only what another evaluation of the same run stored; warm: the
+    // whole reference side.
+    let hits: Vec<usize> = runs.iter().map(|r| r.2).collect();
+    assert!(hits[0] == 0 && hits[1] < hits[2] / 4 && hits[2] > 100, "cache hits off/cold/warm: {hits:?}");
+    let off = &runs[0].1;
+    assert!(off.len() > 500, "every committed trial ({})", off.len());
+    for (name, v, _) in &runs[1..] {
+        assert_eq!(v.len(), off.len(), "{name}: the same trials");
+        for (k, verdict) in off {
+            assert_eq!(v.get(k), Some(verdict), "{name}: {k:?}");
+        }
+    }
+}

@@ -1,0 +1,228 @@
+//! The reference cache (`src/reference_cache`): what a key is made of (a changed weight byte,
+//! input token, config field, precision or reference build misses), entries that read back
+//! exactly, corrupt and truncated entries that are misses (never values), the size bound's
+//! least-recently-used eviction, and verdicts identical with and without the cache on every
+//! committed case.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use onnx_parity::case::Case;
+use onnx_parity::evaluation::cached::{entry_key, identity};
+use onnx_parity::inputs::ModelInputs;
+use onnx_parity::outputs::{Component, Dense, GeneratedTokens, LayerOutputs, LocalLayers, Prefill, Run};
+use onnx_parity::reference_cache::{Key, KeyBuilder, Store};
+use onnx_parity::runtime::kernels::MatMulNBitsModel;
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        if e.file_type().unwrap().is_file() {
+            std::fs::copy(e.path(), to.join(e.file_name())).unwrap();
+        }
+    }
+}
+
+/// A copy of gemma4-text-ple's case whose checkpoint is a copy of the fixture's (to be altered).
+fn case_on_copy(dir: &Path, extra: &str) -> Case {
+    let checkpoint = dir.join("checkpoint");
+    if !checkpoint.is_dir() {
+        copy_dir(&root().join("fixtures/gemma4-text-ple/checkpoint"), &checkpoint);
+    }
+    let yaml = format!(
+        "model_id: x/y\nmodel_type: gemma4_text\ndtype: float32\ncheckpoint: {}\nonnx: {}\nlevels: [L1, L3]\n\
+         generation: {{max_new_tokens: 4, eos_token_id: 1}}\n{extra}",
+        checkpoint.display(),
+        root().join("fixtures/gemma4-text-ple/onnx").display()
+    );
+    let path = dir.join(format!("case-{}.yaml", extra.len()));
+    std::fs::write(&path, yaml).unwrap();
+    Case::load(&path).unwrap()
+}
+
+fn key_of(store: &Store, case: &Case, inputs: &ModelInputs, code: &str) -> Key {
+    let id = identity(store, case, inputs, MatMulNBitsModel::Mlas, code).expect("an identity");
+    entry_key(&id, "reference", |_| {})
+}
+
+/// Guards the key: every part that decides the reference's results changes it, and nothing
+/// else does (the same content under another path is the same key).
+#[test]
+fn every_part_that_decides_a_result_changes_its_key() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = Store::new(tmp.path().join("cache"), 1 << 30);
+    let inputs = ModelInputs::from_ids(vec![2, 10, 11, 12]);
+    let case = case_on_copy(&tmp.path().join("a"), "");
+    let base = key_of(&store, &case, &inputs, "v1");
+    assert_eq!(key_of(&store, &case, &inputs, "v1"), base, "a key is a function of its parts");
+
+    // The same files elsewhere: the same key (a fresh clone reuses the entries).
+    let elsewhere = case_on_copy(&tmp.path().join("b"), "");
+    assert_eq!(key_of(&store, &elsewhere, &inputs, "v1"), base);
+
+    // A reference build of other code.
+    assert_ne!(key_of(&store, &case, &inputs, "v2"), base, "a changed reference build must miss");
+    // One input token.
+    assert_ne!(key_of(&store, &case, &ModelInputs::from_ids(vec![2, 10, 11, 13]), "v1"), base, "a changed input token must miss");
+    // The precision: the case's dtype, and each result's compute dtype.
+    let id = identity(&store, &case, &inputs, MatMulNBitsModel::Mlas, "v1").unwrap();
+    let floor = |dtype: &str| {
+        entry_key(&id, "floor", |k| {
+            k.text("compute", dtype);
+        })
+    };
+    assert_ne!(floor("F32"), floor("F16"), "a changed precision must miss");
+    // One weight byte (the file rewritten: its size is the same, its change time is not).
+    let weights = tmp.path().join("a/checkpoint/model.safetensors");
+    let mut bytes = std::fs::read(&weights).unwrap();
+    let last = bytes.len() - 1;
+    bytes[last] ^= 1;
+    std::fs::write(&weights, &bytes).unwrap();
+    let changed_weight = key_of(&store, &case, &inputs, "v1");
+    assert_ne!(changed_weight, base, "a changed weight byte must miss");
+    // One config field.
+    let config = tmp.path().join("a/checkpoint/config.json");
+    let text = std::fs::read_to_string(&config).unwrap().replace("\"rms_norm_eps\": 1e-06", "\"rms_norm_eps\": 1e-05");
+    std::fs::write(&config, text).unwrap();
+    assert_ne!(key_of(&store, &case, &inputs, "v1"), changed_weight, "a changed config field must miss");
+}
+
+/// Guards: the case's dtype and generation are part of the identity.
+#[test]
+fn the_generation_and_dtype_asked_for_are_part_of_the_key() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = Store::new(tmp.path().join("cache"), 1 << 30);
+    let inputs = ModelInputs::from_ids(vec![2, 10, 11, 12]);
+    let case = case_on_copy(tmp.path(), "");
+    let mut other = case.clone();
+    other.generation.max_new_tokens = Some(5);
+    assert_ne!(key_of(&store, &case, &inputs, "v"), key_of(&store, &other, &inputs, "v"));
+    let mut other = case.clone();
+    other.dtype = onnx_parity::case::Dtype::Float16;
+    assert_ne!(key_of(&store, &case, &inputs, "v"), key_of(&store, &other, &inputs, "v"));
+}
+
+fn dense(shape: &[usize], seed: f32) -> Dense<f32> {
+    let n = shape.iter().product::<usize>();
+    Dense::new(shape.to_vec(), (0..n).map(|i| seed + i as f32 * 0.25 - 3.0).collect())
+}
+
+fn sample_run() -> Run {
+    let mut components = BTreeMap::new();
+    components.insert(Component::InputsEmbeds, dense(&[1, 3, 4], 1.0));
+    let mut module = BTreeMap::new();
+    module.insert("mlp".to_string(), dense(&[1, 3, 4], 7.0));
+    let prefill = Prefill {
+        logits: dense(&[1, 3, 5], 0.5),
+        streamed: None,
+        components,
+        layers: LayerOutputs::Tensors(vec![dense(&[1, 3, 4], 2.0), dense(&[1, 3, 4], f32::MIN_POSITIVE)]),
+        modules: vec![module],
+        activations: BTreeMap::new(),
+    };
+    let mut step_inputs = BTreeMap::new();
+    step_inputs.insert(Component::PerLayerInputs, dense(&[1, 1, 6], -1.0));
+    Run {
+        prefill,
+        generation: GeneratedTokens { tokens: vec![5, 1], step_logits: vec![vec![0.1, -0.0, 3.5], vec![1e-30, 2.0, 4.0]] },
+        step_inputs,
+    }
+}
+
+fn key(n: u8) -> Key {
+    let mut b = KeyBuilder::new("test", "v");
+    b.add("n", &[n]);
+    b.finish()
+}
+
+fn entries(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for sub in std::fs::read_dir(dir.join("entries")).into_iter().flatten().flatten() {
+        out.extend(std::fs::read_dir(sub.path()).unwrap().flatten().map(|e| e.path()));
+    }
+    out
+}
+
+/// Guards: an entry reads back bit for bit (negative zero and subnormals included), under its
+/// own key and kind only.
+#[test]
+fn entries_read_back_exactly() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = Store::new(tmp.path().to_path_buf(), 1 << 30);
+    let run = sample_run();
+    assert!(store.put("arbiter", "t", &key(1), &run));
+    let back: Run = store.get("arbiter", "t", &key(1)).expect("stored");
+    assert_eq!(back, run);
+    assert_eq!(back.generation.step_logits[0][1].to_bits(), (-0.0f32).to_bits());
+    assert!(store.get::<Run>("arbiter", "t", &key(2)).is_none(), "another key");
+    let local = LocalLayers { layers: vec![dense(&[1, 2, 2], 3.0)], modules: vec![BTreeMap::new()] };
+    assert!(store.put("floor", "t", &key(3), &local));
+    assert_eq!(store.get::<LocalLayers>("floor", "t", &key(3)), Some(local));
+}
+
+/// Guards: a truncated, an altered or a foreign entry is a miss (and removed), never a value.
+#[test]
+fn corrupt_and_truncated_entries_are_misses() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = Store::new(tmp.path().to_path_buf(), 1 << 30);
+    let run = sample_run();
+    for (n, damage) in [(1u8, "truncate"), (2, "flip"), (3, "empty"), (4, "append")] {
+        assert!(store.put("reference", "t", &key(n), &run));
+        let path = entries(tmp.path()).into_iter().find(|p| p.to_string_lossy().contains(&key(n).to_string())).unwrap();
+        let mut bytes = std::fs::read(&path).unwrap();
+        match damage {
+            "truncate" => bytes.truncate(bytes.len() / 2),
+            "flip" => {
+                let i = bytes.len() / 2;
+                bytes[i] ^= 0x10;
+            }
+            "empty" => bytes.clear(),
+            _ => bytes.extend_from_slice(b"more"),
+        }
+        std::fs::write(&path, bytes).unwrap();
+        assert!(store.get::<Run>("reference", "t", &key(n)).is_none(), "{damage}: a miss");
+        assert!(!path.exists(), "{damage}: the unusable entry is removed");
+    }
+    // An entry of another kind under the same key is not read as this one.
+    assert!(store.put("floor", "t", &key(9), &run));
+    assert!(store.get::<Run>("reference", "t", &key(9)).is_none());
+}
+
+/// Guards the bound: beyond it the least recently used entries go (a read counts as a use).
+#[test]
+fn the_least_recently_used_entries_are_evicted_beyond_the_bound() {
+    let tmp = tempfile::tempdir().unwrap();
+    let probe = Store::new(tmp.path().join("probe"), 1 << 30);
+    let run = sample_run();
+    assert!(probe.put("r", "t", &key(0), &run));
+    let size = std::fs::metadata(&entries(&tmp.path().join("probe"))[0]).unwrap().len();
+    let store = Store::new(tmp.path().join("bounded"), 3 * size);
+    for n in 1..=3 {
+        assert!(store.put("r", "t", &key(n), &run));
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert!(store.get::<Run>("r", "t", &key(1)).is_some(), "entry 1 used again");
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    assert!(store.put("r", "t", &key(4), &run));
+    assert!(store.get::<Run>("r", "t", &key(2)).is_none(), "the least recently used went");
+    for n in [1, 3, 4] {
+        assert!(store.get::<Run>("r", "t", &key(n)).is_some(), "entry {n} kept");
+    }
+}
+
+/// Sizes with units, as `ONNX_PARITY_REFERENCE_CACHE_MAX` takes them.
+#[test]
+fn cache_sizes_parse() {
+    use onnx_parity::reference_cache::parse_size;
+    assert_eq!(parse_size("20G"), Some(20 << 30));
+    assert_eq!(parse_size("500 MiB"), Some(500 << 20));
+    assert_eq!(parse_size("1.5k"), Some(1536));
+    assert_eq!(parse_size("123"), Some(123));
+    assert_eq!(parse_size("lots"), None);
+    assert_eq!(parse_size("-1G"), None);
+}
