@@ -1,8 +1,11 @@
 //! The cost of L3 on builds that quantize activations (issue 43) against the same model's f32
 //! build, at fixture scale: each trial's whole L3 — the reference, the f64 arbiter, the floors
 //! (conditioned on the candidate's steps for a quantized build), the float reference the cost is
-//! measured against, and the candidate's runs — on a fresh evaluation each time (nothing cached
-//! between repeats). Run: `cargo bench --bench quantized_l3`. Target: ≤ 1.5× the f32 build's.
+//! measured against, and the candidate's runs — on a fresh evaluation each time. With the
+//! reference cache off (`ONNX_PARITY_REFERENCE_CACHE=off cargo bench --bench quantized_l3`)
+//! nothing is shared between repeats: the cold cost. With it on (the default) the first repeat
+//! fills it and the median is a rerun's cost, the ONNX Runtime side and the comparisons (what an
+//! exporter's second `check` of a build pays). Target: ≤ 1.5× the f32 build's.
 
 mod support;
 
@@ -34,6 +37,11 @@ fn l3_seconds(case: &Case, variant: Option<&str>, options: &RunOptions) -> f64 {
 fn main() {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
     let options = RunOptions::with_goldens(root.join("goldens"));
+    let cache = match &onnx_parity::context::current().reference_cache.root {
+        Some(root) => format!("on ({}; the median is a warm rerun)", root.display()),
+        None => "off (every repeat computes the reference side)".to_string(),
+    };
+    println!("reference cache: {cache}\n");
     println!("| case | build | L3 median (s) | ratio to f32 |");
     println!("|---|---|---|---|");
     for path in ["cases/causal-lm/gemma4-text-ple.yaml", "cases/causal-lm/unified-vision-text.yaml"] {

@@ -10,6 +10,14 @@ three runs of the harness, each in its own process:
                     block 32, symmetric, accuracy_level 4, MatMul and Gather: what onnxruntime-genai's builder
                     writes for CPU), judged on its dequantized weights; its peak beside the f32 build's
 
+  L1 + L3, warm     the combined run again: its reference side read from the reference cache (issue 44: at most
+                    1.25 x ORT alone, peak at most 1.1 x ORT alone's; the first, cold, run at most 2.5 x ORT alone)
+  L1 + L3, fixed    (--fixed) the combined run under `l3_rule: fixed` without the cache (no f64 arbiter, no floors):
+                    the cold calibrated run's yardstick at 12B width (at most 2 x)
+
+The combined runs use a reference cache of their own (<work>/reference-cache, emptied before the cold run); the
+sizes of its entries are printed from the cold run's log.
+
 For each: wall time and peak RSS (the child's ru_maxrss). The target (issue 17): the L1 + L3 peak at most
 1.2 x the larger of the two "alone" peaks; the ratio is printed. The combined run's log also names each
 side's own peak (`peak RSS` in the `ran in` lines; the harness resets the high-water mark per side).
@@ -243,7 +251,9 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=4, help="greedy decode steps (max_new_tokens)")
     ap.add_argument("--fresh", action="store_true", help="rebuild checkpoint, export and inputs")
     ap.add_argument("--no-layers", action="store_true", help="logits runs without --layers (binaries before the flag)")
-    ap.add_argument("--only", choices=["reference", "reference-again", "ort", "combined", "combined-cpu", "combined-int4"], action="append",
+    ap.add_argument("--fixed", action="store_true", help="also the combined run under l3_rule: fixed, without the cache")
+    ap.add_argument("--only", choices=["reference", "reference-again", "ort", "combined", "combined-warm", "combined-fixed", "combined-cpu",
+                                       "combined-int4", "combined-int4-warm"], action="append",
                     help="run only these (repeatable)")
     ap.add_argument("--prepare-only", action="store_true", help="write checkpoint, export and inputs, run nothing")
     ap.add_argument("--int4", action="store_true", help="also quantize the export to int4 and run L1 + L3 on it")
@@ -299,6 +309,7 @@ def main() -> None:
         case4.write_text(case.read_text().replace("dtype: float32", "dtype: int4").replace(f"onnx: {onnx}\n", f"onnx: {onnx4}\n")
                          .replace("random weights", "random weights, int4 build"))
         runs_int4["combined-int4"] = [str(args.bin), "run", str(case4), "--levels", "L1,L3", "--report", str(work / "report-int4.json")]
+        runs_int4["combined-int4-warm"] = runs_int4["combined-int4"]
     if args.prepare_only:
         (work / "bench.json").write_text(json.dumps(result, indent=2) + "\n")
         return
@@ -309,9 +320,17 @@ def main() -> None:
         "ort": [str(args.bin), "logits", "--onnx", str(onnx), "--inputs", str(inputs), "--out",
                 str(work / "ort.safetensors"), "--greedy", str(args.steps), *layers],
         "combined": [str(args.bin), "run", str(case), "--levels", "L1,L3", "--report", str(work / "report.json")],
+        "combined-warm": [str(args.bin), "run", str(case), "--levels", "L1,L3", "--report", str(work / "report-warm.json")],
         **runs_int4,
     }
-    env = {"ONNX_PARITY_LOG": "info"}
+    if args.fixed:
+        fixed = work / "bench" / f"{args.model}-width-fixed.yaml"
+        fixed.write_text(case.read_text() + "l3_rule: fixed\n")
+        runs["combined-fixed"] = [str(args.bin), "run", "--no-cache", str(fixed), "--levels", "L1,L3", "--report", str(work / "report-fixed.json")]
+    cache = work / "reference-cache"
+    if cache.exists() and (not args.only or "combined" in args.only):
+        shutil.rmtree(cache)
+    env = {"ONNX_PARITY_LOG": "info", "ONNX_PARITY_REFERENCE_CACHE": str(cache)}
     gpu = None
     if args.device == "cuda":
         gpu = 0
@@ -340,13 +359,31 @@ def main() -> None:
         if all(p is not None for p in gpu_peaks) and max(gpu_peaks[:2]) > 0:
             result["gpu_combined_over_alone"] = round(gpu_peaks[2] / max(gpu_peaks[:2]), 3)
             log(f"L1+L3 GPU peak / max(alone) = {result['gpu_combined_over_alone']} (target <= 1.1)")
+    ort = result.get("ort", {}).get("wall_s")
+    for name in ("combined", "combined-warm", "combined-int4", "combined-int4-warm"):
+        if ort and name in result:
+            result[f"{name}_over_ort"] = round(result[name]["wall_s"] / ort, 3)
+            result[f"{name}_peak_over_ort"] = round(result[name]["peak_rss_gib"] / result["ort"]["peak_rss_gib"], 3)
+            log(f"{name}: wall / ORT alone = {result[f'{name}_over_ort']}, peak / ORT alone's = {result[f'{name}_peak_over_ort']}")
+    if "combined" in result and "combined-fixed" in result:
+        result["cold_over_fixed"] = round(result["combined"]["wall_s"] / result["combined-fixed"]["wall_s"], 3)
+        log(f"cold calibrated run / fixed-rule run = {result['cold_over_fixed']} (target <= 2 at 12B width)")
+    for name in ("combined", "combined-int4"):
+        logf = work / f"{name}.log"
+        if logf.is_file():
+            import re
+            sizes = re.findall(r": (.+?) stored in the reference cache \(([\d.]+) MB\)", logf.read_text())
+            if sizes:
+                result[f"{name}_cache_entries_mb"] = {what: float(mb) for what, mb in sizes}
+                log(f"{name}: cache entries (MB): {result[f'{name}_cache_entries_mb']}")
     if "reference" in result and "reference-again" in result and result["reference-again"]["wall_s"] > 0:
         result["reference_first_over_again"] = round(result["reference"]["wall_s"] / result["reference-again"]["wall_s"], 3)
         log(f"reference first / again = {result['reference_first_over_again']} (JIT; target <= 1.2 with a warm cache)")
     if "combined" in result and "combined-cpu" in result and result["combined-cpu"]["wall_s"] > 0:
         result["gpu_over_cpu_wall"] = round(result["combined"]["wall_s"] / result["combined-cpu"]["wall_s"], 3)
         log(f"L1+L3 wall on the GPU / on the CPU = {result['gpu_over_cpu_wall']} (target < 1)")
-    for key, name in (("verdicts", "report.json"), ("verdicts_cpu", "report-cpu.json"), ("verdicts_int4", "report-int4.json")):
+    for key, name in (("verdicts", "report.json"), ("verdicts_warm", "report-warm.json"), ("verdicts_cpu", "report-cpu.json"),
+                      ("verdicts_int4", "report-int4.json"), ("verdicts_fixed", "report-fixed.json")):
         report = work / name
         if report.is_file():
             r = json.loads(report.read_text())

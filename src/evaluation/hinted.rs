@@ -185,7 +185,7 @@ pub(super) fn runs(
 
 /// The digest of a candidate's activations (name, shape, values, bit exact) and the near-tie
 /// tolerance: what a conditioned floor's cache key adds to the case's identity.
-pub fn activations_digest(activations: &BTreeMap<String, Dense<f32>>) -> [u8; 32] {
+pub fn activations_digest(activations: &BTreeMap<String, Dense<f32>>) -> [u8; 16] {
     let mut key = KeyBuilder::new("activations", "");
     key.text("near-tie tolerance", &NEAR_TIE_TOLERANCE.to_string());
     for (name, a) in activations {

@@ -1,6 +1,6 @@
 //! The entry format: a header (magic, format version, what the entry holds, its key), the value's
-//! fields in order (little endian; lengths before sequences), and a SHA-256 of everything before
-//! it. Written streaming through the digest (never a second copy of a value in memory), read
+//! fields in order (little endian; lengths before sequences), and an XXH3-128 of everything
+//! before it. Written streaming through the digest (never a second copy of a value in memory), read
 //! back only after the digest matched: a truncated or altered entry is a miss, never a value.
 
 use std::fs::File;
@@ -8,27 +8,29 @@ use std::io::{BufReader, BufWriter, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use sha2::{Digest, Sha256};
+use xxhash_rust::xxh3::Xxh3;
 
 use super::error::CacheError;
 use super::key::{Key, FORMAT};
 
 /// The first bytes of every entry.
 const MAGIC: &[u8; 8] = b"OPREFC\0\x01";
+/// The trailing digest's bytes.
+const DIGEST: u64 = 16;
 /// Floats converted per write (bounded scratch, not a copy of the tensor).
 const CHUNK: usize = 1 << 16;
 
 /// Writes one entry.
 pub struct Encoder {
     out: BufWriter<File>,
-    digest: Sha256,
+    digest: Xxh3,
     written: u64,
 }
 
 impl Encoder {
     /// Starts the entry for `what` under `key` in `file`.
     pub fn start(file: File, what: &str, key: &Key) -> std::io::Result<Self> {
-        let mut e = Encoder { out: BufWriter::with_capacity(1 << 20, file), digest: Sha256::new(), written: 0 };
+        let mut e = Encoder { out: BufWriter::with_capacity(1 << 20, file), digest: Xxh3::new(), written: 0 };
         e.bytes(MAGIC)?;
         e.u64(FORMAT as u64)?;
         e.str(what)?;
@@ -90,7 +92,7 @@ impl Encoder {
 
     /// Appends the digest and flushes; returns the entry's size.
     pub fn finish(mut self) -> std::io::Result<u64> {
-        let digest = self.digest.finalize_reset();
+        let digest = self.digest.digest128().to_le_bytes();
         self.out.write_all(&digest)?;
         let file = self.out.into_inner().map_err(|e| e.into_error())?;
         file.sync_all()?;
@@ -121,11 +123,11 @@ impl Decoder {
             Err(e) => return Err(io(e)),
         };
         let len = file.metadata().map_err(io)?.len();
-        if len < 32 + MAGIC.len() as u64 {
+        if len < DIGEST + MAGIC.len() as u64 {
             return Err(corrupt(format!("{len} bytes: shorter than a header and its digest")));
         }
-        let end = len - 32;
-        let mut digest = Sha256::new();
+        let end = len - DIGEST;
+        let mut digest = Xxh3::new();
         let mut buf = vec![0u8; 1 << 20];
         let mut left = end;
         while left > 0 {
@@ -134,9 +136,9 @@ impl Decoder {
             digest.update(&buf[..n]);
             left -= n as u64;
         }
-        let mut stored = [0u8; 32];
+        let mut stored = [0u8; DIGEST as usize];
         file.read_exact(&mut stored).map_err(io)?;
-        if digest.finalize().as_slice() != stored {
+        if digest.digest128().to_le_bytes() != stored {
             return Err(corrupt("its digest does not match its content (truncated or altered)".into()));
         }
         file.seek(SeekFrom::Start(0)).map_err(io)?;
@@ -149,7 +151,7 @@ impl Decoder {
             return Err(corrupt(format!("not an entry of format {FORMAT} (format {format})")));
         }
         let holds = d.str()?;
-        let mut stored_key = [0u8; 32];
+        let mut stored_key = [0u8; 16];
         d.read(&mut stored_key)?;
         if holds != what || stored_key != key.0 {
             return Err(corrupt(format!("holds `{holds}` under another key, not `{what}` under {key}")));

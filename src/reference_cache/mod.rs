@@ -7,7 +7,7 @@
 //! config, the inputs, the precision, the reference's code and, for a quantized build, the
 //! build's weights (and the candidate's activations for the conditioned floors). Each such result
 //! is stored under a key over exactly those ([`key`]), in `<cache root>/reference/entries/`,
-//! written atomically and checked by its digest when read ([`codec`]): a missing, truncated or
+//! written atomically and checked by its XXH3 digest when read ([`codec`]): a missing, truncated or
 //! altered entry is a miss (with a warning), never a value. The folder is bounded
 //! (`ONNX_PARITY_REFERENCE_CACHE_MAX`, default [`DEFAULT_MAX_BYTES`]): the least recently used
 //! entries go first. `ONNX_PARITY_REFERENCE_CACHE=off` or `--no-cache` turns it off.
