@@ -17,6 +17,7 @@ use thiserror::Error;
 
 use crate::hexfloat;
 use crate::metrics::top_k;
+use crate::onnx::protocol;
 
 #[derive(Debug, Error)]
 pub enum GoldenError {
@@ -203,7 +204,7 @@ impl Golden {
             |field: String, t: i64| if t < 0 { Err(field_err(field, format!("expected a token id ≥ 0, found {t}"))) } else { Ok(()) };
         token("top1_id".into(), raw.top1_id)?;
         token("top2_id".into(), raw.top2_id)?;
-        for (field, list) in [("top10_ids", &raw.top10_ids), ("input_ids", &raw.input_ids)] {
+        for (field, list) in [("top10_ids", &raw.top10_ids), (protocol::INPUT_IDS, &raw.input_ids)] {
             for (i, &t) in list.iter().enumerate() {
                 token(format!("{field}[{i}]"), t)?;
             }
@@ -286,7 +287,7 @@ impl Golden {
             ("top10_ids".to_string(), ints(&self.top10_ids)),
             ("top10_logits".to_string(), hexes(&self.top10_logits)),
             ("logits_summary".to_string(), hexes(&[s.max, s.min, s.mean, s.std])),
-            ("input_ids".to_string(), ints(&self.input_ids)),
+            (protocol::INPUT_IDS.to_string(), ints(&self.input_ids)),
         ];
         if let Some(norms) = &self.component_norms {
             obj.push((

@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 
 use crate::backend::{Backend, BackendError, GenerationRequest};
 use crate::inputs::ModelInputs;
+use crate::onnx::protocol;
 use crate::outputs::{LayerOutputs, Run};
 use crate::tensor_file::TensorFile;
 
@@ -54,7 +55,7 @@ impl Dump {
     /// Writes the tensors as safetensors (temp file + rename).
     pub fn save(&self, path: &Path) -> Result<(), DumpError> {
         let l = &self.run.prefill.logits;
-        let mut file = TensorFile::new().f32("logits", l.shape.clone(), &l.data);
+        let mut file = TensorFile::new().f32(protocol::LOGITS, l.shape.clone(), &l.data);
         for (c, d) in &self.run.prefill.components {
             file = file.f32(c.as_str(), d.shape.clone(), &d.data);
         }

@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 
 use crate::names::named_enum;
+use crate::onnx::protocol;
 pub use onnx_parity_reference::{Dense, GeneratedTokens};
 
 named_enum! {
@@ -46,7 +47,7 @@ impl std::fmt::Display for Stage {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Stage::Component(c) => f.write_str(c.as_str()),
-            Stage::Logits => f.write_str("logits"),
+            Stage::Logits => f.write_str(protocol::LOGITS),
             Stage::DecodeStep(k) => write!(f, "decode step {k}"),
             Stage::Layer(k) => write!(f, "decoder layer {k}"),
         }
@@ -303,7 +304,7 @@ impl Run {
             Some(index) => Err(NonFinite { backend, tensor: tensor.to_string(), index, value: data[index] }),
             None => Ok(()),
         };
-        check("logits", &self.prefill.logits.data)?;
+        check(protocol::LOGITS, &self.prefill.logits.data)?;
         for (c, t) in &self.prefill.components {
             check(c.as_str(), &t.data)?;
         }

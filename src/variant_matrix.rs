@@ -1,6 +1,6 @@
 //! The variant matrix a run prints: for every case with `variants:`, one row per build (the
 //! case's own export, then each variant) and one column per tier, the verdict in each cell, the
-//! exporter that made the build (its graphs' producer) and the protocol L1 read from the graph. It is what the README's variant table is (a test holds
+//! exporter that made the build (its graphs' producer) and the protocol L1 read from the graph. It is what docs/exporters.md's variant table is (a test holds
 //! the two equal), so a reader sees at a glance which of mobius's builds of a model compute what
 //! the model computes.
 
@@ -13,7 +13,7 @@ use crate::tiers::outcome::Status;
 /// The tiers the matrix shows (L2 judges the config, the same for every build).
 const COLUMNS: [&str; 4] = ["L1", "L3", "L4", "L5"];
 
-/// One cell: the verdict as the README writes it (`pass`, **FAIL**, `xfail`, `skip`).
+/// One cell: the verdict as docs/exporters.md writes it (`pass`, **FAIL**, `xfail`, `skip`).
 fn cell(status: Status) -> &'static str {
     match status {
         Status::Pass => "pass",

@@ -581,3 +581,50 @@ fn the_gate_sees_each_violation() {
     assert_eq!(v.len(), 2, "{text}");
     assert!(text.contains("b.rs:1") && text.contains("a/y.rs:1") && !text.contains("context.rs:"), "{text}");
 }
+
+/// The graph's input and output names spelled outside `src/onnx/protocol.rs` in non-test code:
+/// `(file, line)` for each line holding one of them as an exact string literal.
+fn protocol_literals(src: &Path) -> Vec<(PathBuf, usize)> {
+    const NAMES: [&str; 10] = [
+        "input_ids",
+        "attention_mask",
+        "position_ids",
+        "inputs_embeds",
+        "pixel_values",
+        "pixel_position_ids",
+        "image_position_ids",
+        "image_features",
+        "per_layer_inputs",
+        "logits",
+    ];
+    let mut paths = Vec::new();
+    rust_files(src, &mut paths);
+    paths.sort();
+    let mut out = Vec::new();
+    for path in paths.into_iter().filter(|p| !p.ends_with("onnx/protocol.rs")) {
+        let text = fs::read_to_string(&path).expect("source");
+        for (i, line) in text.lines().enumerate() {
+            if line.trim_start().starts_with("#[cfg(test)]") {
+                break;
+            }
+            if !line.trim_start().starts_with("//") && NAMES.iter().any(|n| line.contains(&format!("\"{n}\""))) {
+                out.push((path.clone(), i + 1));
+            }
+        }
+    }
+    out
+}
+
+/// Guards issue 45: the protocol's names live in `src/onnx/protocol.rs`; outside it, non-test
+/// code spells them on at most 5 lines (the `Component` enum's definitions, which its macro takes
+/// as literals). A name spelled again elsewhere fails naming the line.
+#[test]
+fn protocol_names_live_in_one_place() {
+    let found = protocol_literals(&repo().join("src"));
+    let lines: Vec<String> = found.iter().map(|(p, l)| format!("{}:{l}", p.display())).collect();
+    assert!(found.len() <= 5, "{} lines spell a protocol name outside src/onnx/protocol.rs:\n{}", found.len(), lines.join("\n"));
+    // The gate sees a spelling: a scratch file with one.
+    let dir = tempfile::tempdir().expect("tmp");
+    fs::write(dir.path().join("x.rs"), "fn f() -> &'static str { \"logits\" }\n#[cfg(test)]\nmod t { const A: &str = \"input_ids\"; }\n").expect("write");
+    assert_eq!(protocol_literals(dir.path()).len(), 1, "a literal before the tests is seen, one in them is not");
+}

@@ -119,7 +119,7 @@ fn hf_with_unit_layer_scalar(src: &Path, window: usize) -> tempfile::TempDir {
     )
 }
 
-/// Guards the README's table: on gemma4-text-dense candle-transformers is far from HF (and from
+/// Guards docs/exporters.md's table: on gemma4-text-dense candle-transformers is far from HF (and from
 /// the reference, which is HF to rounding); with norms, attention scale and layer_scalar
 /// neutralised it equals the reference at the positions the sliding window does not cut
 /// (i < W), differs from position W on, and equals the reference with window W + 1 at every

@@ -158,3 +158,19 @@ fn verdicts_are_identical_with_and_without_the_cache() {
         }
     }
 }
+
+/// Guards issue 45's EP axis: `list --ep` and `run --ep` plan the trials on the EPs named (over
+/// `ONNX_PARITY_EP`), and an unknown one is refused (exit 2).
+#[test]
+fn the_ep_axis_comes_from_the_command() {
+    let case = "cases/causal-lm/gemma4-text-ple.yaml";
+    let list = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_onnx-parity")).args(args).current_dir(root()).env("ONNX_PARITY_EP", "cpu").output().expect("runs")
+    };
+    let cpu = list(&["list", case]);
+    assert!(text(&cpu).contains("trials on cpu (") && !text(&cpu).contains("cuda"), "{}", text(&cpu));
+    let both = list(&["list", "--ep", "cpu,cuda", case]);
+    assert!(text(&both).contains("trials on cpu, cuda:0"), "{}", text(&both));
+    let bad = list(&["run", "--ep", "tpu", case]);
+    assert_eq!(bad.status.code(), Some(2), "{}", text(&bad));
+}

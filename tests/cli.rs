@@ -620,10 +620,10 @@ fn l4_l5_replay_the_goldens_input_ids_with_a_warning() {
     assert!(text(&o).contains(&format!("at position {at}")), "the console shows the warning: {}", text(&o));
 }
 
-/// Guards the README's variant table: it is what `onnx-parity run` prints for the cases with
-/// variants (regenerate it by pasting the run's table between the markers).
+/// Guards the variant table of docs/exporters.md: it is what `onnx-parity run` prints for the
+/// cases with variants (regenerate it by pasting the run's table between the markers).
 #[test]
-fn readme_variant_table_equals_the_run() {
+fn docs_variant_table_equals_the_run() {
     let cases = [
         "cases/causal-lm/gemma4-text-dense.yaml",
         "cases/causal-lm/gemma4-text-moe.yaml",
@@ -636,11 +636,15 @@ fn readme_variant_table_equals_the_run() {
     args.extend(cases);
     let o = cli(&args);
     let out = String::from_utf8_lossy(&o.stdout).to_string();
-    let printed = out.split("variant matrix (the README's table):\n\n").nth(1).unwrap_or_else(|| panic!("no variant matrix: {}", text(&o)));
-    let readme = std::fs::read_to_string(root().join("README.md")).expect("README");
-    let table =
-        readme.split("<!-- variant-matrix -->\n").nth(1).and_then(|r| r.split("<!-- /variant-matrix -->").next()).expect("README markers");
-    assert_eq!(table, printed, "README's variant table differs from the run:\n{printed}");
+    let printed =
+        out.split("variant matrix (docs/exporters.md's table):\n\n").nth(1).unwrap_or_else(|| panic!("no variant matrix: {}", text(&o)));
+    let page = std::fs::read_to_string(root().join("docs/exporters.md")).expect("docs/exporters.md");
+    let table = page
+        .split("<!-- variant-matrix -->\n")
+        .nth(1)
+        .and_then(|r| r.split("<!-- /variant-matrix -->").next())
+        .expect("docs/exporters.md markers");
+    assert_eq!(table, printed, "docs/exporters.md's variant table differs from the run:\n{printed}");
     assert!(o.status.success(), "{}", text(&o));
 }
 

@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 
 use super::{Backend, BackendError, GenerationRequest};
 use crate::inputs::ModelInputs;
+use crate::onnx::protocol;
 use crate::ort_genai::ffi::{Api, Floats, Model};
 use crate::ort_genai::{GenaiConfig, GenaiError, GENAI_ORT_VERSION, GENAI_VERSION};
 use crate::outputs::{Dense, GeneratedTokens, LayerOutputs, Prefill, Run};
@@ -42,7 +43,7 @@ impl OrtGenai {
     fn last_row(f: &Floats) -> Result<Vec<f32>, GenaiError> {
         let vocab = f.shape.last().copied().unwrap_or(0);
         if vocab == 0 || f.data.len() < vocab {
-            return Err(GenaiError::Call { call: "logits", message: format!("logits of shape {:?}", f.shape) });
+            return Err(GenaiError::Call { call: protocol::LOGITS, message: format!("logits of shape {:?}", f.shape) });
         }
         Ok(f.data[f.data.len() - vocab..].to_vec())
     }

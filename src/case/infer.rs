@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 use crate::level::{Dtype, Level};
 use crate::onnx::graph::{Dim, GraphSummary};
 use crate::onnx::package::{Layout, OnnxPackage, DECODER, TEXT_MODEL, VISION_ENCODER};
+use crate::onnx::protocol;
 
 /// Why no case could be built (`check` exits 2 naming it).
 #[derive(Debug, thiserror::Error)]
@@ -125,7 +126,7 @@ fn export_dtype(export: &Path, decoder: &GraphSummary) -> Result<Dtype, InferErr
         .inputs
         .iter()
         .find(|i| i.name.starts_with("past_key_values"))
-        .or_else(|| decoder.outputs.iter().find(|o| o.name == "logits"));
+        .or_else(|| decoder.outputs.iter().find(|o| o.name == protocol::LOGITS));
     match typed.map(|t| t.dtype) {
         Some("float16") => Ok(Dtype::Float16),
         Some("bfloat16") => Ok(Dtype::Bfloat16),
@@ -144,7 +145,7 @@ fn check_same_model(req: &CheckRequest, package: &OnnxPackage, decoder: &GraphSu
     let other = |why: String| InferError::OtherModel { export: req.export.display().to_string(), model: req.model.clone(), why };
     let contract = crate::onnx::contract::ExportContract::from_config_file(config)
         .map_err(|e| InferError::Unreadable { path: config.into(), why: e.to_string() })?;
-    let graph_vocab = decoder.outputs.iter().find(|o| o.name == "logits").and_then(|o| o.dims.as_ref()?.last().cloned());
+    let graph_vocab = decoder.outputs.iter().find(|o| o.name == protocol::LOGITS).and_then(|o| o.dims.as_ref()?.last().cloned());
     if let Some(Dim::Static(v)) = graph_vocab {
         if v != contract.vocab_size {
             return Err(other(format!("its logits have {v} vocabulary entries, the checkpoint's config.json {}", contract.vocab_size)));

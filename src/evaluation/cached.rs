@@ -16,6 +16,7 @@ use crate::artifacts::Artifacts;
 use crate::case::{Case, Level};
 use crate::inputs::ModelInputs;
 use crate::metrics::WeightError;
+use crate::onnx::protocol;
 use crate::reference_cache::codec::{Decoder, Encoder};
 use crate::reference_cache::{CacheError, Cached, KeyBuilder, Store, CODE_VERSION};
 use crate::runtime::kernels::MatMulNBitsModel;
@@ -48,12 +49,12 @@ fn folder(store: &Store, key: &mut KeyBuilder, part: &str, dir: &std::path::Path
 
 /// `inputs` into `key`, bit exact.
 pub fn add_inputs(key: &mut KeyBuilder, inputs: &ModelInputs) {
-    key.i64s("input_ids", &inputs.input_ids);
+    key.i64s(protocol::INPUT_IDS, &inputs.input_ids);
     if let Some(p) = &inputs.pixel_values {
-        key.text("pixel_values shape", &format!("{:?}", p.shape)).f32s("pixel_values", &p.data);
+        key.text("pixel_values shape", &format!("{:?}", p.shape)).f32s(protocol::PIXEL_VALUES, &p.data);
     }
     if let Some(p) = &inputs.image_position_ids {
-        key.text("image_position_ids shape", &format!("{:?}", p.shape)).i64s("image_position_ids", &p.data);
+        key.text("image_position_ids shape", &format!("{:?}", p.shape)).i64s(protocol::IMAGE_POSITION_IDS, &p.data);
     }
     if let Some(t) = &inputs.mm_token_type_ids {
         key.i64s("mm_token_type_ids", t);

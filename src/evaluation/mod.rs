@@ -166,9 +166,9 @@ pub struct CaseEvaluation {
 }
 
 impl Default for CaseEvaluation {
-    /// The evaluation of a case without variants or other implementations.
+    /// The evaluation of a case without variants or other implementations, on the CPU.
     fn default() -> Self {
-        CaseEvaluation::with_candidates(&[], &[])
+        CaseEvaluation::with_candidates(&[], &[], &[RunEp::Cpu])
     }
 }
 
@@ -184,16 +184,21 @@ impl CaseEvaluation {
     /// own export and for each variant's; `variant`: the build a variant's view of the case
     /// ([`Case::view`]) judges, which gets its own candidates.
     pub fn for_case(case: &Case, variant: Option<&str>) -> Self {
+        CaseEvaluation::for_case_on(case, variant, &[RunEp::Cpu])
+    }
+
+    /// [`CaseEvaluation::for_case`] with candidates on each of `eps` (the plan's EPs).
+    pub fn for_case_on(case: &Case, variant: Option<&str>, eps: &[RunEp]) -> Self {
         let variants: Vec<String> = case.variants.keys().cloned().chain(variant.map(str::to_string)).collect();
-        CaseEvaluation::with_candidates(&variants, &other_implementations(case))
+        CaseEvaluation::with_candidates(&variants, &other_implementations(case), eps)
     }
 
     /// Candidates for the case's own export, each variant's, and each other implementation, on
-    /// each EP a trial of this run may ask for (the CPU and the selected ones; a trial's EP picks
-    /// its slot, so a build judged on two EPs is two candidates of one reference run).
-    fn with_candidates(variants: &[String], others: &[ImplementationName]) -> Self {
+    /// each EP a trial of this run may ask for (the CPU and the plan's `selected` ones; a trial's
+    /// EP picks its slot, so a build judged on two EPs is two candidates of one reference run).
+    fn with_candidates(variants: &[String], others: &[ImplementationName], selected: &[RunEp]) -> Self {
         let mut eps = vec![RunEp::Cpu];
-        eps.extend(crate::context::current().eps_or_cpu().into_iter().filter(|e| !e.is_cpu()));
+        eps.extend(selected.iter().copied().filter(|e| !e.is_cpu()));
         let mut candidates = Vec::new();
         for &ep in &eps {
             for variant in std::iter::once(None).chain(variants.iter().cloned().map(Some)) {
@@ -236,8 +241,8 @@ impl CaseEvaluation {
 
     /// An evaluation of given inputs (a golden's replayed ids) instead of the case's own, with
     /// candidates for these variants and other implementations.
-    pub fn of_inputs(inputs: ModelInputs, variants: &[String], others: &[ImplementationName]) -> Self {
-        let evaluation = CaseEvaluation::with_candidates(variants, others);
+    pub fn of_inputs(inputs: ModelInputs, variants: &[String], others: &[ImplementationName], eps: &[RunEp]) -> Self {
+        let evaluation = CaseEvaluation::with_candidates(variants, others, eps);
         let _ = evaluation.inputs.set(Ok(inputs));
         evaluation
     }
@@ -529,36 +534,45 @@ pub struct CaseEvaluations {
     others: Vec<ImplementationName>,
     /// The quantized kernels' model its evaluations share (a replayed one too).
     matmul_nbits: MatMulNBitsModel,
+    /// The EPs its candidates run on (the plan's).
+    eps: Vec<RunEp>,
 }
 
 impl CaseEvaluations {
-    /// The evaluations of `case` and its variants (one reference run each, shared by them all).
+    /// The evaluations of `case` and its variants (one reference run each, shared by them all),
+    /// their candidates on the CPU.
     pub fn for_case(case: &Case) -> Self {
         CaseEvaluations::for_build(case, None)
+    }
+
+    /// [`CaseEvaluations::for_case`] with candidates on each of the plan's `eps`.
+    pub fn for_case_on(case: &Case, eps: &[RunEp]) -> Self {
+        CaseEvaluations::for_build_on(case, None, RunEp::Cpu, eps)
     }
 
     /// The evaluations of a variant's view of a case (`case`, [`Case::view`]) when that build
     /// needs its own (a quantized build is judged against the reference on its own weights), as
     /// the CPU EP's kernels run it.
     pub fn for_build(case: &Case, variant: Option<&str>) -> Self {
-        CaseEvaluations::for_build_on(case, variant, RunEp::Cpu)
+        CaseEvaluations::for_build_on(case, variant, RunEp::Cpu, &[RunEp::Cpu])
     }
 
     /// [`CaseEvaluations::for_build`] as `ep`'s kernels run a quantized build (its MatMulNBits'
-    /// activations: [`MatMulNBitsModel::of`]).
-    pub fn for_build_on(case: &Case, variant: Option<&str>, ep: RunEp) -> Self {
+    /// activations: [`MatMulNBitsModel::of`]), with candidates on each of the plan's `eps`.
+    pub fn for_build_on(case: &Case, variant: Option<&str>, ep: RunEp, eps: &[RunEp]) -> Self {
         let model = MatMulNBitsModel::of(ep);
         let on = |mut e: CaseEvaluation| {
             e.matmul_nbits = model;
             e
         };
         CaseEvaluations {
-            real: on(CaseEvaluation::for_case(case, variant)),
-            synthetic: on(CaseEvaluation::for_case(case, variant)),
+            real: on(CaseEvaluation::for_case_on(case, variant, eps)),
+            synthetic: on(CaseEvaluation::for_case_on(case, variant, eps)),
             replay: OnceLock::new(),
             variants: case.variants.keys().cloned().chain(variant.map(str::to_string)).collect(),
             others: other_implementations(case),
             matmul_nbits: model,
+            eps: eps.to_vec(),
         }
     }
 
@@ -583,7 +597,7 @@ impl CaseEvaluations {
                     tracing::warn!("{}: {d}; L4/L5 replay the golden's input_ids", case.name);
                 }
                 let of_inputs = |i| {
-                    let mut e = CaseEvaluation::of_inputs(i, &self.variants, &self.others);
+                    let mut e = CaseEvaluation::of_inputs(i, &self.variants, &self.others, &self.eps);
                     e.matmul_nbits = self.matmul_nbits;
                     e
                 };

@@ -10,6 +10,7 @@ use std::fmt::Write;
 
 use crate::metric_keys as key;
 use crate::metric_keys::Metrics;
+use crate::onnx::protocol;
 use crate::report::{LevelReport, RunReport};
 use crate::tiers::outcome::Status;
 
@@ -262,13 +263,13 @@ fn detail(h: &mut String, case: &str, l: &LevelReport) {
         calibration_table(h, table);
     }
     let components: Vec<(String, f64)> = [
-        ("image_features", "image_features_max_abs_diff"),
-        ("inputs_embeds", "inputs_embeds_max_abs_diff"),
-        ("per_layer_inputs", "per_layer_inputs_max_abs_diff"),
+        (protocol::IMAGE_FEATURES, "image_features_max_abs_diff"),
+        (protocol::INPUTS_EMBEDS, "inputs_embeds_max_abs_diff"),
+        (protocol::PER_LAYER_INPUTS, "per_layer_inputs_max_abs_diff"),
         ("vision_encoder alone", key::VISION_ENCODER_ISOLATED_MAX_ABS_DIFF),
         ("embedding alone", key::EMBEDDING_ISOLATED_MAX_ABS_DIFF),
         ("decoder alone", key::DECODER_ISOLATED_MAX_ABS_DIFF),
-        ("logits", key::MAX_ABS_DIFF),
+        (protocol::LOGITS, key::MAX_ABS_DIFF),
         ("worst decode step", key::DECODE_MAX_ABS_DIFF),
     ]
     .iter()
@@ -291,11 +292,12 @@ fn detail(h: &mut String, case: &str, l: &LevelReport) {
         h.push_str("<div>quantization's cost: KL divergence (nats) of the export against the float reference per position (prefill, then decode steps)</div>");
         h.push_str(&svg::positions(&kl, None, &[]));
     }
+    let candidate = implementation_label(case);
     if let Some(golden) = ints(m, key::GOLDEN_TOP10) {
-        top10(h, m, &golden);
+        top10(h, m, &golden, candidate);
     }
     if let Some(golden) = ints(m, key::GOLDEN_TOKENS) {
-        tokens(h, m, &golden);
+        tokens(h, m, &golden, candidate);
     }
     let scalars: Vec<String> = m
         .iter()
@@ -316,17 +318,25 @@ fn scalar(v: &serde_json::Value) -> String {
     }
 }
 
-/// L4: golden vs ONNX vs reference top-10, ids that differ from the golden's at a rank marked.
-fn top10(h: &mut String, m: &Metrics, golden: &[i64]) {
+/// What computed a trial's candidate rows, from its name: the implementation in brackets
+/// (`causal-lm/x [ort-genai]`), else the export in ONNX Runtime.
+fn implementation_label(case: &str) -> &str {
+    case.rsplit_once(" [").and_then(|(_, rest)| rest.split(']').next()).unwrap_or("ONNX Runtime")
+}
+
+/// L4: golden vs the candidate vs reference top-10, ids that differ from the golden's at a rank
+/// marked; `candidate` names what computed its row.
+fn top10(h: &mut String, m: &Metrics, golden: &[i64], candidate: &str) {
     let onnx = ints(m, key::TOP10).unwrap_or_default();
     let reference = ints(m, key::REFERENCE_TOP10).unwrap_or_default();
-    let gap = m.get(key::TOP1_GAP).and_then(|v| v.as_f64()).map(|g| format!(" (ONNX top-1 margin {g:.3e})")).unwrap_or_default();
+    let gap =
+        m.get(key::TOP1_GAP).and_then(|v| v.as_f64()).map(|g| format!(" ({} top-1 margin {g:.3e})", esc(candidate))).unwrap_or_default();
     let _ = write!(h, "<div>top-10 next tokens{gap}</div><table class=\"tokens top10\">");
-    for (name, row) in [("golden", golden), ("ONNX", onnx.as_slice()), ("reference", reference.as_slice())] {
+    for (name, row) in [("golden", golden), (candidate, onnx.as_slice()), ("reference", reference.as_slice())] {
         if row.is_empty() {
             continue;
         }
-        let _ = write!(h, "<tr><td>{name}</td>");
+        let _ = write!(h, "<tr><td>{}</td>", esc(name));
         for (i, t) in row.iter().enumerate() {
             let cls = if golden.get(i) != Some(t) { " class=\"diff\"" } else { "" };
             let _ = write!(h, "<td{cls}>{t}</td>");
@@ -336,17 +346,18 @@ fn top10(h: &mut String, m: &Metrics, golden: &[i64]) {
     h.push_str("</table>");
 }
 
-/// L5: golden, ONNX and reference greedy tokens aligned, the first difference marked.
-fn tokens(h: &mut String, m: &Metrics, golden: &[i64]) {
+/// L5: golden, the candidate's (`candidate` names what computed it) and reference greedy tokens
+/// aligned, the first difference marked.
+fn tokens(h: &mut String, m: &Metrics, golden: &[i64], candidate: &str) {
     let onnx = ints(m, key::TOKENS).unwrap_or_default();
     let reference = ints(m, key::REFERENCE_TOKENS).unwrap_or_default();
     let first = onnx.iter().zip(golden).position(|(a, b)| a != b).or((onnx.len() != golden.len()).then(|| onnx.len().min(golden.len())));
     h.push_str("<div>greedy tokens (ids; the first difference from the golden marked)</div><table class=\"tokens generated\">");
-    for (name, row) in [("golden", golden), ("ONNX", onnx.as_slice()), ("reference", reference.as_slice())] {
-        if row.is_empty() && name != "ONNX" {
+    for (name, row) in [("golden", golden), (candidate, onnx.as_slice()), ("reference", reference.as_slice())] {
+        if row.is_empty() && name != candidate {
             continue;
         }
-        let _ = write!(h, "<tr><td>{name}</td>");
+        let _ = write!(h, "<tr><td>{}</td>", esc(name));
         for (i, t) in row.iter().enumerate() {
             let cls = if name != "golden" && Some(i) == first { " class=\"diff\" data-first-difference=\"true\"" } else { "" };
             let _ = write!(h, "<td{cls}>{t}</td>");
@@ -354,7 +365,7 @@ fn tokens(h: &mut String, m: &Metrics, golden: &[i64]) {
         h.push_str("</tr>");
     }
     h.push_str("</table>");
-    for (name, k) in [("golden", key::GOLDEN_TEXT), ("ONNX", key::TEXT)] {
+    for (name, k) in [("golden", key::GOLDEN_TEXT), (candidate, key::TEXT)] {
         if let Some(t) = m.get(k).and_then(|v| v.as_str()) {
             let _ = write!(h, "<div class=\"decoded\"><b>{name}:</b> {}</div>", esc(t));
         }
@@ -371,5 +382,19 @@ mod tests {
         assert_eq!(unix_date(0), "1970-01-01 00:00 UTC");
         assert_eq!(unix_date(1_796_089_020), "2026-12-01 01:37 UTC");
         assert_eq!(esc("<a href=\"x\">&"), "&lt;a href=&quot;x&quot;&gt;&amp;");
+    }
+
+    /// Guards issue 45: each L4/L5 row names what computed it, not "ONNX" for every runtime.
+    #[test]
+    fn candidate_rows_name_their_implementation() {
+        assert_eq!(implementation_label("causal-lm/x@v [ort-genai] on cuda:0"), "ort-genai");
+        assert_eq!(implementation_label("causal-lm/x [candle-transformers]"), "candle-transformers");
+        assert_eq!(implementation_label("causal-lm/x@int4"), "ONNX Runtime");
+        let m: Metrics = [(key::TOKENS.to_string(), serde_json::json!([5, 6])), (key::REFERENCE_TOKENS.to_string(), serde_json::json!([5, 7]))]
+            .into_iter()
+            .collect();
+        let mut h = String::new();
+        tokens(&mut h, &m, &[5, 7], implementation_label("causal-lm/x [ort-genai]"));
+        assert!(h.contains("<td>ort-genai</td>") && !h.contains(">ONNX<"), "{h}");
     }
 }

@@ -6,6 +6,7 @@ use std::path::Path;
 use safetensors::{Dtype, SafeTensors};
 
 use super::error::InputsError;
+use crate::onnx::protocol;
 use onnx_parity_reference::{Dense, ModelInputs};
 
 /// Reads a safetensors file with `input_ids` `[1,S]` and optional `pixel_values`,
@@ -24,29 +25,29 @@ pub fn parse_safetensors(bytes: &[u8], path: &Path) -> Result<ModelInputs, Input
             return Err(err(audio, "audio inputs are not supported (audio is out of scope: text and images only)".into()));
         }
     }
-    let ids = read_i64(&st, "input_ids", path)?.ok_or_else(|| err("input_ids", "required, i64 [1, S]".into()))?;
+    let ids = read_i64(&st, protocol::INPUT_IDS, path)?.ok_or_else(|| err(protocol::INPUT_IDS, "required, i64 [1, S]".into()))?;
     if ids.shape.len() != 2 || ids.shape[0] != 1 || ids.shape[1] == 0 {
-        return Err(err("input_ids", format!("shape [1, S] with S > 0, found {:?}", ids.shape)));
+        return Err(err(protocol::INPUT_IDS, format!("shape [1, S] with S > 0, found {:?}", ids.shape)));
     }
     let seq = ids.shape[1];
-    let pixel_values = read_f32(&st, "pixel_values", path)?;
-    let image_position_ids = read_i64(&st, "image_position_ids", path)?;
+    let pixel_values = read_f32(&st, protocol::PIXEL_VALUES, path)?;
+    let image_position_ids = read_i64(&st, protocol::IMAGE_POSITION_IDS, path)?;
     let mm = read_i64(&st, "mm_token_type_ids", path)?;
     match (&pixel_values, &image_position_ids) {
         (Some(p), Some(q)) => {
             if p.shape.len() != 3 {
-                return Err(err("pixel_values", format!("rank 3 [n_img, max_patches, patch_dim], found {:?}", p.shape)));
+                return Err(err(protocol::PIXEL_VALUES, format!("rank 3 [n_img, max_patches, patch_dim], found {:?}", p.shape)));
             }
             if q.shape != [p.shape[0], p.shape[1], 2] {
                 return Err(err(
-                    "image_position_ids",
+                    protocol::IMAGE_POSITION_IDS,
                     format!("shape [{}, {}, 2] to match pixel_values, found {:?}", p.shape[0], p.shape[1], q.shape),
                 ));
             }
         }
         (None, None) => {}
-        (Some(_), None) => return Err(err("image_position_ids", "required when pixel_values is given".into())),
-        (None, Some(_)) => return Err(err("pixel_values", "required when image_position_ids is given".into())),
+        (Some(_), None) => return Err(err(protocol::IMAGE_POSITION_IDS, "required when pixel_values is given".into())),
+        (None, Some(_)) => return Err(err(protocol::PIXEL_VALUES, "required when image_position_ids is given".into())),
     }
     if let Some(m) = &mm {
         if m.shape != [1, seq] {
@@ -120,12 +121,12 @@ fn read_f32(st: &SafeTensors<'_>, name: &str, path: &Path) -> Result<Option<Dens
 /// `pixel_values`, `image_position_ids`, `mm_token_type_ids` `[1,S]`) — the layout
 /// [`load_safetensors`] reads, so a written file is a case's `inputs.tensors`.
 pub fn to_safetensors(inputs: &ModelInputs) -> Result<Vec<u8>, crate::tensor_file::TensorFileError> {
-    let mut file = crate::tensor_file::TensorFile::new().i64("input_ids", vec![1, inputs.input_ids.len()], &inputs.input_ids);
+    let mut file = crate::tensor_file::TensorFile::new().i64(protocol::INPUT_IDS, vec![1, inputs.input_ids.len()], &inputs.input_ids);
     if let Some(px) = &inputs.pixel_values {
-        file = file.f32("pixel_values", px.shape.clone(), &px.data);
+        file = file.f32(protocol::PIXEL_VALUES, px.shape.clone(), &px.data);
     }
     if let Some(pos) = &inputs.image_position_ids {
-        file = file.i64("image_position_ids", pos.shape.clone(), &pos.data);
+        file = file.i64(protocol::IMAGE_POSITION_IDS, pos.shape.clone(), &pos.data);
     }
     if let Some(mm) = &inputs.mm_token_type_ids {
         file = file.i64("mm_token_type_ids", vec![1, mm.len()], mm);

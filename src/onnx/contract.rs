@@ -13,8 +13,8 @@ use serde_json::Value;
 
 use super::package::{DECODER, EMBEDDING, TEXT_MODEL, VISION_ENCODER};
 use super::protocol::{
-    AttentionOp, ExportProtocol, KvLayout, PleSource, KEY_CACHE, NONPAD_KV_SEQLEN, PAST, PRESENT, UPDATED_KEY_CACHE, UPDATED_VALUE_CACHE,
-    VALUE_CACHE, WRITE_INDICES,
+    self, AttentionOp, ExportProtocol, KvLayout, PleSource, KEY_CACHE, NONPAD_KV_SEQLEN, PAST, PRESENT, UPDATED_KEY_CACHE,
+    UPDATED_VALUE_CACHE, VALUE_CACHE, WRITE_INDICES,
 };
 
 /// Largest `num_hidden_layers` accepted (published Gemma 4 models have at most 60).
@@ -228,14 +228,14 @@ impl ExportContract {
                 present.push(t_in(&format!("present.{i}.{kind}"), ElemType::Float, dims));
             }
         }
-        let logits = t_in("logits", ElemType::Float, vec![any, any, fixed(vocab)]);
-        let ids = || t_in("input_ids", ElemType::Index, vec![any, any]);
-        let mask = || t_in("attention_mask", ElemType::Index, vec![any, any]);
-        let pos = || t_in("position_ids", ElemType::Index, vec![any, any]);
+        let logits = t_in(protocol::LOGITS, ElemType::Float, vec![any, any, fixed(vocab)]);
+        let ids = || t_in(protocol::INPUT_IDS, ElemType::Index, vec![any, any]);
+        let mask = || t_in(protocol::ATTENTION_MASK, ElemType::Index, vec![any, any]);
+        let pos = || t_in(protocol::POSITION_IDS, ElemType::Index, vec![any, any]);
         let mut submodels = Vec::new();
         if multimodal {
-            let embeds = || t_in("inputs_embeds", ElemType::Float, vec![any, any, fixed(hidden)]);
-            let features = || t_in("image_features", ElemType::Float, vec![any, fixed(hidden)]);
+            let embeds = || t_in(protocol::INPUTS_EMBEDS, ElemType::Float, vec![any, any, fixed(hidden)]);
+            let features = || t_in(protocol::IMAGE_FEATURES, ElemType::Float, vec![any, fixed(hidden)]);
             // The decoder derives the image-block mask from input_ids, so it needs them exactly
             // when the config asks for bidirectional vision attention (unified's default is
             // "vision", gemma4's null).
@@ -255,7 +255,7 @@ impl ExportContract {
                         &format!("a width whose product with {n_layers} layers fits in 64 bits, found {ple}"),
                     )
                 })?;
-                let per_layer = || t_in("per_layer_inputs", ElemType::Float, vec![any, any, fixed(width)]);
+                let per_layer = || t_in(protocol::PER_LAYER_INPUTS, ElemType::Float, vec![any, any, fixed(width)]);
                 dec_in.push(per_layer());
                 emb_out.push(per_layer());
             }
@@ -286,8 +286,8 @@ impl ExportContract {
                 submodels.push(SubmodelContract {
                     role: VISION_ENCODER,
                     inputs: vec![
-                        t_in("pixel_values", ElemType::Float, vec![any, any, fixed(patch_dim)]),
-                        t_in("pixel_position_ids", ElemType::Int64, vec![any, any, fixed(2)]),
+                        t_in(protocol::PIXEL_VALUES, ElemType::Float, vec![any, any, fixed(patch_dim)]),
+                        t_in(protocol::PIXEL_POSITION_IDS, ElemType::Int64, vec![any, any, fixed(2)]),
                     ],
                     outputs: vec![features()],
                 });
@@ -336,8 +336,8 @@ impl ExportContract {
     pub fn text_component(mut self) -> Self {
         let Some(decoder) = self.submodels.iter().find(|s| s.role == DECODER).cloned() else { return self };
         let mut inputs: Vec<ExpectedTensor> =
-            decoder.inputs.into_iter().filter(|e| e.name != "inputs_embeds" && e.name != "per_layer_inputs").collect();
-        for e in inputs.iter_mut().filter(|e| e.name == "input_ids") {
+            decoder.inputs.into_iter().filter(|e| e.name != protocol::INPUTS_EMBEDS && e.name != protocol::PER_LAYER_INPUTS).collect();
+        for e in inputs.iter_mut().filter(|e| e.name == protocol::INPUT_IDS) {
             e.required = true;
             e.why = None;
         }
@@ -358,18 +358,18 @@ impl ExportContract {
         for sub in &mut self.submodels {
             if sub.role != DECODER && sub.role != TEXT_MODEL {
                 if protocol.ple == PleSource::Decoder && sub.role == EMBEDDING {
-                    sub.outputs.retain(|e| e.name != "per_layer_inputs");
+                    sub.outputs.retain(|e| e.name != protocol::PER_LAYER_INPUTS);
                 }
                 continue;
             }
             if protocol.attention == AttentionOp::GroupQuery {
-                for e in sub.inputs.iter_mut().filter(|e| e.name == "position_ids") {
+                for e in sub.inputs.iter_mut().filter(|e| e.name == protocol::POSITION_IDS) {
                     e.required = false;
                 }
             }
             if protocol.ple == PleSource::Decoder {
-                sub.inputs.retain(|e| e.name != "per_layer_inputs");
-                if let Some(e) = sub.inputs.iter_mut().find(|e| e.name == "input_ids") {
+                sub.inputs.retain(|e| e.name != protocol::PER_LAYER_INPUTS);
+                if let Some(e) = sub.inputs.iter_mut().find(|e| e.name == protocol::INPUT_IDS) {
                     e.required = true;
                 }
             }
@@ -385,7 +385,7 @@ impl ExportContract {
             sub.inputs.retain(|e| !buffered.iter().any(|&i| e.name.starts_with(&past_of(i))));
             sub.outputs.retain(|e| !buffered.iter().any(|&i| e.name.starts_with(&present_of(i))));
             if let KvLayout::Static { .. } = protocol.kv {
-                for e in sub.inputs.iter_mut().filter(|e| e.name == "attention_mask") {
+                for e in sub.inputs.iter_mut().filter(|e| e.name == protocol::ATTENTION_MASK) {
                     e.required = false;
                 }
             }

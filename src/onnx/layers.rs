@@ -20,6 +20,7 @@ use std::path::{Path, PathBuf};
 use prost::Message;
 
 use super::proto::{GraphProto, ModelProto, TensorTypeProto, TypeProto, ValueInfoProto};
+use super::protocol;
 use super::wire;
 
 /// Why the layer outputs of an export are not available.
@@ -203,7 +204,7 @@ pub(crate) fn residual_elem_type(graph: &GraphProto, tensor: &str) -> i32 {
         .iter()
         .find(|v| v.name == tensor)
         .and_then(typed)
-        .or_else(|| graph.input.iter().find(|v| v.name == "inputs_embeds").and_then(typed))
+        .or_else(|| graph.input.iter().find(|v| v.name == protocol::INPUTS_EMBEDS).and_then(typed))
         .or_else(|| graph.initializer.iter().find(|t| t.name.contains("embed_tokens.weight")).map(|t| t.data_type))
         .unwrap_or(1)
 }

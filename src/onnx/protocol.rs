@@ -13,6 +13,20 @@ use super::graph::{Dim, GraphError, GraphSummary};
 use super::package::{OnnxPackage, DECODER, EMBEDDING, TEXT_MODEL};
 use crate::eps::Ep;
 
+/// The graphs' input and output names (HF's tensor names, which the inputs file and the dumps
+/// use too): every spelling of them lives here.
+pub const INPUT_IDS: &str = "input_ids";
+pub const ATTENTION_MASK: &str = "attention_mask";
+pub const POSITION_IDS: &str = "position_ids";
+pub const INPUTS_EMBEDS: &str = "inputs_embeds";
+pub const PER_LAYER_INPUTS: &str = "per_layer_inputs";
+pub const PIXEL_VALUES: &str = "pixel_values";
+/// The vision encoder's patch positions (HF's processor calls them `image_position_ids`).
+pub const PIXEL_POSITION_IDS: &str = "pixel_position_ids";
+pub const IMAGE_POSITION_IDS: &str = "image_position_ids";
+pub const IMAGE_FEATURES: &str = "image_features";
+pub const LOGITS: &str = "logits";
+
 /// Inputs and outputs of a static-cache decoder (mobius `--static-cache`).
 pub const KEY_CACHE: &str = "key_cache.";
 pub const VALUE_CACHE: &str = "value_cache.";

@@ -20,6 +20,7 @@ pub use version::{GENAI_ORT_VERSION, GENAI_VERSION};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 
+use crate::onnx::protocol;
 use crate::runtime::wheel::{self, Wheel, WheelSource};
 
 /// onnxruntime-genai's wheel: its one native library (the Python extension beside it is not
@@ -107,7 +108,7 @@ impl GenaiConfig {
             .pointer("/decoder/outputs/logits")
             .map(|l| l.as_str().map(str::to_string).ok_or_else(|| bad("`model.decoder.outputs.logits` is not a string".into())))
             .transpose()?
-            .unwrap_or_else(|| "logits".into());
+            .unwrap_or_else(|| protocol::LOGITS.into());
         Ok(Some(GenaiConfig { model_type, context_length, logits_output }))
     }
 

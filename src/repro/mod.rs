@@ -19,6 +19,7 @@ use crate::inputs::Dense;
 use crate::metric_keys as key;
 use crate::onnx::feed::FeedTensor;
 use crate::onnx::package::{OnnxPackage, EMBEDDING, VISION_ENCODER};
+use crate::onnx::protocol;
 use crate::outputs::{Component, Isolation, LayerOutputs};
 use crate::runtime::pipeline::OnnxPipeline;
 use crate::runtime::session::{self, ModelSource, SessionOptions};
@@ -71,7 +72,7 @@ pub fn make(case: &Case, candidate: &Candidate, level: Level, out: &Path, comman
     let expected = |name: &str, t: &Dense<f32>| (name.to_string(), FeedTensor::f32(t.shape.clone(), t.data.clone()));
     let layer = outcome.metrics.get(key::FIRST_DIVERGENT_LAYER).and_then(|v| v.as_u64()).map(|k| k as usize);
     let local = matches!(&candidate.isolation, Isolation::Done(i) if matches!(i.local, LayerOutputs::Tensors(_)));
-    let first = outcome.metrics.get(key::FIRST_DIVERGENCE).and_then(|v| v.as_str()).unwrap_or("logits").to_string();
+    let first = outcome.metrics.get(key::FIRST_DIVERGENCE).and_then(|v| v.as_str()).unwrap_or(protocol::LOGITS).to_string();
 
     // (part, model bytes with external data in `src_dir`, src_dir, inputs, expected outputs)
     let (part, model, src_dir, feed, outputs) = match (layer, local) {
@@ -98,26 +99,26 @@ pub fn make(case: &Case, candidate: &Candidate, level: Level, out: &Path, comman
             let read = |p: &Path| std::fs::read(p).map_err(|source| ReproError::Io { path: p.into(), source });
             let ref_component = |c: Component| reference.run.prefill.components.get(&c);
             match (first.as_str(), &inputs.pixel_values, &inputs.image_position_ids, package.submodel(VISION_ENCODER)) {
-                ("image_features", Some(px), Some(pos), Some(path)) => {
+                (protocol::IMAGE_FEATURES, Some(px), Some(pos), Some(path)) => {
                     let feed = vec![
-                        ("pixel_values".to_string(), float(px)),
+                        (protocol::PIXEL_VALUES.to_string(), float(px)),
                         (
-                            "pixel_position_ids".to_string(),
+                            protocol::PIXEL_POSITION_IDS.to_string(),
                             FeedTensor { shape: pos.shape.clone(), data: crate::onnx::feed::FeedData::I64(pos.data.clone()) },
                         ),
                     ];
                     let e = ref_component(Component::ImageFeatures).ok_or(ReproError::NoCandidate)?;
-                    (VISION_ENCODER.to_string(), read(path)?, parent(path), feed, vec![expected("image_features", e)])
+                    (VISION_ENCODER.to_string(), read(path)?, parent(path), feed, vec![expected(protocol::IMAGE_FEATURES, e)])
                 }
-                ("inputs_embeds" | "per_layer_inputs", _, _, _) if package.submodel(EMBEDDING).is_some() => {
+                (protocol::INPUTS_EMBEDS | protocol::PER_LAYER_INPUTS, _, _, _) if package.submodel(EMBEDDING).is_some() => {
                     let path = package.submodel(EMBEDDING).unwrap_or(Path::new(""));
                     let ids = FeedTensor {
                         shape: vec![1, inputs.input_ids.len()],
                         data: crate::onnx::feed::FeedData::I64(inputs.input_ids.clone()),
                     };
-                    let mut feed = vec![("input_ids".to_string(), ids)];
+                    let mut feed = vec![(protocol::INPUT_IDS.to_string(), ids)];
                     if let Some(f) = ref_component(Component::ImageFeatures) {
-                        feed.push(("image_features".to_string(), float(f)));
+                        feed.push((protocol::IMAGE_FEATURES.to_string(), float(f)));
                     }
                     let outputs = [Component::InputsEmbeds, Component::PerLayerInputs]
                         .into_iter()
@@ -130,7 +131,7 @@ pub fn make(case: &Case, candidate: &Candidate, level: Level, out: &Path, comman
                     let bytes = read(&path)?;
                     let names = session_inputs(&bytes)?;
                     let feed = pipeline.local_feed(&names, &Default::default(), &inputs.input_ids, &reference.run)?;
-                    ("decoder".to_string(), bytes, parent(&path), feed, vec![expected("logits", &reference.run.prefill.logits)])
+                    ("decoder".to_string(), bytes, parent(&path), feed, vec![expected(protocol::LOGITS, &reference.run.prefill.logits)])
                 }
             }
         }

@@ -15,6 +15,7 @@ use crate::case::{Candidate, Case, Level};
 use crate::eps::{BuildTarget, Ep, RunEp};
 use crate::golden::golden_paths;
 use crate::onnx::graph::GraphSummary;
+use crate::onnx::protocol;
 
 /// Why a trial is skipped: what strict mode (`--strict`, `ONNX_PARITY_STRICT=1`) turns into a
 /// failure is a missing artifact; the rest stay skips.
@@ -281,11 +282,10 @@ fn incomplete_checkpoint(dir: &Path, needs_weights: bool) -> Option<String> {
 /// model builder writes for `Gemma4UnifiedForConditionalGeneration`) asked to run a case with
 /// images: there is no vision encoder to run them through.
 fn text_component_only(case: &Case, export: &Path) -> Option<String> {
-    let images =
-        !case.inputs.images.is_empty()
-            || case.inputs.tensors.as_deref().is_some_and(|t| {
-                onnx_parity_reference::weights::tensor_names(t).is_ok_and(|names| names.iter().any(|n| n == "pixel_values"))
-            });
+    let images = !case.inputs.images.is_empty()
+        || case.inputs.tensors.as_deref().is_some_and(|t| {
+            onnx_parity_reference::weights::tensor_names(t).is_ok_and(|names| names.iter().any(|n| n == protocol::PIXEL_VALUES))
+        });
     let package = crate::onnx::package::OnnxPackage::open(export).ok()?;
     (images && package.layout == crate::onnx::package::Layout::TextOnly).then(|| {
         format!(

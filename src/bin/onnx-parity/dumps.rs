@@ -120,10 +120,8 @@ pub(crate) fn logits(args: LogitsArgs) -> anyhow::Result<ExitCode> {
     let Some(dir) = dir else {
         anyhow::bail!("--implementation {name} loads {}: give {flag}", if chosen.per_export { "an export" } else { "a checkpoint" });
     };
-    let ep = match ep {
-        Some(ep) => ep,
-        None => onnx_parity::context::current().eps_or_cpu()[0],
-    };
+    // The EP it names, else the CPU (never the run's EP list: a dump is one back end's).
+    let ep = ep.unwrap_or(onnx_parity::eps::RunEp::Cpu);
     let options = implementations::OpenOptions { layer_outputs: layers, bidirectional: scope, ep };
     let mut backend = match (name, dtype) {
         (_, Precision::F32) => (chosen.open)(dir, &options).with_context(|| format!("{} {}", chosen.label, dir.display()))?,

@@ -35,7 +35,13 @@ enum Command {
     /// List the cases found under PATHs (case files or folders; default `cases/`), their levels
     /// and parse errors, then each trial with the execution provider it runs on for the EPs
     /// `ONNX_PARITY_EP` selects (ignored ones with why). Exits 1 if any file is malformed.
-    List { paths: Vec<PathBuf> },
+    List {
+        paths: Vec<PathBuf>,
+        /// The execution providers to plan trials on (`cpu`, `cuda:1`, `cpu,cuda`; else
+        /// `ONNX_PARITY_EP`, else the CPU).
+        #[arg(long)]
+        ep: Option<String>,
+    },
     /// Judge an export without a case file: the case is built from the export and its
     /// checkpoint (`--model DIR|HF_ID`), what could not be inferred is printed, then the tiers
     /// run as `run` runs them (same verdicts, reports, blame and exit status; 2 when the export
@@ -51,6 +57,10 @@ enum Command {
         /// the job lost it.
         #[arg(long)]
         strict: bool,
+        /// The execution providers the trials run on (`cpu`, `cuda:1`, `cpu,cuda`; else
+        /// `ONNX_PARITY_EP`, else the CPU).
+        #[arg(long)]
+        ep: Option<String>,
         /// Comma-separated tiers to run, e.g. `L1,L3` (default: all).
         #[arg(long, value_delimiter = ',', value_parser = parse_level)]
         levels: Vec<Level>,
@@ -305,7 +315,7 @@ pub(crate) fn run(
     print!("{}", report_data.console_summary());
     let matrix = onnx_parity::variant_matrix::markdown(&report_data);
     if !matrix.is_empty() {
-        print!("\nvariant matrix (the README's table):\n\n{matrix}");
+        print!("\nvariant matrix (docs/exporters.md's table):\n\n{matrix}");
     }
     if !report_data.ok() {
         return Ok(ExitCode::FAILURE);
@@ -583,7 +593,12 @@ fn main() -> ExitCode {
     if cli.no_cache {
         context = context.without_reference_cache();
     }
-    if let Command::Check(check::CheckArgs { ep: Some(eps), .. }) = &cli.command {
+    // The EP axis: a command's `--ep` over the variable, installed with the context before
+    // anything is planned (the plan reads it; nothing after changes it).
+    if let Command::Check(check::CheckArgs { ep: Some(eps), .. })
+    | Command::Run { ep: Some(eps), .. }
+    | Command::List { ep: Some(eps), .. } = &cli.command
+    {
         context.eps = onnx_parity::eps::parse_selection(eps);
     }
     let vars = onnx_parity::driver::variables_to_set(&context, cfg!(feature = "cuda"));
@@ -600,9 +615,9 @@ fn main() -> ExitCode {
         return ExitCode::from(2);
     }
     let result = match cli.command {
-        Command::List { paths } => list(paths),
+        Command::List { paths, .. } => list(paths),
         Command::Check(args) => check::check(args),
-        Command::Run { paths, levels, files, goldens, strict } => run(paths, levels, files, goldens, strict),
+        Command::Run { paths, levels, files, goldens, strict, .. } => run(paths, levels, files, goldens, strict),
         Command::Golden { paths, force, goldens } => golden(paths, force, goldens),
         Command::Fetch { paths, weights, runtimes, no_hub } => fetch(paths, weights, runtimes, no_hub),
         Command::Inputs { case, out, synthetic, replay, goldens } => inputs(case, out, synthetic, replay, goldens),

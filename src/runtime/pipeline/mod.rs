@@ -33,7 +33,7 @@ use crate::metrics::greedy_token;
 use crate::onnx::feed::FloatType;
 use crate::onnx::layers::{self, LayerBoundary, LayersError};
 use crate::onnx::package::{Layout, OnnxPackage, DECODER, EMBEDDING, TEXT_MODEL, VISION_ENCODER};
-use crate::onnx::protocol::{ExportProtocol, Feed};
+use crate::onnx::protocol::{self, ExportProtocol, Feed};
 use crate::onnx::shapes::{self, Axis, Source};
 use crate::outputs::{Component, GeneratedTokens, LayerOutputs, Prefill};
 
@@ -141,7 +141,7 @@ impl OnnxPipeline {
         let logits = decoder
             .outputs()
             .iter()
-            .find(|o| o.name() == "logits")
+            .find(|o| o.name() == protocol::LOGITS)
             .and_then(|o| o.dtype().tensor_type())
             .ok_or_else(|| PipelineError::Contract { role: decoder_role, message: "no tensor output `logits`".into() })?;
         if !matches!(logits, TensorElementType::Float32 | TensorElementType::Float16 | TensorElementType::Bfloat16) {
@@ -159,18 +159,18 @@ impl OnnxPipeline {
             _ => logits,
         };
         // A declared logits shape (rank 0: none declared; the run is checked either way).
-        if let Some(shape) = declared_shape(decoder.outputs().iter().find(|o| o.name() == "logits").map(|o| o.dtype())) {
+        if let Some(shape) = declared_shape(decoder.outputs().iter().find(|o| o.name() == protocol::LOGITS).map(|o| o.dtype())) {
             if !shape.is_empty() {
                 let axes = [Axis::Is("batch", 1), Axis::Any("sequence"), Axis::Positive("vocab")];
-                shapes::check(decoder_role, "output", "logits", &axes, &shape, Source::Declared)?;
+                shapes::check(decoder_role, "output", protocol::LOGITS, &axes, &shape, Source::Declared)?;
             }
         }
         let hidden = match &embedding {
             Some(e) => {
-                let shape = declared_shape(e.outputs().iter().find(|o| o.name() == "inputs_embeds").map(|o| o.dtype()))
+                let shape = declared_shape(e.outputs().iter().find(|o| o.name() == protocol::INPUTS_EMBEDS).map(|o| o.dtype()))
                     .ok_or_else(|| PipelineError::Contract { role: EMBEDDING, message: "no tensor output `inputs_embeds`".into() })?;
                 let axes = [Axis::Is("batch", 1), Axis::Any("sequence"), Axis::Static("hidden")];
-                shapes::check(EMBEDDING, "output", "inputs_embeds", &axes, &shape, Source::Declared)?;
+                shapes::check(EMBEDDING, "output", protocol::INPUTS_EMBEDS, &axes, &shape, Source::Declared)?;
                 shape[2]
             }
             None => 0,
@@ -347,14 +347,15 @@ impl OnnxPipeline {
         let run = |source| PipelineError::Run { role: VISION_ENCODER, source };
         let pixel_values = float_value(self.float, &px.shape, &px.data).map_err(run)?;
         let pixel_position_ids = Tensor::from_array((pos.shape.clone(), pos.data.clone())).map_err(run)?;
-        let mut out =
-            vision.run(ort::inputs! { "pixel_values" => pixel_values, "pixel_position_ids" => pixel_position_ids }).map_err(run)?;
+        let mut out = vision
+            .run(ort::inputs! { protocol::PIXEL_VALUES => pixel_values, protocol::PIXEL_POSITION_IDS => pixel_position_ids })
+            .map_err(run)?;
         let features = out
-            .remove("image_features")
+            .remove(protocol::IMAGE_FEATURES)
             .ok_or_else(|| PipelineError::Contract { role: VISION_ENCODER, message: "no output `image_features`".into() })?;
         let axes = [Axis::Any("image tokens"), Axis::Is("hidden", self.hidden as usize)];
-        check_value(VISION_ENCODER, "image_features", &axes, &features)?;
-        let features = to_dense_f32(&features, VISION_ENCODER, "image_features")?;
+        check_value(VISION_ENCODER, protocol::IMAGE_FEATURES, &axes, &features)?;
+        let features = to_dense_f32(&features, VISION_ENCODER, protocol::IMAGE_FEATURES)?;
         // The outputs borrow the session: both go before the decoder runs.
         drop(out);
         drop(vision);
@@ -373,32 +374,32 @@ impl OnnxPipeline {
             return Ok(Embedded::new());
         }
         let run = |source| PipelineError::Run { role: EMBEDDING, source };
-        let input_ids = self.index_value("input_ids", vec![1, ids.len()], ids.to_vec()).map_err(run)?;
+        let input_ids = self.index_value(protocol::INPUT_IDS, vec![1, ids.len()], ids.to_vec()).map_err(run)?;
         let Some(embedding) = self.embedding.as_mut() else { return Ok(Embedded::new()) };
-        let wants_features = embedding.inputs().iter().any(|i| i.name() == "image_features");
-        let mut feed: Vec<(&str, SessionInputValue<'_>)> = vec![("input_ids", input_ids.into())];
+        let wants_features = embedding.inputs().iter().any(|i| i.name() == protocol::IMAGE_FEATURES);
+        let mut feed: Vec<(&str, SessionInputValue<'_>)> = vec![(protocol::INPUT_IDS, input_ids.into())];
         if wants_features {
             let features = match image_features {
                 Some(v) => v,
                 None => float_value(float, &[0, hidden as usize], &[]).map_err(run)?,
             };
-            feed.push(("image_features", features.into()));
+            feed.push((protocol::IMAGE_FEATURES, features.into()));
         }
         let out = embedding.run(feed).map_err(run)?;
         let embedded: Embedded = out.into_iter().map(|(name, v)| (name.to_string(), v)).collect();
-        let Some(embeds) = embedded.get("inputs_embeds") else {
+        let Some(embeds) = embedded.get(protocol::INPUTS_EMBEDS) else {
             return Err(PipelineError::Contract { role: EMBEDDING, message: "no output `inputs_embeds`".into() });
         };
         let s = ids.len();
         check_value(
             EMBEDDING,
-            "inputs_embeds",
+            protocol::INPUTS_EMBEDS,
             &[Axis::Is("batch", 1), Axis::Is("sequence", s), Axis::Is("hidden", hidden as usize)],
             embeds,
         )?;
-        if let Some(ple) = embedded.get("per_layer_inputs") {
+        if let Some(ple) = embedded.get(protocol::PER_LAYER_INPUTS) {
             let axes = [Axis::Is("batch", 1), Axis::Is("sequence", s), Axis::Positive("layers × per-layer width")];
-            check_value(EMBEDDING, "per_layer_inputs", &axes, ple)?;
+            check_value(EMBEDDING, protocol::PER_LAYER_INPUTS, &axes, ple)?;
         }
         Ok(embedded)
     }
@@ -501,8 +502,8 @@ impl OnnxPipeline {
             }
         }
         let mut out = decoder.run_binding(&binding).map_err(run)?;
-        let logits = out.remove("logits").ok_or_else(|| contract("no output `logits`".into()))?;
-        let logits = to_dense_f32(&logits, role, "logits")?;
+        let logits = out.remove(protocol::LOGITS).ok_or_else(|| contract("no output `logits`".into()))?;
+        let logits = to_dense_f32(&logits, role, protocol::LOGITS)?;
         let layers = match (&self.layers, capture_layers) {
             (Ok(boundaries), true) => {
                 let mut layers = Vec::with_capacity(boundaries.len());
@@ -531,7 +532,7 @@ impl OnnxPipeline {
         let positions = if self.protocol.last_position_logits { 1 } else { s };
         shapes::check_returned(
             role,
-            "logits",
+            protocol::LOGITS,
             &[Axis::Is("batch", 1), Axis::Is("sequence", positions), Axis::Positive("vocab")],
             &logits.shape,
         )?;

@@ -19,7 +19,7 @@ use crate::onnx::contract::{ElemType, ExpectedDim, ExportContract};
 use crate::onnx::genai_config::GenAiConfig;
 use crate::onnx::graph::{Dim, GraphSummary, TensorSpec};
 use crate::onnx::package::{Layout, OnnxPackage, DECODER, EMBEDDING, TEXT_MODEL};
-use crate::onnx::protocol::{ExportProtocol, Feed};
+use crate::onnx::protocol::{self, ExportProtocol, Feed};
 use crate::onnx::quantized::QuantizedBuild;
 use crate::runtime::provision::ORT_VERSION;
 use onnx_parity_reference::weights::name_for;
@@ -335,7 +335,7 @@ fn tensor_violations(
         ElemType::Index => "int64",
     };
     // Logits cast up to float32 in a lower-precision build lose nothing (ORT GenAI's builder).
-    let upcast_logits = e.name == "logits" && a.dtype == "float32" && e.elem == ElemType::Float;
+    let upcast_logits = e.name == protocol::LOGITS && a.dtype == "float32" && e.elem == ElemType::Float;
     if a.dtype != want_dtype && !upcast_logits {
         v.push(format!("{role}: {kind} `{}` has dtype {}, contract expects {want_dtype}", e.name, a.dtype));
     }

@@ -5,6 +5,7 @@
 use super::stage::{describe, judge_slice, prefill_logits, stage, Calibration, Judged, Rules, StageError};
 use crate::metric_keys as key;
 use crate::metric_keys::Metrics;
+use crate::onnx::protocol;
 use crate::outputs::{Component, Isolated, Run, Stage};
 
 /// One sub-model's verdict in isolation: its largest difference, its worst calibrated ratio and
@@ -72,7 +73,7 @@ pub(super) fn judge(
     if let (Some(a), Some(e)) = (&iso.image_features, expected.prefill.components.get(&Component::ImageFeatures)) {
         let mut v = Verdict::default();
         let floor = calibration.and_then(|c| c.component(Component::ImageFeatures));
-        v.note(Stage::Component(Component::ImageFeatures), "image_features", stage("image_features", a, e, floor, rules));
+        v.note(Stage::Component(Component::ImageFeatures), protocol::IMAGE_FEATURES, stage(protocol::IMAGE_FEATURES, a, e, floor, rules));
         metrics.insert(key::VISION_ENCODER_ISOLATED_MAX_ABS_DIFF.into(), v.max_abs_diff.into());
         lines.push(v.line("vision_encoder"));
         first = first.or(v.first);
@@ -96,7 +97,7 @@ pub(super) fn judge(
     // Its own floors where they differ from the forced run's (conditioned on its int8 steps).
     let calibration = calibration.map(Calibration::for_isolated_decoder);
     let calibration = calibration.as_ref();
-    v.note(Stage::Logits, "logits", prefill_logits(logits, expected, calibration, rules));
+    v.note(Stage::Logits, protocol::LOGITS, prefill_logits(logits, expected, calibration, rules));
     if let (Some(a), Some(e)) = (&iso.step_logits, expected.generation.step_logits.get(1)) {
         let floor = calibration.and_then(|c| c.step(1));
         v.note(Stage::DecodeStep(1), "decode step 1", judge_slice("decode step 1", a, e, &[a.len()], floor, rules));

@@ -15,6 +15,7 @@ use super::outcome::{Status, TierOutcome};
 use crate::metric_keys as key;
 use crate::metric_keys::Metrics;
 use crate::metrics::argmax;
+use crate::onnx::protocol;
 use crate::outputs::{Isolation, LayerOutputs, Run, Stage};
 use crate::tolerance::L3Tolerance;
 pub use layers::layer_sparkline;
@@ -223,7 +224,7 @@ pub fn compare(
         .metric(key::L3_RULE, if rules.calibrated.is_some() { "calibrated" } else { "fixed" })
         .metric(key::FIXED_ROW_STATUS, if fixed_pass { "pass" } else { "fail" });
     if let Some(r) = prefill_report {
-        table.insert("logits".into(), calibration_row(&r));
+        table.insert(protocol::LOGITS.into(), calibration_row(&r));
         out = out
             .metric(key::MAX_ABS_DIFF, r.fixed.max_abs_diff)
             .metric(key::MEAN_ABS_DIFF, r.fixed.mean_abs_diff)

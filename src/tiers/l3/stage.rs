@@ -8,6 +8,7 @@ use super::allclose::{allclose, AllcloseReport};
 use super::calibrated::{calibrated, calibrated_streamed, CalibratedReport, CalibratedRule};
 use crate::inputs::Dense;
 use crate::metrics::MetricError;
+use crate::onnx::protocol;
 use crate::outputs::{Prefill, Run, StreamedLogits};
 use crate::tolerance::L3Tolerance;
 
@@ -147,7 +148,7 @@ pub(crate) fn prefill_logits(
         return judge_slice("logits (last position)", &actual.data, e, &[actual.data.len()], calibration.and_then(|c| c.step(0)), rules);
     }
     let floor = calibration.map(|c| Floor::logits(&c.floor.prefill, &c.truth.prefill));
-    stage("logits", actual, &expected.prefill.logits, floor, rules)
+    stage(protocol::LOGITS, actual, &expected.prefill.logits, floor, rules)
 }
 
 pub(crate) fn judge_slice(
