@@ -625,6 +625,7 @@ fn protocol_names_live_in_one_place() {
     assert!(found.len() <= 5, "{} lines spell a protocol name outside src/onnx/protocol.rs:\n{}", found.len(), lines.join("\n"));
     // The gate sees a spelling: a scratch file with one.
     let dir = tempfile::tempdir().expect("tmp");
-    fs::write(dir.path().join("x.rs"), "fn f() -> &'static str { \"logits\" }\n#[cfg(test)]\nmod t { const A: &str = \"input_ids\"; }\n").expect("write");
+    fs::write(dir.path().join("x.rs"), "fn f() -> &'static str { \"logits\" }\n#[cfg(test)]\nmod t { const A: &str = \"input_ids\"; }\n")
+        .expect("write");
     assert_eq!(protocol_literals(dir.path()).len(), 1, "a literal before the tests is seen, one in them is not");
 }

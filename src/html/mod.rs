@@ -390,9 +390,10 @@ mod tests {
         assert_eq!(implementation_label("causal-lm/x@v [ort-genai] on cuda:0"), "ort-genai");
         assert_eq!(implementation_label("causal-lm/x [candle-transformers]"), "candle-transformers");
         assert_eq!(implementation_label("causal-lm/x@int4"), "ONNX Runtime");
-        let m: Metrics = [(key::TOKENS.to_string(), serde_json::json!([5, 6])), (key::REFERENCE_TOKENS.to_string(), serde_json::json!([5, 7]))]
-            .into_iter()
-            .collect();
+        let m: Metrics =
+            [(key::TOKENS.to_string(), serde_json::json!([5, 6])), (key::REFERENCE_TOKENS.to_string(), serde_json::json!([5, 7]))]
+                .into_iter()
+                .collect();
         let mut h = String::new();
         tokens(&mut h, &m, &[5, 7], implementation_label("causal-lm/x [ort-genai]"));
         assert!(h.contains("<td>ort-genai</td>") && !h.contains(">ONNX<"), "{h}");
