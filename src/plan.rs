@@ -16,7 +16,7 @@ use crate::case::{discover, Candidate, Case, Level};
 use crate::eps::RunEp;
 use crate::evaluation::{implementations, CaseEvaluations};
 use crate::runtime::kernels::MatMulNBitsModel;
-use crate::tiers::outcome::{Status, TierOutcome};
+use crate::tiers::outcome::TierOutcome;
 use crate::tiers::{skip_of, RunOptions, Skip, SkipCause};
 
 /// One trial: a case, the candidate it judges (a build in an implementation) and a tier.
@@ -167,15 +167,13 @@ pub fn run_trial(kind: TrialKind, opts: &RunOptions, tf32_probe: &[crate::gpu::P
         TrialKind::Ignored { reason, .. } => TierOutcome::skipped(reason),
         TrialKind::Failing { message } => TierOutcome::fail(message),
         TrialKind::Run { trial, eval } => {
-            let mut outcome = crate::tiers::run_level(&trial.case, &trial.candidate, trial.level, opts, &eval);
+            let mut result = crate::tiers::tier_result(&trial.case, &trial.candidate, trial.level, opts, &eval);
             if trial.level == Level::L3 {
-                outcome = outcome.with_tf32_probe(tf32_probe);
+                result = result.with_tf32_probe(tf32_probe);
             }
-            if outcome.status == Status::Skipped {
-                outcome.status = Status::Fail;
-                outcome.message = format!("could not run: {}", outcome.message);
-            }
-            outcome
+            // The one place a trial's verdict is decided; nothing changes it afterwards.
+            let expectation = trial.case.xfail_on(trial.level, trial.candidate.ep);
+            crate::tiers::verdict::decide(result, expectation, crate::tiers::verdict::RuntimeSkip::Fails)
         }
     }
 }
@@ -183,6 +181,7 @@ pub fn run_trial(kind: TrialKind, opts: &RunOptions, tf32_probe: &[crate::gpu::P
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::tiers::outcome::Status;
 
     fn opts(ci: bool) -> RunOptions {
         RunOptions { ci, ..RunOptions::with_goldens("/nonexistent-goldens") }

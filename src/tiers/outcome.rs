@@ -2,7 +2,6 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::expectation::Expectation;
 use crate::metric_keys::Metrics;
 use crate::names::named_enum;
 
@@ -91,40 +90,6 @@ impl TierOutcome {
         merged
     }
 
-    /// Applies a case's `xfail` entry: a failure that shows the expected signature (any failure,
-    /// when the entry has none) becomes `xfail`; a failure that does not stays a failure ("failed
-    /// differently than expected"), and a pass becomes one ("unexpected pass"), so neither a new
-    /// bug nor a fixed one hides under an old expectation.
-    pub fn with_expected_failure(mut self, expectation: Option<&Expectation>) -> Self {
-        let Some(e) = expectation else { return self };
-        let reason = &e.reason;
-        match self.status {
-            Status::Fail => match e.signature.as_ref().and_then(|s| s.mismatch(&self.metrics, &self.message).map(|d| (s, d))) {
-                None => {
-                    self.status = Status::Xfail;
-                    self.message = format!("expected failure ({reason}): {}", self.message);
-                    if let Some(s) = &e.signature {
-                        // Reports show what was expected beside what was measured.
-                        self.metrics.insert(crate::metric_keys::XFAIL_SIGNATURE.into(), s.describe().into());
-                    }
-                }
-                Some((s, diff)) => {
-                    self.message = format!(
-                        "failed differently than expected: the case expects {} ({reason}) but {diff}: {}",
-                        s.describe(),
-                        self.message
-                    );
-                }
-            },
-            Status::Pass | Status::Ambiguous => {
-                self.status = Status::Fail;
-                self.message = format!("unexpected pass: the case marks this tier xfail ({reason}) but it passed: {}", self.message);
-            }
-            Status::Skipped | Status::Xfail => {}
-        }
-        self
-    }
-
     /// An L3 verdict of a GPU run with the run's TF32 probe quoted (`probe`: each back end's
     /// maximum relative error on a product TF32 cannot compute within 1e-5; metric
     /// `tf32_probe_max_rel_err`, the largest): the evidence that a ratio ≫ k at every layer is
@@ -190,31 +155,5 @@ mod tests {
         assert_eq!(m.metrics.get("ONNX/max_abs_diff").and_then(|v| v.as_f64()), Some(1e-6));
         assert_eq!(m.warnings, vec!["other: w".to_string()]);
         assert_eq!(TierOutcome::of_candidates(vec![]).status, Status::Fail);
-    }
-
-    /// Guards: xfail converts only failures; a pass under xfail is a failure, never a silent pass;
-    /// a failure with another signature stays a failure and says what differs.
-    #[test]
-    fn expected_failure_rules() {
-        let r = Expectation::reason("r");
-        let r = Some(&r);
-        assert_eq!(TierOutcome::fail("x").with_expected_failure(r).status, Status::Xfail);
-        assert_eq!(TierOutcome::new(Status::Pass, "ok").with_expected_failure(r).status, Status::Fail);
-        assert_eq!(TierOutcome::new(Status::Ambiguous, "near tie").with_expected_failure(r).status, Status::Fail);
-        assert_eq!(TierOutcome::skipped("s").with_expected_failure(r).status, Status::Skipped);
-        assert_eq!(TierOutcome::new(Status::Pass, "ok").with_expected_failure(None).status, Status::Pass);
-        let sig = Expectation {
-            reason: "eps".into(),
-            signature: Some(crate::expectation::Signature {
-                metric: Some("max_abs_diff".into()),
-                value: Some(8.0e-3),
-                ..Default::default()
-            }),
-            on: None,
-        };
-        assert_eq!(TierOutcome::fail("x").metric("max_abs_diff", 8.0e-3).with_expected_failure(Some(&sig)).status, Status::Xfail);
-        let other = TierOutcome::fail("x").metric("max_abs_diff", 8.0e-2).with_expected_failure(Some(&sig));
-        assert_eq!(other.status, Status::Fail);
-        assert!(other.message.starts_with("failed differently than expected"), "{}", other.message);
     }
 }

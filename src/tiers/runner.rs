@@ -14,10 +14,17 @@ use crate::metric_keys as key;
 use crate::outputs::Run;
 use crate::tolerance::{L4Tolerance, Thresholds, Tolerances};
 
-/// Runs one tier of one case (after [`super::static_skip`] said it may run). `evals` holds the
-/// case's runs (real and synthetic), shared by its tiers.
+/// One tier of one case, its verdict decided ([`super::verdict::decide`] of [`tier_result`] and
+/// the case's expectation; a skip stays a skip).
 pub fn run_level(case: &Case, candidate: &Candidate, level: Level, opts: &RunOptions, evals: &CaseEvaluations) -> TierOutcome {
-    let expected = case.xfail_on(level, candidate.ep);
+    let result = tier_result(case, candidate, level, opts, evals);
+    super::verdict::decide(result, case.xfail_on(level, candidate.ep), super::verdict::RuntimeSkip::Skipped)
+}
+
+/// Runs one tier of one case (after [`super::static_skip`] said it may run): the tier's own
+/// result, before the case's expectation. `evals` holds the case's runs (real and synthetic),
+/// shared by its tiers.
+pub fn tier_result(case: &Case, candidate: &Candidate, level: Level, opts: &RunOptions, evals: &CaseEvaluations) -> TierOutcome {
     let eval = evals.for_level(level, case);
     let case = tier_case(case, level);
     let case = case.as_ref();
@@ -40,7 +47,7 @@ pub fn run_level(case: &Case, candidate: &Candidate, level: Level, opts: &RunOpt
         Level::L4 => run_l4(case, candidate, opts, evals, &artifacts),
         Level::L5 => run_l5(case, candidate, opts, evals, &artifacts),
     };
-    outcome.with_expected_failure(expected)
+    outcome
 }
 
 fn run_l2(case: &Case, artifacts: &Artifacts) -> TierOutcome {
