@@ -12,6 +12,7 @@ use crate::metric_keys as key;
 use crate::metric_keys::Metrics;
 use crate::onnx::protocol;
 use crate::report::{LevelReport, RunReport};
+use crate::tiers::l3::CalibrationRow;
 use crate::tiers::outcome::Status;
 
 pub use svg::esc;
@@ -181,22 +182,26 @@ fn calibration_table(h: &mut String, table: &serde_json::Map<String, serde_json:
          <th>ratio</th><th>calibrated</th><th>fixed row</th></tr>",
     );
     for (name, row) in table {
-        let num = |k: &str| row.get(k).and_then(|v| v.as_f64()).map(|v| format!("{v:.2e}")).unwrap_or_else(|| "–".into());
-        let status = |k: &str| {
-            let s = row.get(k).and_then(|v| v.as_str()).unwrap_or("–");
+        // A row is read back as the type L3 wrote it as; one that is not (a report of another
+        // version) shows dashes.
+        let row: Option<CalibrationRow> = serde_json::from_value(row.clone()).ok();
+        let num = |v: Option<f64>| v.map(|v| format!("{v:.2e}")).unwrap_or_else(|| "–".into());
+        let status = |s: Option<crate::tiers::outcome::Status>| {
+            let s = s.map_or("–", |s| s.as_str());
             format!("<td class=\"{}\">{}</td>", esc(s), esc(s))
         };
-        let ratio = row.get("ratio").and_then(|v| v.as_f64()).map(|v| format!("{v:.2}")).unwrap_or_else(|| "–".into());
+        let c = row.as_ref().and_then(|r| r.calibrated.as_ref());
+        let ratio = c.map(|c| format!("{:.2}", c.ratio)).unwrap_or_else(|| "–".into());
         let _ = write!(
             h,
             "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{ratio}</td>{}{}</tr>",
             esc(name),
-            num("e_cand_rms"),
-            num("e_cand_max"),
-            num("e_floor_rms"),
-            num("e_floor_max"),
-            status("calibrated_status"),
-            status("fixed_row_status")
+            num(c.map(|c| c.e_cand_rms)),
+            num(c.map(|c| c.e_cand_max)),
+            num(c.map(|c| c.e_floor_rms)),
+            num(c.map(|c| c.e_floor_max)),
+            status(c.map(|c| c.calibrated_status)),
+            status(row.as_ref().map(|r| r.fixed_row_status))
         );
     }
     h.push_str("</table>");

@@ -10,6 +10,7 @@ mod isolated;
 mod layers;
 pub mod quantization;
 mod stage;
+mod table;
 
 use super::outcome::{Status, TierOutcome};
 use crate::metric_keys as key;
@@ -23,6 +24,8 @@ use layers::{layer_localisation, module_blame};
 use onnx_parity_reference::BidirectionalScope;
 use stage::{describe, judge_slice, prefill_logits, stage, Judged, StageError};
 pub use stage::{Calibration, Rules};
+use table::calibration_row;
+pub use table::{CalibratedRow, CalibrationRow};
 
 /// L3 verdict: `actual` (an implementation's prefill and teacher-forced decode) against
 /// `expected` (the reference's, computed in `scope`). With `calibration` the calibrated rule
@@ -272,22 +275,6 @@ fn worse(r: &Judged, w: &Judged) -> bool {
 }
 
 /// One row of the `calibration` metric: both errors, the ratio and both rules' verdicts.
-fn calibration_row(j: &Judged) -> serde_json::Value {
-    let mut row = serde_json::json!({
-        "max_abs_diff": j.fixed.max_abs_diff,
-        "fixed_row_status": if j.fixed.pass { "pass" } else { "fail" },
-    });
-    if let Some(c) = &j.calibrated {
-        row["e_cand_rms"] = c.e_cand_rms.into();
-        row["e_cand_max"] = c.e_cand_max.into();
-        row["e_floor_rms"] = c.e_floor_rms.into();
-        row["e_floor_max"] = c.e_floor_max.into();
-        row["ratio"] = c.ratio.into();
-        row["calibrated_status"] = (if c.pass { "pass" } else { "fail" }).into();
-    }
-    row
-}
-
 /// Per prompt position, the largest `|actual − expected|` over the vocabulary (NaN where either is
 /// not finite), when both logits are `[1, S, V]` of one shape.
 fn position_profile(actual: &crate::inputs::Dense<f32>, expected: &crate::inputs::Dense<f32>) -> Option<Vec<serde_json::Value>> {
