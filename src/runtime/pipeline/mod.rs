@@ -21,11 +21,13 @@ mod activations;
 mod error;
 mod isolation;
 mod kv;
+mod step;
 mod values;
 
 pub use error::PipelineError;
 use kv::{kv_slots, CacheLayout, KvSlot};
-use values::{check_value, data_address, declared_shape, float_value, to_dense_f32};
+use step::DecoderStep;
+use values::{check_value, declared_shape, float_value, to_dense_f32};
 
 use super::session::{self, ModelSource, Partition, SessionError, SessionOptions};
 use crate::inputs::{Dense, ModelInputs};
@@ -436,17 +438,10 @@ impl OnnxPipeline {
         PipelineError::Contract { role: self.decoder_role, message }
     }
 
-    /// One decoder call over `ids` (S new positions) with `total` = past + S positions: logits
-    /// [1, S, V] as f32, the `present` values in KV order (moved out of the outputs), and with
-    /// `capture_layers` each layer's output when the decoder exposes them.
-    fn run_decoder(
-        &mut self,
-        ids: &[i64],
-        mut embedded: Embedded,
-        total: usize,
-        cache: Vec<DynValue>,
-        capture_layers: bool,
-    ) -> Result<DecoderStep, PipelineError> {
+    /// The decoder's feeds for `ids` (the last `ids.len()` of `total` positions): index inputs
+    /// made here, the embedding model's outputs taken from `embedded`; the past caches are bound
+    /// apart.
+    fn decoder_feed(&self, ids: &[i64], embedded: &mut Embedded, total: usize) -> Result<Vec<(String, DynValue)>, PipelineError> {
         let role = self.decoder_role;
         let run = |source| PipelineError::Run { role, source };
         let contract = |message: String| PipelineError::Contract { role, message };
@@ -464,6 +459,25 @@ impl OnnxPipeline {
             };
             feed.push((name.clone(), value));
         }
+        Ok(feed)
+    }
+
+    /// One decoder call over `ids` (S new positions) with `total` = past + S positions: logits
+    /// [1, S, V] as f32, the `present` values in KV order (moved out of the outputs), and with
+    /// `capture_layers` each layer's output when the decoder exposes them.
+    fn run_decoder(
+        &mut self,
+        ids: &[i64],
+        mut embedded: Embedded,
+        total: usize,
+        cache: Vec<DynValue>,
+        capture_layers: bool,
+    ) -> Result<DecoderStep, PipelineError> {
+        let role = self.decoder_role;
+        let run = |source| PipelineError::Run { role, source };
+        let contract = |message: String| PipelineError::Contract { role, message };
+        let s = ids.len();
+        let feed = self.decoder_feed(ids, &mut embedded, total)?;
         if cache.len() != self.kv.len() * 2 {
             return Err(contract("KV cache shorter than the decoder's KV inputs".into()));
         }
@@ -504,31 +518,6 @@ impl OnnxPipeline {
         let mut out = decoder.run_binding(&binding).map_err(run)?;
         let logits = out.remove(protocol::LOGITS).ok_or_else(|| contract("no output `logits`".into()))?;
         let logits = to_dense_f32(&logits, role, protocol::LOGITS)?;
-        let layers = match (&self.layers, capture_layers) {
-            (Ok(boundaries), true) => {
-                let mut layers = Vec::with_capacity(boundaries.len());
-                for b in boundaries {
-                    let v = out
-                        .get(b.tensor.as_str())
-                        .ok_or_else(|| contract(format!("the instrumented decoder has no output `{}`", b.tensor)))?;
-                    layers.push(to_dense_f32(v, role, &b.tensor)?);
-                }
-                Some(layers)
-            }
-            _ => None,
-        };
-        let embeddings = match (&self.embeddings_output, capture_layers) {
-            (Some(name), true) => {
-                // Read, not moved: it may also be a quantized matmul's input, taken below.
-                let v = out.get(name.as_str()).ok_or_else(|| contract(format!("the instrumented decoder has no output `{name}`")))?;
-                Some(to_dense_f32(v, role, name)?)
-            }
-            _ => None,
-        };
-        let activations = match (&self.layers, capture_layers) {
-            (Ok(_), true) => activations::take(&mut out, &self.activations, role)?,
-            _ => BTreeMap::new(),
-        };
         let positions = if self.protocol.last_position_logits { 1 } else { s };
         shapes::check_returned(
             role,
@@ -536,63 +525,15 @@ impl OnnxPipeline {
             &[Axis::Is("batch", 1), Axis::Is("sequence", positions), Axis::Positive("vocab")],
             &logits.shape,
         )?;
-        let mut present = Vec::with_capacity(self.kv.len() * 2);
-        for slot in &self.kv {
-            for (name, [a, b]) in [(&slot.present_key, slot.key_dims), (&slot.present_value, slot.value_dims)] {
-                let value = out.remove(name.as_str()).ok_or_else(|| contract(format!("no output `{name}`")))?;
-                // The next step feeds it back: the declared [1, heads, *, head_dim], or the same
-                // [1, capacity, heads·head_dim] buffer.
-                match slot.layout {
-                    CacheLayout::Dynamic => {
-                        let axes = [
-                            Axis::Is("batch", 1),
-                            Axis::Is("kv_heads", a as usize),
-                            Axis::Any("sequence"),
-                            Axis::Is("head_dim", b as usize),
-                        ];
-                        check_value(role, name, &axes, &value)?;
-                    }
-                    CacheLayout::Static { .. } => {
-                        let axes = [Axis::Is("batch", 1), Axis::Is("capacity", a as usize), Axis::Is("kv_heads · head_dim", b as usize)];
-                        check_value(role, name, &axes, &value)?;
-                    }
-                    // The same buffer back, written in place.
-                    CacheLayout::Shared { capacity } => {
-                        let axes = [
-                            Axis::Is("batch", 1),
-                            Axis::Is("kv_heads", a as usize),
-                            Axis::Is("capacity", capacity),
-                            Axis::Is("head_dim", b as usize),
-                        ];
-                        check_value(role, name, &axes, &value)?;
-                        // Written in place: the very buffer bound as the past.
-                        let bound = cache.get(present.len()).and_then(data_address);
-                        if bound.is_none() || bound != data_address(&value) {
-                            return Err(contract(format!("`{name}` was not written into the buffer bound as its past")));
-                        }
-                    }
-                }
-                present.push(value);
-            }
-        }
-        Ok(DecoderStep { logits, present, layers, embeddings, activations })
+        let boundaries = self.layers.as_ref().ok().map(Vec::as_slice).filter(|_| capture_layers);
+        let captured = step::captures(&mut out, boundaries, self.embeddings_output.as_deref(), &self.activations, role)?;
+        let present = step::presents(&mut out, &self.kv, &cache, role)?;
+        Ok(DecoderStep { logits, present, layers: captured.layers, embeddings: captured.embeddings, activations: captured.activations })
     }
 }
 
 /// A decoder session's layer outputs, or why it has none.
 type LayerOutputsOf = Result<Vec<LayerBoundary>, NoLayerOutputs>;
-
-/// What one decoder call returned.
-struct DecoderStep {
-    logits: Dense<f32>,
-    present: Vec<DynValue>,
-    /// Each layer's output, when captured.
-    layers: Option<Vec<Dense<f32>>>,
-    /// The stream entering layer 0, when captured with the layers and the decoder makes it.
-    embeddings: Option<Dense<f32>>,
-    /// The int8-quantized matmuls' inputs, captured with the layers ([`activations`]).
-    activations: BTreeMap<String, Dense<f32>>,
-}
 
 /// The decoder session for `graph`, its layer outputs (or why there are none), the output
 /// holding the stream entering layer 0 (when exposed) and the int8-quantized matmuls' inputs
