@@ -7,6 +7,7 @@
 pub mod allclose;
 pub mod calibrated;
 mod isolated;
+mod judge;
 mod layers;
 pub mod quantization;
 mod stage;
@@ -14,15 +15,14 @@ mod table;
 
 use super::outcome::{Status, TierOutcome};
 use crate::metric_keys as key;
-use crate::metric_keys::Metrics;
 use crate::metrics::argmax;
 use crate::onnx::protocol;
-use crate::outputs::{Isolation, LayerOutputs, Run, Stage};
+use crate::outputs::{Isolation, Run, Stage};
 use crate::tolerance::L3Tolerance;
+use judge::{Findings, Said};
 pub use layers::layer_sparkline;
-use layers::{layer_localisation, module_blame};
 use onnx_parity_reference::BidirectionalScope;
-use stage::{describe, judge_slice, prefill_logits, stage, Judged, StageError};
+use stage::prefill_logits;
 pub use stage::{Calibration, Rules};
 use table::calibration_row;
 pub use table::{CalibratedRow, CalibrationRow};
@@ -46,161 +46,49 @@ pub fn compare(
     calibration: Option<&Calibration<'_>>,
 ) -> TierOutcome {
     let rules = Rules { fixed: *tol, calibrated: calibration.map(|c| c.rule) };
-    let mut lines = Vec::new();
-    let mut first_divergence: Option<Stage> = None;
-    let mut metrics = Metrics::new();
-    let mut table = serde_json::Map::new();
-    let mut note = |at: Stage, result: Result<Judged, StageError>, metrics: &mut Metrics| -> bool {
-        match result {
-            Ok(r) => {
-                metrics.insert(key::stage_max_abs_diff(&at.to_string()), r.max_abs_diff().into());
-                if let (Stage::Component(c), Some(ratio)) = (at, r.ratio()) {
-                    metrics.insert(key::stage_calibrated_ratio(c.as_str()), ratio.into());
-                }
-                lines.push(describe(&at.to_string(), &r));
-                if !r.pass() && first_divergence.is_none() {
-                    first_divergence = Some(at);
-                }
-                r.pass()
-            }
-            Err(e) => {
-                lines.push(e.to_string());
-                if first_divergence.is_none() {
-                    first_divergence = Some(at);
-                }
-                false
-            }
-        }
-    };
-    // Components localise a divergence (and gate under the calibrated rule, below).
-    let mut components_agree = true;
-    for (c, e) in &expected.prefill.components {
-        if let Some(a) = actual.prefill.components.get(c) {
-            let r = stage(c.as_str(), a, e, calibration.and_then(|k| k.component(*c)), &rules);
-            if let Ok(j) = &r {
-                table.insert(c.as_str().into(), calibration_row(j));
-            }
-            components_agree &= note(Stage::Component(*c), r, &mut metrics);
-        }
-    }
-    // Under the calibrated rule a component beyond its own floor is a defect of the sub-model
-    // that makes it and fails the verdict, even where the logits stay within k (at 12B width the
-    // vision LayerNorm eps finding is 10× its floor on image_features, while the logits' own
-    // rounding noise hides it); under the fixed row components only localise.
+    let mut f = Findings::default();
+    // 1. The components, in pipeline order: they localise a divergence, and under the
+    // calibrated rule a component beyond its own floor is a defect of the sub-model that makes
+    // it and fails the verdict, even where the logits stay within k (at 12B width the vision
+    // LayerNorm eps finding is 10× its floor on image_features, while the logits' own rounding
+    // noise hides it); under the fixed row components only localise.
+    let components_agree = judge::components(expected, actual, calibration, &rules, &mut f);
+    // 2. The prefill logits.
     let prefill = prefill_logits(&actual.prefill.logits, expected, calibration, &rules);
     let last_only = actual.prefill.logits.shape.get(1) == Some(&1) && expected.prefill.logits.shape.get(1).is_some_and(|&s| s > 1);
     let prefill_report = prefill.as_ref().ok().cloned();
-    let mut fixed_pass = prefill_report.as_ref().is_some_and(|r| r.fixed.pass);
-    let mut pass = note(Stage::Logits, prefill, &mut metrics);
-
-    // Decode steps: step 0 is the prefill's last position (already gated), steps 1.. are cached.
-    let (expected_steps, actual_steps) = (&expected.generation.step_logits, &actual.generation.step_logits);
-    let steps = actual_steps.len().min(expected_steps.len());
-    let mut worst_step: Option<(usize, Judged)> = None;
-    let mut decode_pass = true;
-    for k in 1..steps {
-        let a = &actual_steps[k];
-        let e = &expected_steps[k];
-        let name = Stage::DecodeStep(k).to_string();
-        match judge_slice(&name, a, e, &[a.len()], calibration.and_then(|c| c.step(k)), &rules) {
-            Ok(r) => {
-                decode_pass &= r.pass();
-                fixed_pass &= r.fixed.pass;
-                if worst_step.as_ref().is_none_or(|(_, w)| worse(&r, w)) {
-                    worst_step = Some((k, r));
-                }
-            }
-            Err(e) => {
-                decode_pass = false;
-                fixed_pass = false;
-                lines.push(e.to_string());
-            }
-        }
-    }
-    if expected_steps.len() > 1 && steps < expected_steps.len() {
-        decode_pass = false;
-        fixed_pass = false;
-        lines.push(format!("decode: the candidate produced {} steps, the reference {}", actual_steps.len(), expected_steps.len()));
-    }
-    if let Some((k, r)) = &worst_step {
-        metrics.insert(key::DECODE_MAX_ABS_DIFF.into(), r.max_abs_diff().into());
-        if let Some(ratio) = r.ratio() {
-            metrics.insert(key::DECODE_CALIBRATED_RATIO.into(), ratio.into());
-        }
-        table.insert("decode".into(), calibration_row(r));
-        lines.push(describe(&format!("{} (worst of {})", Stage::DecodeStep(*k), steps.saturating_sub(1)), r));
-    }
-    if !decode_pass && first_divergence.is_none() {
-        first_divergence = Some(Stage::DecodeStep(worst_step.as_ref().map_or(0, |(k, _)| *k)));
-    }
-    pass &= decode_pass;
-
-    // Isolation, then the layers, said right after the components (before the logits and
-    // decode steps); the closure above holds `lines` until here.
+    let prefill_pass = f.note(Stage::Logits, prefill, Said::Outputs);
+    // 3. The cached decode steps.
+    let decode = judge::decode(expected, actual, calibration, &rules, &mut f);
+    let fixed_pass = prefill_report.as_ref().is_some_and(|r| r.fixed.pass) && decode.fixed_pass;
+    let steps = decode.steps;
+    let mut pass = prefill_pass && decode.pass;
     if last_only {
-        lines.push("the build's logits cover the last position only (prune_lm_head): the prefill is judged there".into());
+        f.outputs.push("the build's logits cover the last position only (prune_lm_head): the prefill is judged there".into());
     }
-    let n_components = expected.prefill.components.keys().filter(|c| actual.prefill.components.contains_key(c)).count();
-    let before = lines.len();
-    let iso = match isolation {
-        Isolation::Done(iso) => Some(iso.as_ref()),
-        Isolation::Failed(why) => {
-            lines.push(format!("in isolation: not judged ({why})"));
-            None
-        }
-        Isolation::NotRun => None,
-    };
-    let mut isolated_agree = true;
-    if let Some(iso) = iso {
-        if let Some(at) = isolated::judge(expected, actual, iso, &rules, calibration, &mut lines, &mut metrics) {
-            // A text-only model "in isolation" is the whole model, its own embedding included:
-            // a divergence already seen at that embedding stays the first.
-            if !(iso.text_only && first_divergence.is_some_and(Stage::is_before_decoder)) {
-                first_divergence = Some(at);
-            }
-            isolated_agree = false;
-        }
-    }
+    // 4. Where it diverges: the sub-models in isolation, the decoder layers, the module.
+    let localised = judge::localise(expected, actual, isolation, calibration, &rules, &mut f);
     if rules.calibrated.is_some() {
-        pass &= components_agree && isolated_agree;
+        pass &= components_agree && localised.isolated_agree;
     }
-    // Without isolation, blame goes to a layer only when no stage before the decoder diverged.
-    let upstream = first_divergence.filter(|s| s.is_before_decoder() && iso.is_none()).map(|s| s.to_string());
-    let (layers, local) = match iso {
-        Some(iso) => (&iso.layers, Some(&iso.local)),
-        None => (&actual.prefill.layers, None),
-    };
-    // The propagated layers are the isolated decoder run's where it ran: its floors.
-    let propagated = calibration.map(|c| if iso.is_some() { c.for_isolated_decoder() } else { *c });
-    let floors = propagated.as_ref().zip(calibration).map(|(p, c)| layers::LayerFloors {
-        propagated: &p.floor.prefill.layers,
-        truth: &p.truth.prefill.layers,
-        local: &c.local.layers,
-        local_truth: c.local_truth.map(|t| t.layers.as_slice()),
-    });
-    let blamed =
-        layer_localisation(&expected.prefill.layers, layers, local, floors.as_ref(), upstream.as_deref(), &rules, &mut lines, &mut metrics);
     // Under the calibrated rule a layer beyond its own local floor is a defect of that layer
     // and fails the verdict, even where the logits stay within k: a 1 % error in one layer of an
     // f16 export is lost in the logits' noise but stands 10–20× above the layer's floor.
-    if let (Some(k), true) = (blamed, rules.calibrated.is_some() && metrics.contains_key(key::LAYER_LOCAL_CALIBRATED_RATIO)) {
+    let calibrated_layers = rules.calibrated.is_some() && f.metrics.contains_key(key::LAYER_LOCAL_CALIBRATED_RATIO);
+    if let (Some(k), true) = (localised.blamed, calibrated_layers) {
         if pass {
-            lines.push(format!(
+            f.localisation.push(format!(
                 "decoder layer {k} fails: its local error exceeds its own floor by more than k although the logits stay within it"
             ));
         }
         pass = false;
-        first_divergence.get_or_insert(Stage::Layer(k));
+        f.first_divergence.get_or_insert(Stage::Layer(k));
     }
-    if let (Some(k), Some(iso)) = (blamed, iso.filter(|i| matches!(i.local, LayerOutputs::Tensors(_)))) {
-        let floors = calibration
-            .map(|c| (c.local.modules.as_slice(), c.local_truth.map_or(c.truth.prefill.modules.as_slice(), |t| t.modules.as_slice())));
-        module_blame(k, &expected.prefill.modules, &iso.modules, &iso.unidentified, floors, &rules, &mut lines, &mut metrics);
+    if let Some(k) = localised.blamed {
+        judge::blame_module(k, expected, isolation, calibration, &rules, &mut f);
     }
-    let said: Vec<String> = lines.drain(before..).collect();
-    for (i, line) in said.into_iter().enumerate() {
-        lines.insert(n_components.min(before) + i, line);
-    }
+    // 5. The verdict, decided once from the steps' findings.
+    let (lines, first_divergence, metrics, mut table) = f.lines();
 
     let (status, rule_line) = match &rules.calibrated {
         Some(c) => (
@@ -259,22 +147,6 @@ pub fn compare(
     out
 }
 
-/// Whether decode step `r` is worse than `w`: a failing step beats a passing one, then the
-/// larger calibrated ratio (or, under the fixed rule, the larger difference).
-fn worse(r: &Judged, w: &Judged) -> bool {
-    if !r.pass() && w.pass() {
-        return true;
-    }
-    if r.pass() != w.pass() {
-        return false;
-    }
-    match (r.ratio(), w.ratio()) {
-        (Some(a), Some(b)) => a > b || (a.is_nan() && !b.is_nan()),
-        _ => r.max_abs_diff() > w.max_abs_diff(),
-    }
-}
-
-/// One row of the `calibration` metric: both errors, the ratio and both rules' verdicts.
 /// Per prompt position, the largest `|actual − expected|` over the vocabulary (NaN where either is
 /// not finite), when both logits are `[1, S, V]` of one shape.
 fn position_profile(actual: &crate::inputs::Dense<f32>, expected: &crate::inputs::Dense<f32>) -> Option<Vec<serde_json::Value>> {
