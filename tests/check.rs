@@ -173,4 +173,5 @@ fn the_ep_axis_comes_from_the_command() {
     assert!(text(&both).contains("trials on cpu, cuda:0"), "{}", text(&both));
     let bad = list(&["run", "--ep", "tpu", case]);
     assert_eq!(bad.status.code(), Some(2), "{}", text(&bad));
+    assert!(text(&bad).contains("--ep tpu: expected a comma-separated list"), "the flag is named: {}", text(&bad));
 }

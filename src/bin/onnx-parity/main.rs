@@ -600,6 +600,10 @@ fn main() -> ExitCode {
     | Command::List { ep: Some(eps), .. } = &cli.command
     {
         context.eps = onnx_parity::eps::parse_selection(eps);
+        if context.eps.is_err() {
+            eprintln!("error: --ep {eps}: expected a comma-separated list of cpu, cuda, cuda:N, webgpu, openvino, tensorrt-rtx");
+            return ExitCode::from(2);
+        }
     }
     let vars = onnx_parity::driver::variables_to_set(&context, cfg!(feature = "cuda"));
     for (k, v) in &vars {
