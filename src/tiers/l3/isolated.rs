@@ -60,12 +60,14 @@ impl Verdict {
 /// `decoder_isolated_max_abs_diff` (and `decoder_isolated_pass`,
 /// `decoder_isolated_calibrated_ratio`), and the first stage that differs in isolation, in
 /// pipeline order.
+#[allow(clippy::too_many_arguments)]
 pub(super) fn judge(
     expected: &Run,
     actual: &Run,
     iso: &Isolated,
     rules: &Rules,
     calibration: Option<&Calibration<'_>>,
+    forced_prefill: Option<&Judged>,
     lines: &mut Vec<String>,
     metrics: &mut Metrics,
 ) -> Option<Stage> {
@@ -93,11 +95,20 @@ pub(super) fn judge(
         }
     }
     let mut v = Verdict::default();
+    // A text-only package's isolated decoder run is its forced run: the same logits against the
+    // same floors unless its own are conditioned on its int8 steps — then the forced run's
+    // judgement is that one (at real width each is a pass over [S, 262144] logits and the
+    // arbiter's, read from its entry).
+    let same_as_forced = iso.logits.is_none() && calibration.is_none_or(|c| c.isolated.is_none());
     let logits = iso.logits.as_ref().unwrap_or(&actual.prefill.logits);
     // Its own floors where they differ from the forced run's (conditioned on its int8 steps).
     let calibration = calibration.map(Calibration::for_isolated_decoder);
     let calibration = calibration.as_ref();
-    v.note(Stage::Logits, protocol::LOGITS, prefill_logits(logits, expected, calibration, rules));
+    let judged = match forced_prefill.filter(|_| same_as_forced) {
+        Some(j) => Ok(j.clone()),
+        None => prefill_logits(logits, expected, calibration, rules),
+    };
+    v.note(Stage::Logits, protocol::LOGITS, judged);
     if let (Some(a), Some(e)) = (&iso.step_logits, expected.generation.step_logits.get(1)) {
         let floor = calibration.and_then(|c| c.step(1));
         v.note(Stage::DecodeStep(1), "decode step 1", judge_slice("decode step 1", a, e, &[a.len()], floor, rules));
@@ -143,7 +154,7 @@ mod tests {
 
     fn judged(iso: &Isolated) -> (Option<Stage>, Metrics, Vec<String>) {
         let (mut lines, mut metrics) = (Vec::new(), Metrics::new());
-        let first = judge(&reference(), &reference(), iso, &TOL, None, &mut lines, &mut metrics);
+        let first = judge(&reference(), &reference(), iso, &TOL, None, None, &mut lines, &mut metrics);
         (first, metrics, lines)
     }
 

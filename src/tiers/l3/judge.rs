@@ -158,12 +158,16 @@ pub(super) struct Localised {
 
 /// The sub-models judged in isolation (the first divergence moved there), then the decoder
 /// layers (the isolated decoder run's where it ran) and, inside a blamed layer, its modules.
+/// `prefill`: the forced run's prefill logits as already judged (a text-only package's isolated
+/// decoder run is that run: not judged twice).
+#[allow(clippy::too_many_arguments)]
 pub(super) fn localise(
     expected: &Run,
     actual: &Run,
     isolation: &Isolation,
     calibration: Option<&Calibration<'_>>,
     rules: &Rules,
+    prefill: Option<&Judged>,
     f: &mut Findings,
 ) -> Localised {
     let iso: Option<&Isolated> = match isolation {
@@ -176,7 +180,7 @@ pub(super) fn localise(
     };
     let mut isolated_agree = true;
     if let Some(iso) = iso {
-        if let Some(at) = isolated::judge(expected, actual, iso, rules, calibration, &mut f.localisation, &mut f.metrics) {
+        if let Some(at) = isolated::judge(expected, actual, iso, rules, calibration, prefill, &mut f.localisation, &mut f.metrics) {
             // A text-only model "in isolation" is the whole model, its own embedding included:
             // a divergence already seen at that embedding stays the first.
             if !(iso.text_only && f.first_divergence.is_some_and(Stage::is_before_decoder)) {

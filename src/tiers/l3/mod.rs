@@ -67,7 +67,7 @@ pub fn compare(
         f.outputs.push("the build's logits cover the last position only (prune_lm_head): the prefill is judged there".into());
     }
     // 4. Where it diverges: the sub-models in isolation, the decoder layers, the module.
-    let localised = judge::localise(expected, actual, isolation, calibration, &rules, &mut f);
+    let localised = judge::localise(expected, actual, isolation, calibration, &rules, prefill_report.as_ref(), &mut f);
     if rules.calibrated.is_some() {
         pass &= components_agree && localised.isolated_agree;
     }
