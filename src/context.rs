@@ -180,10 +180,7 @@ impl RunContext {
 /// Whether a value of `CI` means "running under CI": set, and not empty, `0`, `false`, `no` or `off` (any case).
 fn ci_enabled(value: Option<&std::ffi::OsStr>) -> bool {
     // Any case: `CI=False` or `CI=no` is a person switching CI off, not a CI run.
-    value.is_some_and(|v| {
-        let v = v.to_string_lossy().trim().to_ascii_lowercase();
-        !matches!(v.as_str(), "" | "0" | "false" | "no" | "off")
-    })
+    value.is_some_and(|v| !v.to_string_lossy().trim().is_empty()) && !switched_off(value)
 }
 
 /// Where the reference cache is (`None`: off) for `ONNX_PARITY_REFERENCE_CACHE`'s `value`.

@@ -127,9 +127,12 @@ pub enum RunEp {
 /// The variable that selects the EPs of a run (`crate::context` reads it).
 pub const EP_VAR: &str = "ONNX_PARITY_EP";
 
+/// What an EP list may name (the variable's and `--ep`'s error messages).
+pub const EXPECTED_EPS: &str = "expected a comma-separated list of cpu, cuda, cuda:N, webgpu, openvino, tensorrt-rtx";
+
 /// `ONNX_PARITY_EP` names no execution provider this harness knows.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{EP_VAR}={value}: expected a comma-separated list of cpu, cuda, cuda:N, webgpu, openvino, tensorrt-rtx")]
+#[error("{EP_VAR}={value}: {EXPECTED_EPS}")]
 pub struct UnknownEp {
     pub value: String,
 }

@@ -601,7 +601,7 @@ fn main() -> ExitCode {
     {
         context.eps = onnx_parity::eps::parse_selection(eps);
         if context.eps.is_err() {
-            eprintln!("error: --ep {eps}: expected a comma-separated list of cpu, cuda, cuda:N, webgpu, openvino, tensorrt-rtx");
+            eprintln!("error: --ep {eps}: {}", onnx_parity::eps::EXPECTED_EPS);
             return ExitCode::from(2);
         }
     }
