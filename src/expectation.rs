@@ -27,7 +27,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 
 use crate::eps::RunEp;
-use crate::metric_keys::{Metrics, FIRST_DIVERGENCE};
+use crate::tier_metrics::Metrics;
 
 /// What a failing tier is expected to show.
 #[derive(Debug, Clone, PartialEq, Default, Deserialize)]
@@ -227,14 +227,16 @@ impl Signature {
     pub fn mismatch(&self, metrics: &Metrics, message: &str) -> Option<String> {
         let mut diffs = Vec::new();
         if let Some(want) = &self.first_divergence {
-            match metrics.get(FIRST_DIVERGENCE).and_then(|v| v.as_str()) {
+            match metrics.l3.first_divergence.as_deref() {
                 Some(got) if got == want => {}
                 got => diffs.push(format!("first divergence {} instead of {want}", got.unwrap_or("none"))),
             }
         }
+        // The signature names metrics by their keys in reports.
+        let rendered = metrics.rendered();
         for (m, v, w) in self.measured() {
             let (lo, hi) = if v >= 0.0 { (v / w, v * w) } else { (v * w, v / w) };
-            match metrics.get(m).and_then(|x| x.as_f64()) {
+            match rendered.get(m).and_then(|x| x.as_f64()) {
                 // NaN fails the comparison, so it never matches.
                 Some(got) if got >= lo && got <= hi => {}
                 Some(got) => diffs.push(format!("{m} {got:e} outside {lo:e} ..= {hi:e}")),
@@ -265,8 +267,11 @@ mod tests {
     }
 
     impl Failure {
+        /// Records `value` under its report key (as a tier's field would render).
         fn metric(mut self, key: &str, value: impl Into<serde_json::Value>) -> Self {
-            self.metrics.insert(key.into(), value.into());
+            let mut rendered = self.metrics.rendered();
+            rendered.insert(key.into(), value.into());
+            self.metrics = Metrics::from_rendered(rendered).expect("a metric of its type");
             self
         }
     }
@@ -276,7 +281,7 @@ mod tests {
 
     impl TierOutcome {
         fn fail(message: &str) -> Failure {
-            Failure { metrics: Metrics::new(), message: message.into() }
+            Failure { metrics: Metrics::default(), message: message.into() }
         }
     }
 

@@ -15,8 +15,8 @@ pub mod compare;
 pub mod context;
 pub mod driver;
 pub mod eps;
-pub mod metric_keys;
 pub mod metrics;
+pub mod tier_metrics;
 
 pub mod evaluation;
 pub mod expectation;

@@ -4,7 +4,6 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::metric_keys as key;
 use crate::tiers::outcome::{Status, TierOutcome};
 
 /// Why a report could not be written.
@@ -134,20 +133,6 @@ pub struct RunReport {
     pub metadata: RunMetadata,
 }
 
-/// Metrics shown in the Markdown table and console summary, in this order, when present.
-const KEY_METRICS: [&str; 10] = [
-    key::MAX_ABS_DIFF,
-    key::CALIBRATED_RATIO,
-    key::FIXED_ROW_STATUS,
-    key::QUANTIZATION_KL_MEAN,
-    key::QUANTIZATION_TOP1_AGREEMENT,
-    key::COSINE,
-    key::ARGMAX_MATCH,
-    key::TOP10_JACCARD,
-    key::TOKEN_MATCH_RATIO,
-    key::VIOLATIONS,
-];
-
 impl RunReport {
     /// The report of trial records (grouped by case, levels in record order; metadata from the
     /// first record: the machine that ran the trials, not the one merging).
@@ -208,9 +193,9 @@ impl RunReport {
         let mut s = String::from("| case | tier | EP | status | metrics | first divergence | message |\n|---|---|---|---|---|---|---|\n");
         for c in &self.cases {
             for l in &c.levels {
-                let mut div = l.outcome.metrics.get(key::FIRST_DIVERGENCE).map(metric_text).unwrap_or_default();
+                let mut div = l.outcome.metrics.l3.first_divergence.clone().unwrap_or_default();
                 // L3: the per-layer profile (and the first divergent decoder layer).
-                if let Some(profile) = crate::tiers::l3::layer_sparkline(&l.outcome.metrics) {
+                if let Some(profile) = crate::tiers::l3::layer_sparkline(&l.outcome.metrics.l3) {
                     div = if div.is_empty() { profile } else { format!("{div}; {profile}") };
                 }
                 let warnings: String = l.outcome.warnings.iter().map(|w| format!(" **warning:** {w}")).collect();
@@ -271,19 +256,24 @@ impl RunReport {
     }
 }
 
-fn metric_text(v: &serde_json::Value) -> String {
-    match v {
-        serde_json::Value::String(s) => s.clone(),
-        serde_json::Value::Number(n) => match n.as_f64() {
-            Some(f) if n.is_f64() => format!("{f:.3e}"),
-            _ => n.to_string(),
-        },
-        other => other.to_string(),
-    }
-}
-
+/// The metrics shown in the Markdown table and console summary, in this order, when present.
 fn key_metrics(o: &TierOutcome) -> String {
-    KEY_METRICS.iter().filter_map(|k| o.metrics.get(*k).map(|v| format!("{k}={}", metric_text(v)))).collect::<Vec<_>>().join(" ")
+    let m = &o.metrics;
+    // A float in scientific notation (`null`, as in the JSON, where it is not finite).
+    let float = |x: Option<f64>| x.map(|f| if f.is_finite() { format!("{f:.3e}") } else { "null".to_string() });
+    let columns = [
+        ("max_abs_diff", float(m.compared.max_abs_diff)),
+        ("calibrated_ratio", float(m.l3.calibrated_ratio)),
+        ("fixed_row_status", m.l3.fixed_row_status.map(|s| s.to_string())),
+        ("quantization_kl_mean", float(m.quantized.quantization_kl_mean)),
+        ("quantization_top1_agreement", float(m.quantized.quantization_top1_agreement)),
+        ("cosine", float(m.compared.cosine)),
+        ("argmax_match", m.compared.argmax_match.map(|b| b.to_string())),
+        ("top10_jaccard", float(m.compared.top10_jaccard)),
+        ("token_match_ratio", float(m.compared.token_match_ratio)),
+        ("violations", m.l1.violations.map(|n| n.to_string())),
+    ];
+    columns.into_iter().filter_map(|(k, v)| Some(format!("{k}={}", v?))).collect::<Vec<_>>().join(" ")
 }
 
 fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), ReportError> {
@@ -349,7 +339,9 @@ mod tests {
             execution_provider: "CUDAExecutionProvider (TF32 off)".into(),
             gpu: gpu.clone(),
         };
-        rec("a/x", "L3", TierOutcome::new(Status::Xfail, "expected").metric("max_abs_diff", 1e-3)).write(dir.path()).expect("write");
+        rec("a/x", "L3", TierOutcome::new(Status::Xfail, "expected").with(|m| m.compared.max_abs_diff = Some(1e-3)))
+            .write(dir.path())
+            .expect("write");
         rec("a/x", "L1", TierOutcome::new(Status::Pass, "ok")).write(&dir.path().join("p2")).expect("write");
         rec("a/y", "L4", TierOutcome::skipped("no golden")).write(dir.path()).expect("write");
         let merged = RunReport::from_records(TrialRecord::read_all(&[dir.path().to_path_buf()]).expect("read"));

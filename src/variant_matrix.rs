@@ -6,7 +6,6 @@
 
 use std::collections::BTreeMap;
 
-use crate::metric_keys as key;
 use crate::report::{CaseReport, RunReport};
 use crate::tiers::outcome::Status;
 
@@ -41,13 +40,13 @@ pub fn markdown(report: &RunReport) -> String {
         ));
         for (variant, c) in builds {
             let level = |name: &str| c.levels.iter().find(|l| l.level == name);
-            let l1_metric = |k: &str| level("L1").and_then(|l| l.outcome.metrics.get(k)).and_then(|v| v.as_str());
-            let protocol = match (l1_metric(key::EXPORT_VARIANT), l1_metric(key::ACTIVATIONS)) {
+            let l1 = level("L1").map(|l| &l.outcome.metrics.l1);
+            let protocol = match (l1.and_then(|m| m.export_variant.as_deref()), l1.and_then(|m| m.activations.as_deref())) {
                 (Some(v), Some(a)) => format!("{v} · {a}"),
                 (Some(v), None) => v.to_string(),
                 _ => "–".to_string(),
             };
-            let exporter = l1_metric(key::EXPORTER).filter(|e| !e.is_empty()).unwrap_or("–");
+            let exporter = l1.and_then(|m| m.exporter.as_deref()).filter(|e| !e.is_empty()).unwrap_or("–");
             let cells: Vec<&str> = COLUMNS.iter().map(|l| level(l).map_or("–", |l| cell(l.outcome.status))).collect();
             let build = if variant.is_empty() { "(as exported)".to_string() } else { format!("@{variant}") };
             out.push_str(&format!("| {build} | {exporter} | {protocol} | {} |\n", cells.join(" | ")));
@@ -71,7 +70,8 @@ mod tests {
                 .iter()
                 .map(|(l, s)| LevelReport {
                     level: (*l).into(),
-                    outcome: TierOutcome::new(*s, "").metric(key::EXPORT_VARIANT, if name.contains('@') { "gqa" } else { "portable" }),
+                    outcome: TierOutcome::new(*s, "")
+                        .with(|m| m.l1.export_variant = Some(if name.contains('@') { "gqa" } else { "portable" }.to_string())),
                 })
                 .collect(),
         }

@@ -81,11 +81,10 @@ fn l1_names_the_quantized_activations() {
         let out = l1::check_interface(L1Inputs { config: &config, export: &export, float_dtype: "float32", pin: Some(&pin) });
         assert_eq!(out.status, Status::Pass, "{name}: {}", out.message);
         assert!(out.message.contains(says), "{name}: {}", out.message);
-        let table = out.metrics.get("quantized_activations").and_then(|v| v.as_object()).expect("quantized_activations");
+        let table = out.metrics.l1.quantized_activations.as_ref().expect("quantized_activations");
         let entry = table.get("v_model.layers.0.input_layernorm.RMSNormalization_70").expect("layer 0's normed input");
-        assert!(entry["quantization"].as_str().is_some_and(|q| q.starts_with(says.split(' ').nth(2).expect("type"))), "{name}: {entry}");
-        let matmuls: Vec<&str> = entry["matmuls"].as_array().expect("matmuls").iter().filter_map(|m| m.as_str()).collect();
-        assert!(matmuls.contains(&"layers.0.self_attn.q_proj.weight (input)"), "{name}: {matmuls:?}");
+        assert!(entry.quantization.starts_with(says.split(' ').nth(2).expect("type")), "{name}: {entry:?}");
+        assert!(entry.matmuls.iter().any(|m| m == "layers.0.self_attn.q_proj.weight (input)"), "{name}: {:?}", entry.matmuls);
     }
     // The float export under an int8 pin is still a float build.
     let out = l1::check_interface(L1Inputs {
@@ -106,10 +105,13 @@ fn l1_names_the_quantized_activations() {
 fn uint16_near_ties_take_the_candidate_s_step_and_nothing_else() {
     let t = support::near_ties("qdq-w8a16", 5, 2e-3);
     assert_eq!(t.l3.status, Status::Pass, "{}", t.l3.message);
-    let adopted = t.l3.metrics.get("int8_steps_adopted").and_then(|v| v.as_u64()).expect("adoptions reported");
+    let adopted = t.l3.metrics.value("int8_steps_adopted").as_ref().and_then(|v| v.as_u64()).expect("adoptions reported");
     assert!(adopted > 0, "{adopted} near-ties adopted");
-    assert!(t.l3.metrics.get("quantization_kl_mean").and_then(|v| v.as_f64()).is_some_and(|kl| kl > 0.0), "the cost is reported");
+    assert!(
+        t.l3.metrics.value("quantization_kl_mean").as_ref().and_then(|v| v.as_f64()).is_some_and(|kl| kl > 0.0),
+        "the cost is reported"
+    );
     assert_eq!(t.hinted.status, Status::Pass, "{}", t.hinted.message);
     assert_eq!(t.broken.status, Status::Fail, "{}", t.broken.message);
-    assert_eq!(t.broken.metrics.get("first_divergent_layer").and_then(|v| v.as_u64()), Some(5), "{}", t.broken.message);
+    assert_eq!(t.broken.metrics.value("first_divergent_layer").as_ref().and_then(|v| v.as_u64()), Some(5), "{}", t.broken.message);
 }

@@ -25,9 +25,9 @@ fn xfail_of_the_wrong_type_says_what_is_expected() {
 /// `/` replaced: −8 within 2 accepts −16 ..= −4, and only that.
 #[test]
 fn negative_measured_value_band() {
-    let s = Signature { metric: Some("m".into()), value: Some(-8.0), within: Some(2.0), ..Default::default() };
+    let s = Signature { metric: Some("max_abs_diff".into()), value: Some(-8.0), within: Some(2.0), ..Default::default() };
     let at = |x: f64| {
-        let o = TierOutcome::fail("x").metric("m", x);
+        let o = TierOutcome::fail("x").with(|m| m.compared.max_abs_diff = Some(x));
         s.mismatch(&o.metrics, &o.message)
     };
     for inside in [-16.0, -10.0, -8.0, -4.0] {
@@ -207,7 +207,7 @@ fn l4_ambiguous_live_reference_makes_the_tier_ambiguous() {
     let golden = Golden::from_logits(&onnx, &[4]).unwrap();
     let alone = l4::compare(&onnx, &[4], &golden, None, &L4_TOL);
     assert_eq!(alone.status, Status::Pass, "{}", alone.message);
-    assert_eq!(alone.metrics.get("argmax_match"), Some(&serde_json::Value::Bool(true)));
+    assert_eq!(alone.metrics.value("argmax_match"), Some(serde_json::Value::Bool(true)));
     assert!(!alone.message.contains("note:"), "{}", alone.message);
     let out = l4::compare(&onnx, &[4], &golden, Some(&live), &L4_TOL);
     assert_eq!(out.status, Status::Ambiguous, "{}", out.message);
@@ -217,7 +217,7 @@ fn l4_ambiguous_live_reference_makes_the_tier_ambiguous() {
     assert_eq!(same.status, Status::Pass, "{}", same.message);
     assert!(!same.message.contains("note:"), "{}", same.message);
     let other = l4::compare(&live, &[4], &golden, None, &L4_TOL);
-    assert_eq!(other.metrics.get("argmax_match"), Some(&serde_json::Value::Bool(false)), "{}", other.message);
+    assert_eq!(other.metrics.value("argmax_match"), Some(serde_json::Value::Bool(false)), "{}", other.message);
 }
 
 /// Kills: the cosine warning at `<=` instead of `<`: a cosine exactly at the threshold does not
@@ -234,7 +234,7 @@ fn l4_cosine_at_the_warn_threshold_does_not_warn() {
     let at = onnx_parity::tolerance::L4Tolerance { cosine_similarity_warn: c, ..L4_TOL };
     let out = l4::compare(&onnx, &[4], &golden, Some(&live), &at);
     assert!(!out.message.contains("warning: cosine"), "{}", out.message);
-    assert_eq!(out.metrics.get("cosine").and_then(|v| v.as_f64()), Some(c));
+    assert_eq!(out.metrics.value("cosine").as_ref().and_then(|v| v.as_f64()), Some(c));
     let above = onnx_parity::tolerance::L4Tolerance { cosine_similarity_warn: c + 1e-9, ..L4_TOL };
     let out = l4::compare(&onnx, &[4], &golden, Some(&live), &above);
     assert!(out.message.contains("warning: cosine"), "{}", out.message);
@@ -314,7 +314,7 @@ fn graph_files(onnx: &std::path::Path) -> std::collections::BTreeMap<String, std
 }
 
 fn metric_u64(o: &TierOutcome, name: &str) -> u64 {
-    o.metrics.get(name).and_then(|v| v.as_u64()).unwrap_or_else(|| panic!("metric {name} missing: {:?}", o.metrics))
+    o.metrics.value(name).as_ref().and_then(|v| v.as_u64()).unwrap_or_else(|| panic!("metric {name} missing: {:?}", o.metrics))
 }
 
 /// Kills: the initialiser and op counts of `l1::check` (`+=` as `-=` / `*=`), a contract tensor
@@ -347,7 +347,7 @@ fn l1_fixture_exports_honour_their_contract() {
         }
         assert!(initializers > 0 && !ops.is_empty(), "{fixture}");
         assert_eq!(metric_u64(&out, "initializers"), initializers, "{fixture}");
-        assert_eq!(out.metrics.get("op_inventory"), Some(&serde_json::to_value(&ops).unwrap()), "{fixture}");
+        assert_eq!(out.metrics.value("op_inventory"), Some(serde_json::to_value(&ops).unwrap()), "{fixture}");
     }
 }
 
@@ -539,7 +539,7 @@ fn l2_checkpoint_headers_hold_exactly_what_the_config_implies() {
     let run = |tensors: Vec<(String, Vec<usize>)>| {
         let dir = header_only_checkpoint(&tensors);
         let out = l2::check(l2::L2Inputs { checkpoint: Some(dir.path()), ..l2_inputs(&config) });
-        assert_eq!(out.metrics.get("checked"), Some(&serde_json::Value::from("config + checkpoint headers")), "{}", out.message);
+        assert_eq!(out.metrics.value("checked"), Some(serde_json::Value::from("config + checkpoint headers")), "{}", out.message);
         out
     };
     let all: Vec<_> = reference.iter().chain(&audio).cloned().collect();
@@ -756,16 +756,16 @@ fn l4_l5_use_the_live_reference_when_the_case_has_a_checkpoint() {
     }
     let l4 = run_level(&case, &Candidate::default(), Level::L4, &opts, &evals);
     assert_eq!(l4.status, Status::Pass, "{}", l4.message);
-    let cosine = l4.metrics.get("cosine").and_then(|v| v.as_f64()).unwrap_or_else(|| panic!("no cosine: {:?}", l4.metrics));
+    let cosine = l4.metrics.value("cosine").as_ref().and_then(|v| v.as_f64()).unwrap_or_else(|| panic!("no cosine: {:?}", l4.metrics));
     assert!(cosine > 0.999, "{cosine}");
     let l5 = run_level(&case, &Candidate::default(), Level::L5, &opts, &evals);
     assert_eq!(l5.status, Status::Pass, "{}", l5.message);
-    assert_eq!(l5.metrics.get("reference_token_match_ratio").and_then(|v| v.as_f64()), Some(1.0), "{}", l5.message);
+    assert_eq!(l5.metrics.value("reference_token_match_ratio").as_ref().and_then(|v| v.as_f64()), Some(1.0), "{}", l5.message);
     assert!(l5.message.contains("live reference: ratio 1.000"), "{}", l5.message);
     // The golden was made on the case's own ids: nothing was replayed, nothing to warn about.
     for out in [&l4, &l5] {
         assert!(out.warnings.is_empty(), "{:?}", out.warnings);
-        assert_eq!(out.metrics.get("input_ids_replayed"), None);
+        assert_eq!(out.metrics.trial.input_ids_replayed, None);
     }
 }
 
@@ -802,6 +802,6 @@ fn l4_l5_replay_the_golden_input_ids_and_warn() {
             "{}",
             out.warnings[0]
         );
-        assert_eq!(out.metrics.get("input_ids_replayed"), Some(&serde_json::Value::Bool(true)), "{level}");
+        assert_eq!(out.metrics.value("input_ids_replayed"), Some(serde_json::Value::Bool(true)), "{level}");
     }
 }

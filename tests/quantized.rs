@@ -91,17 +91,15 @@ fn streamed_float_logits_give_the_same_cost() {
     let (mut held, mut made) = (Default::default(), Default::default());
     cost(&float, &int4, &mut held).expect("cost");
     cost(&streamed, &int4, &mut made).expect("cost");
-    let kl = |m: &onnx_parity::metric_keys::Metrics| -> Vec<f64> {
-        m["quantization_kl"].as_array().expect("per position").iter().map(|v| v.as_f64().expect("number")).collect()
-    };
+    let kl = |m: &onnx_parity::tier_metrics::Metrics| -> Vec<f64> { m.quantized.quantization_kl.clone().expect("per position") };
     let (a, b) = (kl(&held), kl(&made));
     assert_eq!(a.len(), b.len());
     assert!(a.iter().zip(&b).all(|(x, y)| (x - y).abs() <= 1e-9 * x.abs().max(1e-6)), "{a:?} vs {b:?}");
     assert!(a.iter().any(|&k| k > 1e-3), "the int4 build costs something: {a:?}");
-    assert_eq!(held["quantization_top1_agreement"], made["quantization_top1_agreement"]);
+    assert_eq!(held.quantized.quantization_top1_agreement, made.quantized.quantization_top1_agreement);
     let mut none = Default::default();
     cost(&streamed, &float, &mut none).expect("cost");
-    assert!(kl(&none).iter().all(|&k| k < 1e-9) && none["quantization_top1_agreement"] == 1.0, "{none:?}");
+    assert!(kl(&none).iter().all(|&k| k < 1e-9) && none.quantized.quantization_top1_agreement == Some(1.0), "{none:?}");
 }
 
 /// Guards issue 37's per-EP model of MatMulNBits: at accuracy_level 4 the CPU EP's MLAS quantizes
@@ -178,13 +176,13 @@ fn every_quantizer_dialect_names_its_parameters() {
 fn int8_near_ties_take_the_candidate_s_step_and_nothing_else() {
     let t = support::near_ties("rtn-acc4", 5, 1e-4);
     assert_eq!(t.l3.status, Status::Pass, "{}", t.l3.message);
-    let adopted = t.l3.metrics.get("int8_steps_adopted").and_then(|v| v.as_u64()).expect("adoptions reported");
+    let adopted = t.l3.metrics.value("int8_steps_adopted").as_ref().and_then(|v| v.as_u64()).expect("adoptions reported");
     assert!((1..=16).contains(&adopted), "{adopted} near-ties adopted");
     assert_eq!(t.hinted.status, Status::Pass);
     // The plain floors: the flip fails layer 5.
     assert_eq!(t.plain.status, Status::Fail, "{}", t.plain.message);
-    assert_eq!(t.plain.metrics.get("first_divergent_layer").and_then(|v| v.as_u64()), Some(5), "{}", t.plain.message);
+    assert_eq!(t.plain.metrics.value("first_divergent_layer").as_ref().and_then(|v| v.as_u64()), Some(5), "{}", t.plain.message);
     // A wrong value in layer 5 (1e-4, ~400x the floor's error there): no hint hides it.
     assert_eq!(t.broken.status, Status::Fail, "{}", t.broken.message);
-    assert_eq!(t.broken.metrics.get("first_divergent_layer").and_then(|v| v.as_u64()), Some(5), "{}", t.broken.message);
+    assert_eq!(t.broken.metrics.value("first_divergent_layer").as_ref().and_then(|v| v.as_u64()), Some(5), "{}", t.broken.message);
 }

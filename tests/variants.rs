@@ -245,7 +245,7 @@ fn ort_load_gate_names_the_node() {
         pin: None,
     });
     assert_fails_with(&bf16, "ONNX Runtime rejects the graph at node `model/layers.0/Add_node_82` (Add of `val_2` untyped");
-    assert_eq!(bf16.metrics.get("violations").and_then(|v| v.as_u64()), Some(1), "{}", bf16.message);
+    assert_eq!(bf16.metrics.value("violations").as_ref().and_then(|v| v.as_u64()), Some(1), "{}", bf16.message);
     let cuda_bf16 = l1::check_with(L1Inputs {
         config: &config("unified-text-kvshare"),
         export: &repo("fixtures/unified-text-kvshare/variants/cuda-bf16"),
@@ -347,7 +347,7 @@ fn l2_webgpu_buffer_arithmetic_at_full_size() {
         out.message
     );
     assert!(out.message.contains("`model.language_model.embed_tokens.weight` [262144, 1536] is 0.75 GiB"), "{}", out.message);
-    assert_eq!(out.metrics.get("ep_oversize_tensors").and_then(|v| v.as_u64()), Some(2), "{}", out.message);
+    assert_eq!(out.metrics.value("ep_oversize_tensors").as_ref().and_then(|v| v.as_u64()), Some(2), "{}", out.message);
     let cpu = pin(Some(Ep::Cpu), None, None);
     let out = l2::check(l2::L2Inputs {
         config: &config,
@@ -357,7 +357,7 @@ fn l2_webgpu_buffer_arithmetic_at_full_size() {
         float_dtype: "float32",
         pin: Some(&cpu),
     });
-    assert!(!out.metrics.contains_key("ep_oversize_tensors"), "{}", out.message);
+    assert!(out.metrics.value("ep_oversize_tensors").is_none(), "{}", out.message);
 }
 
 /// Runs `levels` of a case on the unified-text-kvshare fixture (`extra` appended to it) with

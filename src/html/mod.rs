@@ -6,13 +6,12 @@
 
 pub mod svg;
 
+use std::collections::BTreeMap;
 use std::fmt::Write;
 
-use crate::metric_keys as key;
-use crate::metric_keys::Metrics;
 use crate::onnx::protocol;
 use crate::report::{LevelReport, RunReport};
-use crate::tiers::l3::CalibrationRow;
+use crate::tier_metrics::{CalibrationRow, L3Rule, Metrics};
 use crate::tiers::outcome::Status;
 
 pub use svg::esc;
@@ -82,9 +81,9 @@ fn header(h: &mut String, r: &RunReport) {
             .join(", ")
     };
     let date = unix_date(m.started_unix_s);
-    let recorded = |k: &str| {
+    let recorded = |field: fn(&Metrics) -> Option<&str>| {
         let mut v: Vec<&str> =
-            r.cases.iter().flat_map(|c| &c.levels).filter_map(|l| l.outcome.metrics.get(k)?.as_str()).filter(|s| !s.is_empty()).collect();
+            r.cases.iter().flat_map(|c| &c.levels).filter_map(|l| field(&l.outcome.metrics)).filter(|s| !s.is_empty()).collect();
         v.sort();
         v.dedup();
         if v.is_empty() {
@@ -93,7 +92,11 @@ fn header(h: &mut String, r: &RunReport) {
             v.join("; ")
         }
     };
-    let versions = format!("exporter: {}; transformers: {}", recorded(key::EXPORTER), recorded(key::TRANSFORMERS_VERSION));
+    let versions = format!(
+        "exporter: {}; transformers: {}",
+        recorded(|m| m.l1.exporter.as_deref()),
+        recorded(|m| m.l1.transformers_version.as_deref())
+    );
     let _ = write!(
         h,
         "<h1>onnx-parity report</h1><table class=\"meta\"><tr><td>onnx-parity</td><td>{}</td><td>ONNX Runtime</td><td>{} ({})</td></tr>\
@@ -176,17 +179,15 @@ fn matrix(h: &mut String, r: &RunReport) {
 }
 
 /// The calibrated rule per compared tensor: both errors against f64, the ratio, both verdicts.
-fn calibration_table(h: &mut String, table: &serde_json::Map<String, serde_json::Value>) {
+fn calibration_table(h: &mut String, table: &BTreeMap<String, CalibrationRow>) {
     h.push_str(
         "<table class=\"calibration\"><tr><th>tensor</th><th>e_cand rms</th><th>e_cand max</th><th>e_floor rms</th><th>e_floor max</th>\
          <th>ratio</th><th>calibrated</th><th>fixed row</th></tr>",
     );
     for (name, row) in table {
-        // A row is read back as the type L3 wrote it as; one that is not (a report of another
-        // version) shows dashes.
-        let row: Option<CalibrationRow> = serde_json::from_value(row.clone()).ok();
+        let row = Some(row);
         let num = |v: Option<f64>| v.map(|v| format!("{v:.2e}")).unwrap_or_else(|| "–".into());
-        let status = |s: Option<crate::tiers::outcome::Status>| {
+        let status = |s: Option<crate::tier_metrics::RuleVerdict>| {
             let s = s.map_or("–", |s| s.as_str());
             format!("<td class=\"{}\">{}</td>", esc(s), esc(s))
         };
@@ -207,14 +208,6 @@ fn calibration_table(h: &mut String, table: &serde_json::Map<String, serde_json:
     h.push_str("</table>");
 }
 
-fn floats(m: &Metrics, k: &str) -> Option<Vec<f64>> {
-    m.get(k)?.as_array().map(|a| a.iter().map(|v| v.as_f64().unwrap_or(f64::NAN)).collect())
-}
-
-fn ints(m: &Metrics, k: &str) -> Option<Vec<i64>> {
-    m.get(k)?.as_array().map(|a| a.iter().filter_map(|v| v.as_i64()).collect())
-}
-
 fn detail(h: &mut String, case: &str, l: &LevelReport) {
     let o = &l.outcome;
     let m = &o.metrics;
@@ -231,31 +224,31 @@ fn detail(h: &mut String, case: &str, l: &LevelReport) {
     for w in &o.warnings {
         let _ = write!(h, "<div class=\"warning\">warning: {}</div>", esc(w));
     }
-    if let Some(sig) = m.get(key::XFAIL_SIGNATURE).and_then(|v| v.as_str()) {
+    if let Some(sig) = &m.trial.xfail_signature {
         let _ = write!(h, "<div class=\"signature\">expected failure signature: {}</div>", esc(sig));
     }
-    let calibrated = m.get(key::L3_RULE).and_then(|v| v.as_str()) == Some("calibrated");
+    let l3 = &m.l3;
+    let calibrated = l3.l3_rule == Some(L3Rule::Calibrated);
     // Under the calibrated rule there is no one tolerance line: each layer has its own floor.
-    let tol = if calibrated { None } else { m.get(key::ATOL).and_then(|v| v.as_f64()) };
-    let layer_keys = if calibrated && m.contains_key(key::LAYER_E_CAND) {
-        (key::LAYER_E_CAND, key::LAYER_LOCAL_E_CAND)
+    let tol = if calibrated { None } else { l3.atol };
+    let (propagated, local) = if calibrated && l3.layer_e_cand.is_some() {
+        (&l3.layer_e_cand, &l3.layer_local_e_cand)
     } else {
-        (key::LAYER_MAX_ABS_DIFF, key::LAYER_LOCAL_MAX_ABS_DIFF)
+        (&l3.layer_max_abs_diff, &l3.layer_local_max_abs_diff)
     };
-    if let Some(prop) = floats(m, layer_keys.0) {
-        let local = floats(m, layer_keys.1);
-        let floor = floats(m, key::LAYER_LOCAL_E_FLOOR).filter(|_| calibrated);
-        let mut series = vec![svg::Series { name: "propagated", class: "propagated", values: &prop }];
-        if let Some(f) = &floor {
+    if let Some(prop) = propagated {
+        let floor = l3.layer_local_e_floor.as_ref().filter(|_| calibrated);
+        let mut series = vec![svg::Series { name: "propagated", class: "propagated", values: prop }];
+        if let Some(f) = floor {
             series.push(svg::Series { name: "local floor (reference)", class: "floor", values: f });
         }
-        if let Some(l) = &local {
+        if let Some(l) = local {
             series.push(svg::Series { name: "local (fed the reference's stream)", class: "local", values: l });
         }
-        let first = m.get(key::FIRST_DIVERGENT_LAYER).and_then(|v| v.as_u64()).map(|v| v as usize);
+        let first = l3.first_divergent_layer;
         h.push_str("<div>decoder layers");
         if let Some(k) = first {
-            let part = m.get(key::DIVERGENT_MODULE).and_then(|v| v.as_str()).map(|p| format!(" ({})", esc(p))).unwrap_or_default();
+            let part = l3.divergent_module.as_deref().map(|p| format!(" ({})", esc(p))).unwrap_or_default();
             let _ = write!(h, ": first divergent layer <b>{k}</b>{part}");
         }
         if calibrated {
@@ -264,49 +257,49 @@ fn detail(h: &mut String, case: &str, l: &LevelReport) {
         h.push_str("</div>");
         h.push_str(&svg::layer_plot(&series, tol, first));
     }
-    if let Some(table) = m.get(key::CALIBRATION).and_then(|v| v.as_object()) {
+    if let Some(table) = &l3.calibration {
         calibration_table(h, table);
     }
+    let stage = |name: &str| m.stage_max_abs_diff.get(name).copied();
     let components: Vec<(String, f64)> = [
-        (protocol::IMAGE_FEATURES, "image_features_max_abs_diff"),
-        (protocol::INPUTS_EMBEDS, "inputs_embeds_max_abs_diff"),
-        (protocol::PER_LAYER_INPUTS, "per_layer_inputs_max_abs_diff"),
-        ("vision_encoder alone", key::VISION_ENCODER_ISOLATED_MAX_ABS_DIFF),
-        ("embedding alone", key::EMBEDDING_ISOLATED_MAX_ABS_DIFF),
-        ("decoder alone", key::DECODER_ISOLATED_MAX_ABS_DIFF),
-        (protocol::LOGITS, key::MAX_ABS_DIFF),
-        ("worst decode step", key::DECODE_MAX_ABS_DIFF),
+        (protocol::IMAGE_FEATURES, stage(protocol::IMAGE_FEATURES)),
+        (protocol::INPUTS_EMBEDS, stage(protocol::INPUTS_EMBEDS)),
+        (protocol::PER_LAYER_INPUTS, stage(protocol::PER_LAYER_INPUTS)),
+        ("vision_encoder alone", l3.vision_encoder_isolated_max_abs_diff),
+        ("embedding alone", l3.embedding_isolated_max_abs_diff),
+        ("decoder alone", l3.decoder_isolated_max_abs_diff),
+        (protocol::LOGITS, m.compared.max_abs_diff),
+        ("worst decode step", l3.decode_max_abs_diff),
     ]
-    .iter()
-    .filter_map(|(label, k)| m.get(*k).map(|v| (label.to_string(), v.as_f64().unwrap_or(f64::NAN))))
+    .into_iter()
+    .filter_map(|(label, v)| Some((label.to_string(), v?)))
     .collect();
     if l.level == "L3" && !components.is_empty() {
         h.push_str("<div>max abs diff per component</div>");
         h.push_str(&svg::bars(&components, tol));
     }
-    if let Some(p) = floats(m, key::LOGITS_POSITION_MAX_ABS_DIFF) {
-        let blocks: Vec<(usize, usize)> = m
-            .get(key::IMAGE_BLOCKS)
-            .and_then(|v| v.as_array())
-            .map(|a| a.iter().filter_map(|b| Some((b.get(0)?.as_u64()? as usize, b.get(1)?.as_u64()? as usize))).collect())
-            .unwrap_or_default();
+    if let Some(p) = &l3.logits_position_max_abs_diff {
+        let blocks: Vec<(usize, usize)> = l3.image_blocks.iter().flatten().map(|&[a, b]| (a, b)).collect();
         h.push_str("<div>logits max abs diff per prompt position (image blocks shaded)</div>");
-        h.push_str(&svg::positions(&p, tol, &blocks));
+        h.push_str(&svg::positions(p, tol, &blocks));
     }
-    if let Some(kl) = floats(m, key::QUANTIZATION_KL) {
+    if let Some(kl) = &m.quantized.quantization_kl {
         h.push_str("<div>quantization's cost: KL divergence (nats) of the export against the float reference per position (prefill, then decode steps)</div>");
-        h.push_str(&svg::positions(&kl, None, &[]));
+        h.push_str(&svg::positions(kl, None, &[]));
     }
     let candidate = implementation_label(case);
-    if let Some(golden) = ints(m, key::GOLDEN_TOP10) {
-        top10(h, m, &golden, candidate);
+    if let Some(golden) = &m.l4.golden_top10 {
+        top10(h, m, golden, candidate);
     }
-    if let Some(golden) = ints(m, key::GOLDEN_TOKENS) {
-        tokens(h, m, &golden, candidate);
+    if let Some(golden) = &m.l5.golden_tokens {
+        tokens(h, m, golden, candidate);
     }
+    // Every other number the trial recorded, as its report key and value.
+    let shown_elsewhere = |k: &str| matches!(k, "xfail_signature" | "text" | "golden_text");
     let scalars: Vec<String> = m
+        .rendered()
         .iter()
-        .filter(|(k, v)| !v.is_array() && !v.is_object() && ![key::XFAIL_SIGNATURE, key::TEXT, key::GOLDEN_TEXT].contains(&k.as_str()))
+        .filter(|(k, v)| !v.is_array() && !v.is_object() && !shown_elsewhere(k))
         .map(|(k, v)| format!("<tr><td>{}</td><td>{}</td></tr>", esc(k), esc(&scalar(v))))
         .collect();
     if !scalars.is_empty() {
@@ -332,10 +325,10 @@ fn implementation_label(case: &str) -> &str {
 /// L4: golden vs the candidate vs reference top-10, ids that differ from the golden's at a rank
 /// marked; `candidate` names what computed its row.
 fn top10(h: &mut String, m: &Metrics, golden: &[i64], candidate: &str) {
-    let onnx = ints(m, key::TOP10).unwrap_or_default();
-    let reference = ints(m, key::REFERENCE_TOP10).unwrap_or_default();
-    let gap =
-        m.get(key::TOP1_GAP).and_then(|v| v.as_f64()).map(|g| format!(" ({} top-1 margin {g:.3e})", esc(candidate))).unwrap_or_default();
+    let onnx = m.l4.top10.clone().unwrap_or_default();
+    let reference = m.l4.reference_top10.clone().unwrap_or_default();
+    // No second logit (+∞, `null` in the report): no margin shown.
+    let gap = m.l4.top1_gap.filter(|g| g.is_finite()).map(|g| format!(" ({} top-1 margin {g:.3e})", esc(candidate))).unwrap_or_default();
     let _ = write!(h, "<div>top-10 next tokens{gap}</div><table class=\"tokens top10\">");
     for (name, row) in [("golden", golden), (candidate, onnx.as_slice()), ("reference", reference.as_slice())] {
         if row.is_empty() {
@@ -354,8 +347,8 @@ fn top10(h: &mut String, m: &Metrics, golden: &[i64], candidate: &str) {
 /// L5: golden, the candidate's (`candidate` names what computed it) and reference greedy tokens
 /// aligned, the first difference marked.
 fn tokens(h: &mut String, m: &Metrics, golden: &[i64], candidate: &str) {
-    let onnx = ints(m, key::TOKENS).unwrap_or_default();
-    let reference = ints(m, key::REFERENCE_TOKENS).unwrap_or_default();
+    let onnx = m.l5.tokens.clone().unwrap_or_default();
+    let reference = m.l5.reference_tokens.clone().unwrap_or_default();
     let first = onnx.iter().zip(golden).position(|(a, b)| a != b).or((onnx.len() != golden.len()).then(|| onnx.len().min(golden.len())));
     h.push_str("<div>greedy tokens (ids; the first difference from the golden marked)</div><table class=\"tokens generated\">");
     for (name, row) in [("golden", golden), (candidate, onnx.as_slice()), ("reference", reference.as_slice())] {
@@ -370,8 +363,8 @@ fn tokens(h: &mut String, m: &Metrics, golden: &[i64], candidate: &str) {
         h.push_str("</tr>");
     }
     h.push_str("</table>");
-    for (name, k) in [("golden", key::GOLDEN_TEXT), (candidate, key::TEXT)] {
-        if let Some(t) = m.get(k).and_then(|v| v.as_str()) {
+    for (name, text) in [("golden", &m.l5.golden_text), (candidate, &m.l5.text)] {
+        if let Some(t) = text {
             let _ = write!(h, "<div class=\"decoded\"><b>{name}:</b> {}</div>", esc(t));
         }
     }
@@ -395,10 +388,8 @@ mod tests {
         assert_eq!(implementation_label("causal-lm/x@v [ort-genai] on cuda:0"), "ort-genai");
         assert_eq!(implementation_label("causal-lm/x [candle-transformers]"), "candle-transformers");
         assert_eq!(implementation_label("causal-lm/x@int4"), "ONNX Runtime");
-        let m: Metrics =
-            [(key::TOKENS.to_string(), serde_json::json!([5, 6])), (key::REFERENCE_TOKENS.to_string(), serde_json::json!([5, 7]))]
-                .into_iter()
-                .collect();
+        let mut m = Metrics::default();
+        (m.l5.tokens, m.l5.reference_tokens) = (Some(vec![5, 6]), Some(vec![5, 7]));
         let mut h = String::new();
         tokens(&mut h, &m, &[5, 7], implementation_label("causal-lm/x [ort-genai]"));
         assert!(h.contains("<td>ort-genai</td>") && !h.contains(">ONNX<"), "{h}");

@@ -16,13 +16,13 @@ use crate::artifacts::Artifacts;
 use crate::case::{Candidate, Case, Level};
 use crate::evaluation::CaseEvaluation;
 use crate::inputs::Dense;
-use crate::metric_keys as key;
 use crate::onnx::feed::FeedTensor;
 use crate::onnx::package::{OnnxPackage, EMBEDDING, VISION_ENCODER};
 use crate::onnx::protocol;
 use crate::outputs::{Component, Isolation, LayerOutputs};
 use crate::runtime::pipeline::OnnxPipeline;
 use crate::runtime::session::{self, ModelSource, SessionOptions};
+use crate::tier_metrics::MODULE_NOT_IDENTIFIABLE;
 use crate::tiers::l3;
 use crate::tiers::l3::allclose::allclose;
 use crate::tiers::outcome::{Status, TierOutcome};
@@ -70,9 +70,9 @@ pub fn make(case: &Case, candidate: &Candidate, level: Level, out: &Path, comman
     let ty = pipeline.float_type();
     let float = |t: &Dense<f32>| FeedTensor::float(t.shape.clone(), &t.data, ty);
     let expected = |name: &str, t: &Dense<f32>| (name.to_string(), FeedTensor::f32(t.shape.clone(), t.data.clone()));
-    let layer = outcome.metrics.get(key::FIRST_DIVERGENT_LAYER).and_then(|v| v.as_u64()).map(|k| k as usize);
+    let layer = outcome.metrics.l3.first_divergent_layer;
     let local = matches!(&candidate.isolation, Isolation::Done(i) if matches!(i.local, LayerOutputs::Tensors(_)));
-    let first = outcome.metrics.get(key::FIRST_DIVERGENCE).and_then(|v| v.as_str()).unwrap_or(protocol::LOGITS).to_string();
+    let first = outcome.metrics.l3.first_divergence.clone().unwrap_or_else(|| protocol::LOGITS.to_string());
 
     // (part, model bytes with external data in `src_dir`, src_dir, inputs, expected outputs)
     let (part, model, src_dir, feed, outputs) = match (layer, local) {
@@ -87,8 +87,8 @@ pub fn make(case: &Case, candidate: &Candidate, level: Level, out: &Path, comman
                 }
             }
             // "layer 3 mlp", or why the layer's modules cannot be told apart.
-            let module = match outcome.metrics.get(key::DIVERGENT_MODULE).and_then(|v| v.as_str()) {
-                Some(key::MODULE_NOT_IDENTIFIABLE) => " (its modules not identifiable)".to_string(),
+            let module = match outcome.metrics.l3.divergent_module.as_deref() {
+                Some(MODULE_NOT_IDENTIFIABLE) => " (its modules not identifiable)".to_string(),
                 Some(m) => format!(" ({m})"),
                 None => String::new(),
             };
@@ -218,7 +218,7 @@ fn readme(
         .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
         .and_then(|v| v.get("transformers_version").and_then(|s| s.as_str()).map(String::from))
         .unwrap_or_else(|| "not recorded in the checkpoint's config.json".into());
-    let first = outcome.metrics.get(key::FIRST_DIVERGENCE).and_then(|v| v.as_str()).unwrap_or("none named");
+    let first = outcome.metrics.l3.first_divergence.as_deref().unwrap_or("none named");
     let rows: String = measured.iter().map(|(n, d, bad, all)| format!("| `{n}` | {d:.3e} | {bad} of {all} |\n")).collect();
     let xfail = match case.xfail_for(Level::L3) {
         Some(x) => format!("expected failure: {}\n\nsignature: `{:?}`", x.reason, x.signature),

@@ -16,7 +16,6 @@ use onnx_parity_reference::{Gemma4, ModelConfig};
 
 use super::outcome::{Status, TierOutcome};
 use crate::case::ExportPin;
-use crate::metric_keys as key;
 
 /// What L2 looks at.
 #[derive(Debug, Clone, Copy)]
@@ -162,7 +161,7 @@ pub fn check(inputs: L2Inputs<'_>) -> TierOutcome {
     let mut out = TierOutcome::new(Status::Pass, "");
     if let Some(plan) = inputs.pin.and_then(|pin| buffer_plan(pin, manifest, inputs.float_dtype)) {
         notes.push(plan.note);
-        out = out.metric(key::EP_OVERSIZE_TENSORS, plan.oversize);
+        out.metrics.l2.ep_oversize_tensors = Some(plan.oversize);
     }
     if let Some(export) = inputs.export {
         // The interface only: loading a full-size export is not L2's business.
@@ -177,19 +176,21 @@ pub fn check(inputs: L2Inputs<'_>) -> TierOutcome {
         } else {
             notes.push(format!("full-size export {} honours the contract", export.display()));
         }
-        out = out.metric(key::EXPORT_VIOLATIONS, l1.metrics.get(key::VIOLATIONS).cloned().unwrap_or_default());
+        out.metrics.l2.export_violations = l1.metrics.l1.violations;
     }
     out.status = if failures.is_empty() { Status::Pass } else { Status::Fail };
     out.message = if failures.is_empty() { notes.join("; ") } else { format!("{}; {}", failures.join("; "), notes.join("; ")) };
-    out.metric(key::CHECKPOINT_PARAMETERS, checkpoint_parameters)
-        .metric(key::REFERENCE_PARAMETERS, reference_parameters)
-        .metric(key::AUDIO_PARAMETERS, audio_parameters)
-        .metric(key::REFERENCE_TENSORS, manifest.len())
-        .metric(key::AUDIO_TENSORS, audio.len())
-        .metric(key::REFERENCE_RESIDENT_BYTES, resident_f32)
-        .metric(key::REFERENCE_MEMORY_F32_CHECKPOINT_BYTES, memory_f32)
-        .metric(key::REFERENCE_MEMORY_BF16_CHECKPOINT_BYTES, memory_bf16)
-        .metric(key::CHECKED, if inputs.checkpoint.is_some() { "config + checkpoint headers" } else { "config" })
+    let l2 = &mut out.metrics.l2;
+    l2.checkpoint_parameters = Some(checkpoint_parameters);
+    l2.reference_parameters = Some(reference_parameters);
+    l2.audio_parameters = Some(audio_parameters);
+    l2.reference_tensors = Some(manifest.len());
+    l2.audio_tensors = Some(audio.len());
+    l2.reference_resident_bytes = Some(resident_f32);
+    l2.reference_memory_f32_checkpoint_bytes = Some(memory_f32);
+    l2.reference_memory_bf16_checkpoint_bytes = Some(memory_bf16);
+    l2.checked = Some(if inputs.checkpoint.is_some() { "config + checkpoint headers" } else { "config" }.to_string());
+    out
 }
 
 /// What an EP with a per-buffer limit (WebGPU's 256 MiB) needs of a full-size build.

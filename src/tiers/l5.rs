@@ -3,7 +3,6 @@
 //! the reference can run, against the reference's own greedy tokens.
 
 use super::outcome::{Status, TierOutcome};
-use crate::metric_keys as key;
 use crate::metrics::{check_threshold, MetricError};
 
 /// L5 verdict for the export's greedy tokens.
@@ -26,10 +25,8 @@ pub fn compare(onnx_tokens: &[i64], golden_tokens: &[i64], live_tokens: Option<&
                     .unwrap_or_default()
             ));
             parts.extend(v.warnings.iter().map(|w| format!("warning: {w}")));
-            out = out
-                .metric(key::TOKEN_MATCH_RATIO, v.ratio)
-                .metric(key::POSITIONAL_RATIO, v.positional_ratio)
-                .metric(key::GENERATED, v.actual_len);
+            out.metrics.compared.token_match_ratio = Some(v.ratio);
+            (out.metrics.l5.positional_ratio, out.metrics.l5.generated) = (Some(v.positional_ratio), Some(v.actual_len));
         }
     }
     if let Some(live) = live_tokens {
@@ -38,14 +35,13 @@ pub fn compare(onnx_tokens: &[i64], golden_tokens: &[i64], live_tokens: Option<&
             Ok(v) => {
                 pass &= v.pass;
                 parts.push(format!("live reference: ratio {:.3} ({} of {})", v.ratio, v.matched_prefix, v.golden_len));
-                out = out.metric(key::REFERENCE_TOKEN_MATCH_RATIO, v.ratio);
+                out.metrics.l5.reference_token_match_ratio = Some(v.ratio);
             }
         }
     }
-    out = out.metric(key::TOKENS, onnx_tokens.to_vec()).metric(key::GOLDEN_TOKENS, golden_tokens.to_vec());
-    if let Some(live) = live_tokens {
-        out = out.metric(key::REFERENCE_TOKENS, live.to_vec());
-    }
+    out.metrics.l5.tokens = Some(onnx_tokens.to_vec());
+    out.metrics.l5.golden_tokens = Some(golden_tokens.to_vec());
+    out.metrics.l5.reference_tokens = live_tokens.map(<[i64]>::to_vec);
     out.status = if pass { Status::Pass } else { Status::Fail };
     out.message = format!("candidate tokens {onnx_tokens:?}; {}", parts.join("; "));
     out

@@ -2,8 +2,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::metric_keys::Metrics;
 use crate::names::named_enum;
+use crate::tier_metrics::Metrics;
 
 named_enum! {
     /// Verdict of a tier. `Xfail` is a failure the case YAML expected (and explains).
@@ -37,9 +37,10 @@ impl Status {
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct TierOutcome {
     pub status: Status,
-    /// Named numbers (`max_abs_diff`, `cosine`, ...), and strings such as `first_divergence`
-    /// ([`crate::metric_keys`]).
-    pub metrics: Metrics,
+    /// What the tier measured, as typed fields ([`crate::tier_metrics`]); boxed, since an
+    /// outcome travels as an `Err` through the tiers' early returns.
+    #[serde(default)]
+    pub metrics: Box<Metrics>,
     pub message: String,
     /// What a person must see even when the tier passes (e.g. a golden's replayed input_ids):
     /// the `parity` target prints them for every status, reports list them.
@@ -49,7 +50,7 @@ pub struct TierOutcome {
 
 impl TierOutcome {
     pub fn new(status: Status, message: impl Into<String>) -> Self {
-        TierOutcome { status, metrics: Metrics::new(), message: message.into(), warnings: Vec::new() }
+        TierOutcome { status, metrics: Box::default(), message: message.into(), warnings: Vec::new() }
     }
 
     pub fn skipped(reason: impl Into<String>) -> Self {
@@ -60,8 +61,9 @@ impl TierOutcome {
         Self::new(Status::Fail, message)
     }
 
-    pub fn metric(mut self, key: &str, value: impl Into<serde_json::Value>) -> Self {
-        self.metrics.insert(key.into(), value.into());
+    /// The outcome with `record` applied to its metrics.
+    pub fn with(mut self, record: impl FnOnce(&mut Metrics)) -> Self {
+        record(&mut self.metrics);
         self
     }
 
@@ -73,7 +75,7 @@ impl TierOutcome {
 
     /// One tier's outcome over several candidate implementations, each judged against the
     /// reference: a single candidate's outcome as it is; for several, the worst status, each
-    /// message and warning prefixed with its label, and each metric under `<label>/<key>`.
+    /// message and warning prefixed with its label, and each one's metrics under its label.
     pub fn of_candidates(mut outcomes: Vec<(&str, TierOutcome)>) -> TierOutcome {
         match outcomes.len() {
             0 => return TierOutcome::fail("no implementation to judge against the reference"),
@@ -84,7 +86,7 @@ impl TierOutcome {
         let message = outcomes.iter().map(|(label, o)| format!("{label}: {}", o.message)).collect::<Vec<_>>().join(" | ");
         let mut merged = TierOutcome::new(status, message);
         for (label, o) in outcomes {
-            merged.metrics.extend(o.metrics.into_iter().map(|(k, v)| (format!("{label}/{k}"), v)));
+            merged.metrics.candidates.push((label.to_string(), *o.metrics));
             merged.warnings.extend(o.warnings.into_iter().map(|w| format!("{label}: {w}")));
         }
         merged
@@ -107,7 +109,7 @@ impl TierOutcome {
             each.join(", "),
             if tf32 { "TF32-like: this run's numbers are the machine's, not the export's" } else { "f32 arithmetic" }
         );
-        self.metrics.insert(crate::metric_keys::TF32_PROBE_MAX_REL_ERR.into(), worst.into());
+        self.metrics.l3.tf32_probe_max_rel_err = Some(worst);
         self
     }
 }
@@ -130,7 +132,7 @@ mod tests {
             "{}",
             out.message
         );
-        assert_eq!(out.metrics.get(crate::metric_keys::TF32_PROBE_MAX_REL_ERR).and_then(|v| v.as_f64()), Some(3.1e-7));
+        assert_eq!(out.metrics.l3.tf32_probe_max_rel_err, Some(3.1e-7));
         let tf32 = vec![ProbeResult { backend: "candle (cuda:0)".into(), max_rel_err: 4e-4, tf32_like: true }];
         assert!(TierOutcome::fail("every layer exceeds its own floor").with_tf32_probe(&tf32).message.contains("TF32-like"));
         let cpu = TierOutcome::new(Status::Pass, "logits agree").with_tf32_probe(&[]);
@@ -145,14 +147,14 @@ mod tests {
     /// and every metric, message and warning attributed to its implementation; none is a failure.
     #[test]
     fn candidates_merge() {
-        let a = TierOutcome::new(Status::Pass, "fine").metric("max_abs_diff", 1e-6);
+        let a = TierOutcome::new(Status::Pass, "fine").with(|m| m.compared.max_abs_diff = Some(1e-6));
         assert_eq!(TierOutcome::of_candidates(vec![("ONNX", a.clone())]).message, "fine");
-        let b = TierOutcome::fail("off").metric("max_abs_diff", 0.5).warn("w");
+        let b = TierOutcome::fail("off").with(|m| m.compared.max_abs_diff = Some(0.5)).warn("w");
         let m = TierOutcome::of_candidates(vec![("ONNX", a), ("other", b)]);
         assert_eq!(m.status, Status::Fail);
         assert_eq!(m.message, "ONNX: fine | other: off");
-        assert_eq!(m.metrics.get("other/max_abs_diff").and_then(|v| v.as_f64()), Some(0.5));
-        assert_eq!(m.metrics.get("ONNX/max_abs_diff").and_then(|v| v.as_f64()), Some(1e-6));
+        assert_eq!(m.metrics.value("other/max_abs_diff"), Some(0.5.into()));
+        assert_eq!(m.metrics.value("ONNX/max_abs_diff"), Some(1e-6.into()));
         assert_eq!(m.warnings, vec!["other: w".to_string()]);
         assert_eq!(TierOutcome::of_candidates(vec![]).status, Status::Fail);
     }

@@ -10,8 +10,8 @@ use crate::case::{Candidate, Case, Level};
 use crate::evaluation::hinted::{Hinted, NEAR_TIE_TOLERANCE};
 use crate::evaluation::{CandidateRun, CaseEvaluation, CaseEvaluations, Dequantized, ReferenceRun, SharedError};
 use crate::golden::{golden_paths, GenerationGolden, Golden};
-use crate::metric_keys as key;
 use crate::outputs::Run;
+use crate::tier_metrics::AdoptedStep;
 use crate::tolerance::{L4Tolerance, Thresholds, Tolerances};
 
 /// One tier of one case, its verdict decided ([`super::verdict::decide`] of [`tier_result`] and
@@ -82,7 +82,7 @@ fn per_candidate<'a>(
                 // What a user of the build on this EP gets: its numbers, labelled.
                 if let Some(p) = &run.partitioned {
                     outcome.message = format!("{} ({p})", outcome.message);
-                    outcome = outcome.metric(key::PARTITIONED, p.as_str());
+                    outcome.metrics.trial.partitioned = Some(p.as_str().to_string());
                 }
                 (run.label.as_str(), outcome)
             }
@@ -139,7 +139,7 @@ fn run_l3(case: &Case, candidate: &Candidate, eval: &CaseEvaluation) -> TierOutc
     if let Some(types) = eval.inputs(case).ok().and_then(|i| i.mm_token_type_ids.as_ref()) {
         let blocks = image_blocks(types);
         if !blocks.is_empty() {
-            out = out.metric(key::IMAGE_BLOCKS, blocks);
+            out.metrics.l3.image_blocks = Some(blocks);
         }
     }
     out
@@ -150,17 +150,21 @@ fn run_l3(case: &Case, candidate: &Candidate, eval: &CaseEvaluation) -> TierOutc
 /// what was adopted.
 fn adopted_steps(mut out: TierOutcome, h: &Hinted) -> TierOutcome {
     let adopted = h.adopted();
-    let first: Vec<serde_json::Value> = adopted
+    let first: Vec<AdoptedStep> = adopted
         .iter()
         .take(12)
-        .map(|(run, which, a)| {
-            serde_json::json!({"run": run, "in": which, "key": a.key, "row": a.row, "col": a.col, "own": a.own, "candidate": a.candidate})
+        .map(|(run, which, a)| AdoptedStep {
+            run: run.to_string(),
+            which: which.to_string(),
+            key: a.key.clone(),
+            row: a.row,
+            col: a.col,
+            own: a.own,
+            candidate: a.candidate,
         })
         .collect();
-    out.metrics.insert(key::INT8_STEPS_ADOPTED.into(), adopted.len().into());
-    if !first.is_empty() {
-        out.metrics.insert(key::INT8_STEPS_ADOPTED_FIRST.into(), first.into());
-    }
+    out.metrics.quantized.int8_steps_adopted = Some(adopted.len());
+    out.metrics.quantized.int8_steps_adopted_first = (!first.is_empty()).then_some(first);
     let widest = adopted.iter().map(|(_, _, a)| (a.own - a.candidate).abs()).fold(0.0, f64::max);
     let count = |run: &str| adopted.iter().filter(|(r, _, _)| *r == run).count();
     out.message = format!(
@@ -184,21 +188,21 @@ fn quantized_verdict(mut out: TierOutcome, q: &Dequantized, float: Option<&Run>,
     let model = crate::runtime::kernels::MatMulNBitsModel::of(ep).describe(ep, q.build.at_level_4());
     let mut lines =
         vec![format!("quantized build: {}; judged against the reference on its dequantized weights, {model}", q.build.summary())];
-    out.metrics.insert(key::QUANTIZATION.into(), q.build.summary().into());
-    out.metrics.insert(key::QUANTIZATION_KERNEL_MODEL.into(), model.into());
+    out.metrics.quantized.quantization = Some(q.build.summary());
+    out.metrics.quantized.quantization_kernel_model = Some(model.clone());
     if let Some(message) = l3::quantization::judge_weights(&q.errors, &mut out.metrics) {
         if out.status == Status::Pass {
             out.status = Status::Fail;
         }
-        out.metrics.insert(key::FIRST_DIVERGENCE.into(), "weights".into());
+        out.metrics.l3.first_divergence = Some("weights".into());
         lines.push(message);
     }
     if let Some(message) = l3::quantization::judge_activation_scales(&q.build, &mut out.metrics) {
         if out.status == Status::Pass {
             out.status = Status::Fail;
         }
-        if out.metrics.get(key::FIRST_DIVERGENCE).and_then(|v| v.as_str()) != Some("weights") {
-            out.metrics.insert(key::FIRST_DIVERGENCE.into(), "activation scales".into());
+        if out.metrics.l3.first_divergence.as_deref() != Some("weights") {
+            out.metrics.l3.first_divergence = Some("activation scales".into());
         }
         lines.push(message);
     }
@@ -210,15 +214,15 @@ fn quantized_verdict(mut out: TierOutcome, q: &Dequantized, float: Option<&Run>,
 }
 
 /// `[[first, last], …]` of each run of image tokens (`mm_token_type_ids` 1).
-fn image_blocks(types: &[i64]) -> Vec<Vec<usize>> {
-    let mut out: Vec<Vec<usize>> = Vec::new();
+fn image_blocks(types: &[i64]) -> Vec<[usize; 2]> {
+    let mut out: Vec<[usize; 2]> = Vec::new();
     for (i, &t) in types.iter().enumerate() {
         if t != 1 {
             continue;
         }
         match out.last_mut() {
             Some(b) if b[1] + 1 == i => b[1] = i,
-            _ => out.push(vec![i, i]),
+            _ => out.push([i, i]),
         }
     }
     out
@@ -242,7 +246,7 @@ fn replayed<'a>(
 fn with_replay(outcome: TierOutcome, warning: Option<String>) -> TierOutcome {
     match warning {
         None => outcome,
-        Some(w) => outcome.metric(key::INPUT_IDS_REPLAYED, true).warn(w),
+        Some(w) => outcome.with(|m| m.trial.input_ids_replayed = Some(true)).warn(w),
     }
 }
 
@@ -321,7 +325,7 @@ fn run_l5(case: &Case, candidate: &Candidate, opts: &RunOptions, evals: &CaseEva
         let out = l5::compare(&c.free.tokens, &golden.generated_tokens, live, tol.min_token_match_ratio);
         // The reports show the sequences decoded where the case has a tokenizer.
         match (crate::regenerate::decode_text(case, &c.free.tokens), crate::regenerate::decode_text(case, &golden.generated_tokens)) {
-            (Some(a), Some(g)) => out.metric(key::TEXT, a).metric(key::GOLDEN_TEXT, g),
+            (Some(a), Some(g)) => out.with(|m| (m.l5.text, m.l5.golden_text) = (Some(a), Some(g))),
             _ => out,
         }
     });

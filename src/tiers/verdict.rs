@@ -43,7 +43,7 @@ fn expected(mut out: TierOutcome, expectation: Option<&Expectation>) -> TierOutc
                 out.message = format!("expected failure ({reason}): {}", out.message);
                 if let Some(s) = &e.signature {
                     // Reports show what was expected beside what was measured.
-                    out.metrics.insert(crate::metric_keys::XFAIL_SIGNATURE.into(), s.describe().into());
+                    out.metrics.trial.xfail_signature = Some(s.describe());
                 }
             }
             Some((s, diff)) => {
@@ -88,8 +88,8 @@ mod tests {
             }),
             on: None,
         };
-        assert_eq!(with(TierOutcome::fail("x").metric("max_abs_diff", 8.0e-3), Some(&sig)).status, Status::Xfail);
-        let other = with(TierOutcome::fail("x").metric("max_abs_diff", 8.0e-2), Some(&sig));
+        assert_eq!(with(TierOutcome::fail("x").with(|m| m.compared.max_abs_diff = Some(8.0e-3)), Some(&sig)).status, Status::Xfail);
+        let other = with(TierOutcome::fail("x").with(|m| m.compared.max_abs_diff = Some(8.0e-2)), Some(&sig));
         assert_eq!(other.status, Status::Fail);
         assert!(other.message.starts_with("failed differently than expected"), "{}", other.message);
     }

@@ -151,20 +151,22 @@ impl QuantizedBuild {
     /// Each activation tensor the graph rounds, by name: its integer type, per tensor, static (with
     /// its scale and zero point) or dynamic, the node that quantizes it, and the matmuls whose
     /// input or output it is (`layers.0.self_attn.q_proj.weight (input)`).
-    pub fn activation_table(&self) -> serde_json::Value {
-        let mut table: BTreeMap<String, serde_json::Value> = BTreeMap::new();
+    pub fn activation_table(&self) -> BTreeMap<String, RoundedActivation> {
+        let mut table: BTreeMap<String, RoundedActivation> = BTreeMap::new();
         for w in &self.weights {
             for (which, a) in w.rounding.rounded() {
                 let name = a.tensor.clone().unwrap_or_else(|| format!("{} (requantized output)", a.node));
-                let entry = table.entry(name).or_insert_with(|| {
-                    serde_json::json!({"quantization": a.describe(), "node": a.node, "bits": a.ty.bits, "signed": a.ty.signed, "matmuls": []})
+                let entry = table.entry(name).or_insert_with(|| RoundedActivation {
+                    quantization: a.describe(),
+                    node: a.node.clone(),
+                    bits: a.ty.bits,
+                    signed: a.ty.signed,
+                    matmuls: Vec::new(),
                 });
-                if let Some(list) = entry["matmuls"].as_array_mut() {
-                    list.push(format!("{} ({which})", w.key).into());
-                }
+                entry.matmuls.push(format!("{} ({which})", w.key));
             }
         }
-        serde_json::to_value(table).unwrap_or_default()
+        table
     }
 
     /// What ONNX Runtime's CPU EP runs for the graph's integer matmuls after its fusions.
@@ -336,4 +338,17 @@ impl QuantizedBuild {
         }
         Ok(out)
     }
+}
+
+/// One activation tensor a build rounds ([`QuantizedBuild::activation_table`]; L1 reports them).
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct RoundedActivation {
+    /// Its integer type, per tensor, static (with its scale and zero point) or dynamic.
+    pub quantization: String,
+    /// The node that quantizes it.
+    pub node: String,
+    pub bits: u32,
+    pub signed: bool,
+    /// The matmuls whose input or output it is (`layers.0.self_attn.q_proj.weight (input)`).
+    pub matmuls: Vec<String>,
 }

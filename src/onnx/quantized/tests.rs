@@ -103,7 +103,7 @@ fn a_qdq_node_unit_is_read_as_rounded_input_and_output() {
     let a = &o.activations;
     assert!(a.integer_output.is_some() && a.output.is_some() && a.input.is_some());
     assert!(q.summary().contains("1 inputs uint8 per tensor, static; 1 outputs uint8 per tensor, static"), "{}", q.summary());
-    assert!(q.activation_table()["x"]["matmuls"][0] == "layers.0.mlp.up_proj.weight (input)");
+    assert_eq!(q.activation_table()["x"].matmuls[0], "layers.0.mlp.up_proj.weight (input)");
 }
 
 /// Guards the mis-scaled activation: a DequantizeLinear reading another scale than its

@@ -14,7 +14,6 @@ use std::path::Path;
 use super::outcome::{Status, TierOutcome};
 use crate::case::ExportPin;
 use crate::eps::RunEp;
-use crate::metric_keys as key;
 use crate::onnx::contract::{ElemType, ExpectedDim, ExportContract};
 use crate::onnx::genai_config::GenAiConfig;
 use crate::onnx::graph::{Dim, GraphSummary, TensorSpec};
@@ -22,6 +21,7 @@ use crate::onnx::package::{Layout, OnnxPackage, DECODER, EMBEDDING, TEXT_MODEL};
 use crate::onnx::protocol::{self, ExportProtocol, Feed};
 use crate::onnx::quantized::QuantizedBuild;
 use crate::runtime::provision::ORT_VERSION;
+use crate::tier_metrics::L1Metrics;
 use onnx_parity_reference::weights::name_for;
 
 /// What L1 is asked to judge.
@@ -88,7 +88,7 @@ struct Interface {
     n_initializers: usize,
     config: std::path::PathBuf,
     /// A build that quantizes activations: each tensor it rounds, how, and for which matmul.
-    quantized_activations: Option<serde_json::Value>,
+    quantized_activations: Option<BTreeMap<String, crate::onnx::quantized::RoundedActivation>>,
 }
 
 fn interface(inputs: L1Inputs<'_>, ep: RunEp) -> Result<Interface, TierOutcome> {
@@ -257,19 +257,19 @@ impl Interface {
         } else {
             format!("{} contract violations: {}; {protocol}{notes}", violations.len(), violations.join("; "))
         };
-        let outcome = match quantized_activations {
-            Some(table) => TierOutcome::new(status, message).metric(key::QUANTIZED_ACTIVATIONS, table),
-            None => TierOutcome::new(status, message),
-        };
-        outcome
-            .metric(key::VIOLATIONS, violations.len())
-            .metric(key::KV_PAIRS, contract.kv.len())
-            .metric(key::INITIALIZERS, n_initializers)
-            .metric(key::OP_INVENTORY, serde_json::to_value(&ops).unwrap_or_default())
-            .metric(key::EXPORT_VARIANT, protocol.variant())
-            .metric(key::ACTIVATIONS, protocol.float)
-            .metric(key::EXPORTER, producers.join(", "))
-            .metric(key::TRANSFORMERS_VERSION, transformers.unwrap_or_else(|| "not recorded".into()))
+        TierOutcome::new(status, message).with(|m| {
+            m.l1 = L1Metrics {
+                violations: Some(violations.len()),
+                kv_pairs: Some(contract.kv.len()),
+                initializers: Some(n_initializers),
+                op_inventory: Some(ops),
+                export_variant: Some(protocol.variant().to_string()),
+                activations: Some(protocol.float.to_string()),
+                exporter: Some(producers.join(", ")),
+                transformers_version: Some(transformers.unwrap_or_else(|| "not recorded".into())),
+                quantized_activations,
+            }
+        })
     }
 }
 

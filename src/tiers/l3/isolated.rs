@@ -3,10 +3,9 @@
 //! upstream difference no longer smears over a correct decoder, nor hides a wrong one).
 
 use super::stage::{describe, judge_slice, prefill_logits, stage, Calibration, Judged, Rules, StageError};
-use crate::metric_keys as key;
-use crate::metric_keys::Metrics;
 use crate::onnx::protocol;
 use crate::outputs::{Component, Isolated, Run, Stage};
+use crate::tier_metrics::L3Metrics;
 
 /// One sub-model's verdict in isolation: its largest difference, its worst calibrated ratio and
 /// the first of its outputs that differs.
@@ -69,14 +68,14 @@ pub(super) fn judge(
     calibration: Option<&Calibration<'_>>,
     forced_prefill: Option<&Judged>,
     lines: &mut Vec<String>,
-    metrics: &mut Metrics,
+    metrics: &mut L3Metrics,
 ) -> Option<Stage> {
     let mut first = None;
     if let (Some(a), Some(e)) = (&iso.image_features, expected.prefill.components.get(&Component::ImageFeatures)) {
         let mut v = Verdict::default();
         let floor = calibration.and_then(|c| c.component(Component::ImageFeatures));
         v.note(Stage::Component(Component::ImageFeatures), protocol::IMAGE_FEATURES, stage(protocol::IMAGE_FEATURES, a, e, floor, rules));
-        metrics.insert(key::VISION_ENCODER_ISOLATED_MAX_ABS_DIFF.into(), v.max_abs_diff.into());
+        metrics.vision_encoder_isolated_max_abs_diff = Some(v.max_abs_diff);
         lines.push(v.line("vision_encoder"));
         first = first.or(v.first);
     }
@@ -89,7 +88,7 @@ pub(super) fn judge(
             }
         }
         if !v.parts.is_empty() {
-            metrics.insert(key::EMBEDDING_ISOLATED_MAX_ABS_DIFF.into(), v.max_abs_diff.into());
+            metrics.embedding_isolated_max_abs_diff = Some(v.max_abs_diff);
             lines.push(v.line("embedding (on the reference's image features)"));
             first = first.or(v.first);
         }
@@ -113,10 +112,10 @@ pub(super) fn judge(
         let floor = calibration.and_then(|c| c.step(1));
         v.note(Stage::DecodeStep(1), "decode step 1", judge_slice("decode step 1", a, e, &[a.len()], floor, rules));
     }
-    metrics.insert(key::DECODER_ISOLATED_MAX_ABS_DIFF.into(), v.max_abs_diff.into());
-    metrics.insert(key::DECODER_ISOLATED_PASS.into(), v.first.is_none().into());
+    metrics.decoder_isolated_max_abs_diff = Some(v.max_abs_diff);
+    metrics.decoder_isolated_pass = Some(v.first.is_none());
     if let Some(r) = v.ratio {
-        metrics.insert(key::DECODER_ISOLATED_CALIBRATED_RATIO.into(), r.into());
+        metrics.decoder_isolated_calibrated_ratio = Some(r);
     }
     let what = if iso.text_only { "decoder (the whole text-only model)" } else { "decoder (on the reference's inputs_embeds)" };
     lines.push(v.line(what));
@@ -152,8 +151,8 @@ mod tests {
         }
     }
 
-    fn judged(iso: &Isolated) -> (Option<Stage>, Metrics, Vec<String>) {
-        let (mut lines, mut metrics) = (Vec::new(), Metrics::new());
+    fn judged(iso: &Isolated) -> (Option<Stage>, L3Metrics, Vec<String>) {
+        let (mut lines, mut metrics) = (Vec::new(), L3Metrics::default());
         let first = judge(&reference(), &reference(), iso, &TOL, None, None, &mut lines, &mut metrics);
         (first, metrics, lines)
     }
@@ -165,22 +164,22 @@ mod tests {
     fn first_component_that_differs_in_isolation() {
         let (first, m, lines) = judged(&isolated());
         assert_eq!(first, None, "{lines:?}");
-        assert_eq!(m.get("decoder_isolated_pass"), Some(&true.into()));
+        assert_eq!(m.decoder_isolated_pass, Some(true));
         let mut iso = isolated();
         iso.image_features = Some(Dense::new(vec![1, 2], vec![0.5, 0.6]));
         let (first, m, lines) = judged(&iso);
         assert_eq!(first, Some(Stage::Component(Component::ImageFeatures)));
-        assert_eq!(m.get("decoder_isolated_pass"), Some(&true.into()), "{lines:?}");
+        assert_eq!(m.decoder_isolated_pass, Some(true), "{lines:?}");
         assert!(lines[0].starts_with("vision_encoder in isolation differs"), "{lines:?}");
         let mut iso = isolated();
         iso.step_logits = Some(vec![3.0, 4.5]);
         let (first, m, _) = judged(&iso);
         assert_eq!(first, Some(Stage::DecodeStep(1)));
-        assert_eq!(m.get("decoder_isolated_max_abs_diff").and_then(|v| v.as_f64()), Some(0.5));
+        assert_eq!(m.decoder_isolated_max_abs_diff, Some(0.5));
         let mut iso = isolated();
         iso.logits = Some(Dense::new(vec![1, 1, 2], vec![1.0, f32::NAN]));
         let (first, m, _) = judged(&iso);
         assert_eq!(first, Some(Stage::Logits));
-        assert_eq!(m.get("decoder_isolated_pass"), Some(&false.into()));
+        assert_eq!(m.decoder_isolated_pass, Some(false));
     }
 }

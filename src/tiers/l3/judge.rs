@@ -3,13 +3,14 @@
 //! in isolation and the decoder layers with the blame inside them ([`localise`]). `super::compare`
 //! runs them in pipeline order and turns the findings into the verdict once.
 
+use std::collections::BTreeMap;
+
 use super::isolated;
 use super::layers::{layer_localisation, module_blame, LayerFloors};
 use super::stage::{describe, judge_slice, stage, Calibration, Judged, Rules, StageError};
 use super::table::calibration_row;
-use crate::metric_keys as key;
-use crate::metric_keys::Metrics;
 use crate::outputs::{Isolated, Isolation, LayerOutputs, Run, Stage};
+use crate::tier_metrics::{CalibrationRow, Metrics};
 
 /// What the steps found, in the order a person reads it: the components first, then where the
 /// divergence is localised (isolation, layers, modules), then the logits and decode steps.
@@ -21,7 +22,7 @@ pub(super) struct Findings {
     pub first_divergence: Option<Stage>,
     pub metrics: Metrics,
     /// The `calibration` metric's rows, by tensor.
-    pub table: serde_json::Map<String, serde_json::Value>,
+    pub table: BTreeMap<String, CalibrationRow>,
 }
 
 /// Which of the findings' line lists a step writes.
@@ -37,9 +38,9 @@ impl Findings {
     pub fn note(&mut self, at: Stage, result: Result<Judged, StageError>, said: Said) -> bool {
         let (line, pass) = match result {
             Ok(r) => {
-                self.metrics.insert(key::stage_max_abs_diff(&at.to_string()), r.max_abs_diff().into());
+                self.metrics.stage_max_abs_diff.insert(at.to_string(), r.max_abs_diff());
                 if let (Stage::Component(c), Some(ratio)) = (at, r.ratio()) {
-                    self.metrics.insert(key::stage_calibrated_ratio(c.as_str()), ratio.into());
+                    self.metrics.component_calibrated_ratio.insert(c.as_str().to_string(), ratio);
                 }
                 (describe(&at.to_string(), &r), r.pass())
             }
@@ -56,7 +57,7 @@ impl Findings {
     }
 
     /// Every line, in reading order.
-    pub fn lines(self) -> (Vec<String>, Option<Stage>, Metrics, serde_json::Map<String, serde_json::Value>) {
+    pub fn lines(self) -> (Vec<String>, Option<Stage>, Metrics, BTreeMap<String, CalibrationRow>) {
         let lines = self.components.into_iter().chain(self.localisation).chain(self.outputs).collect();
         (lines, self.first_divergence, self.metrics, self.table)
     }
@@ -120,10 +121,8 @@ pub(super) fn decode(expected: &Run, actual: &Run, calibration: Option<&Calibrat
         f.outputs.push(format!("decode: the candidate produced {} steps, the reference {}", actual_steps.len(), expected_steps.len()));
     }
     if let Some((k, r)) = &worst_step {
-        f.metrics.insert(key::DECODE_MAX_ABS_DIFF.into(), r.max_abs_diff().into());
-        if let Some(ratio) = r.ratio() {
-            f.metrics.insert(key::DECODE_CALIBRATED_RATIO.into(), ratio.into());
-        }
+        f.metrics.l3.decode_max_abs_diff = Some(r.max_abs_diff());
+        f.metrics.l3.decode_calibrated_ratio = r.ratio();
         f.table.insert("decode".into(), calibration_row(r));
         f.outputs.push(describe(&format!("{} (worst of {})", Stage::DecodeStep(*k), steps.saturating_sub(1)), r));
     }
@@ -180,7 +179,7 @@ pub(super) fn localise(
     };
     let mut isolated_agree = true;
     if let Some(iso) = iso {
-        if let Some(at) = isolated::judge(expected, actual, iso, rules, calibration, prefill, &mut f.localisation, &mut f.metrics) {
+        if let Some(at) = isolated::judge(expected, actual, iso, rules, calibration, prefill, &mut f.localisation, &mut f.metrics.l3) {
             // A text-only model "in isolation" is the whole model, its own embedding included:
             // a divergence already seen at that embedding stays the first.
             if !(iso.text_only && f.first_divergence.is_some_and(Stage::is_before_decoder)) {
@@ -211,7 +210,7 @@ pub(super) fn localise(
         upstream.as_deref(),
         rules,
         &mut f.localisation,
-        &mut f.metrics,
+        &mut f.metrics.l3,
     );
     Localised { isolated_agree, blamed }
 }
@@ -231,5 +230,5 @@ pub(super) fn blame_module(
     }
     let floors = calibration
         .map(|c| (c.local.modules.as_slice(), c.local_truth.map_or(c.truth.prefill.modules.as_slice(), |t| t.modules.as_slice())));
-    module_blame(k, &expected.prefill.modules, &iso.modules, &iso.unidentified, floors, rules, &mut f.localisation, &mut f.metrics);
+    module_blame(k, &expected.prefill.modules, &iso.modules, &iso.unidentified, floors, rules, &mut f.localisation, &mut f.metrics.l3);
 }

@@ -4,10 +4,9 @@
 
 use super::stage::{describe, stage, Floor, Judged, Rules};
 use crate::inputs::Dense;
-use crate::metric_keys as key;
-use crate::metric_keys::Metrics;
 use crate::onnx::cut::MODULES;
 use crate::outputs::{LayerOutputs, ModuleOutputs};
+use crate::tier_metrics::{L3Metrics, MODULE_NOT_IDENTIFIABLE};
 use std::collections::BTreeMap;
 
 /// The calibrated rule's layer floors: the reference at the candidate's precision, propagated
@@ -121,11 +120,11 @@ pub(super) fn layer_localisation(
     upstream: Option<&str>,
     rules: &Rules,
     lines: &mut Vec<String>,
-    metrics: &mut Metrics,
+    metrics: &mut L3Metrics,
 ) -> Option<usize> {
-    let not_localised = |why: String, lines: &mut Vec<String>, metrics: &mut Metrics| {
+    let not_localised = |why: String, lines: &mut Vec<String>, metrics: &mut L3Metrics| {
         lines.push(format!("decoder layers: not localised ({why})"));
-        metrics.insert(key::LAYERS_LOCALISED.into(), false.into());
+        metrics.layers_localised = Some(false);
     };
     let propagated_floor = floors.map(|f| (tensors(f.propagated), tensors(f.truth)));
     let propagated = match profile(expected, actual, propagated_floor, rules)? {
@@ -135,12 +134,12 @@ pub(super) fn layer_localisation(
             return None;
         }
     };
-    metrics.insert(key::LAYERS_LOCALISED.into(), true.into());
-    metrics.insert(key::LAYER_MAX_ABS_DIFF.into(), propagated.diffs().into());
+    metrics.layers_localised = Some(true);
+    metrics.layer_max_abs_diff = Some(propagated.diffs());
     if let Some([ratio, cand, floor]) = propagated.calibrated() {
-        metrics.insert(key::LAYER_CALIBRATED_RATIO.into(), ratio.into());
-        metrics.insert(key::LAYER_E_CAND.into(), cand.into());
-        metrics.insert(key::LAYER_E_FLOOR.into(), floor.into());
+        metrics.layer_calibrated_ratio = Some(ratio);
+        metrics.layer_e_cand = Some(cand);
+        metrics.layer_e_floor = Some(floor);
     }
     let local_floor = floors.map(|f| (f.local, f.local_truth.unwrap_or_else(|| tensors(f.truth))));
     let local = match local.and_then(|l| profile(expected, l, local_floor, rules)) {
@@ -153,17 +152,17 @@ pub(super) fn layer_localisation(
     };
     let against = if rules.calibrated.is_some() { " (max |x − f64| candidate/floor)" } else { "" };
     if let Some(l) = &local {
-        metrics.insert(key::LAYER_LOCAL_MAX_ABS_DIFF.into(), l.diffs().into());
+        metrics.layer_local_max_abs_diff = Some(l.diffs());
         if let Some([ratio, cand, floor]) = l.calibrated() {
             precision_wide(&ratio, rules, lines);
-            metrics.insert(key::LAYER_LOCAL_CALIBRATED_RATIO.into(), ratio.into());
-            metrics.insert(key::LAYER_LOCAL_E_CAND.into(), cand.into());
-            metrics.insert(key::LAYER_LOCAL_E_FLOOR.into(), floor.into());
+            metrics.layer_local_calibrated_ratio = Some(ratio);
+            metrics.layer_local_e_cand = Some(cand);
+            metrics.layer_local_e_floor = Some(floor);
         }
         let both = format!("propagated [{}]; local [{}]{against}", propagated.text(), l.text());
         return match l.first {
             Some(i) => {
-                metrics.insert(key::FIRST_DIVERGENT_LAYER.into(), i.into());
+                metrics.first_divergent_layer = Some(i);
                 lines.push(format!(
                     "first divergent decoder layer {i} (fed the reference's stream: {}); {both}",
                     describe(&format!("layer {i}"), &l.judged[i])
@@ -183,7 +182,7 @@ pub(super) fn layer_localisation(
             None
         }
         (None, Some(i)) => {
-            metrics.insert(key::FIRST_DIVERGENT_LAYER.into(), i.into());
+            metrics.first_divergent_layer = Some(i);
             lines.push(format!(
                 "first divergent decoder layer {i} ({}); per layer [{profile}]{against}",
                 describe(&format!("layer {i}"), &propagated.judged[i])
@@ -226,13 +225,13 @@ pub(super) fn module_blame(
     floors: Option<(&[ModuleOutputs], &[ModuleOutputs])>,
     rules: &Rules,
     lines: &mut Vec<String>,
-    metrics: &mut Metrics,
+    metrics: &mut L3Metrics,
 ) {
     let (Some(e), Some(a)) = (expected.get(layer), actual.get(layer)) else {
         let why =
             if expected.get(layer).is_none() { "the reference kept no module outputs" } else { "the export's node names name no module" };
         lines.push(format!("inside layer {layer}: not identifiable ({why})"));
-        metrics.insert(key::DIVERGENT_MODULE.into(), key::MODULE_NOT_IDENTIFIABLE.into());
+        metrics.divergent_module = Some(MODULE_NOT_IDENTIFIABLE.to_string());
         return;
     };
     let floor_of = |module: &str| -> Option<Floor<'_>> {
@@ -257,7 +256,7 @@ pub(super) fn module_blame(
                     describe(module, &r),
                     agreed(&compared)
                 ));
-                metrics.insert(key::DIVERGENT_MODULE.into(), part.into());
+                metrics.divergent_module = Some(part);
                 return;
             }
             Some(r) => compared.push(match r.ratio() {
@@ -273,11 +272,11 @@ pub(super) fn module_blame(
             "inside layer {layer}: not identifiable ({})",
             if why.is_empty() { "no module output in common".to_string() } else { why.join("; ") }
         ));
-        metrics.insert(key::DIVERGENT_MODULE.into(), key::MODULE_NOT_IDENTIFIABLE.into());
+        metrics.divergent_module = Some(MODULE_NOT_IDENTIFIABLE.to_string());
     } else {
         let part = format!("layer {layer} after its modules (residual adds, per-layer input, layer_scalar)");
         lines.push(format!("inside layer {layer}: every identified module agrees{}; the difference starts in {part}", agreed(&compared)));
-        metrics.insert(key::DIVERGENT_MODULE.into(), part.into());
+        metrics.divergent_module = Some(part);
     }
 }
 
@@ -294,30 +293,30 @@ fn agreed(compared: &[String]) -> String {
 /// (`layer 3 ▁▁▁▇▇▇`), followed by the local profile when there is one (`· local ▁▁▁▇▁▁`),
 /// and under the calibrated rule the local ratios to each layer's floor, log scale from 1 (▁) to
 /// ≥ 10⁷ (█) (`· ratio ▁▁▄▁▁▁`).
-pub fn layer_sparkline(metrics: &Metrics) -> Option<String> {
+pub fn layer_sparkline(metrics: &L3Metrics) -> Option<String> {
     const BARS: [char; 8] = ['▁', '▂', '▃', '▄', '▅', '▆', '▇', '█'];
     // `lowest`: the decade drawn as ▁; seven decades above it reach █.
-    let bars = |key: &str, lowest: f64| -> Option<String> {
-        let diffs = metrics.get(key)?.as_array()?;
+    let bars = |values: &Option<Vec<f64>>, lowest: f64| -> Option<String> {
         Some(
-            diffs
+            values
+                .as_ref()?
                 .iter()
-                .map(|d| match d.as_f64() {
-                    // NaN or a missing value shows as the tallest bar.
-                    Some(v) if v.is_finite() => BARS[((v.max(lowest) / lowest).log10().floor().clamp(0.0, 7.0)) as usize],
+                .map(|&v| match v {
+                    // NaN shows as the tallest bar.
+                    v if v.is_finite() => BARS[((v.max(lowest) / lowest).log10().floor().clamp(0.0, 7.0)) as usize],
                     _ => '█',
                 })
                 .collect(),
         )
     };
-    let mut out = bars(key::LAYER_MAX_ABS_DIFF, 1e-7)?;
-    if let Some(local) = bars(key::LAYER_LOCAL_MAX_ABS_DIFF, 1e-7) {
+    let mut out = bars(&metrics.layer_max_abs_diff, 1e-7)?;
+    if let Some(local) = bars(&metrics.layer_local_max_abs_diff, 1e-7) {
         out = format!("{out} · local {local}");
     }
-    if let Some(ratio) = bars(key::LAYER_LOCAL_CALIBRATED_RATIO, 1.0) {
+    if let Some(ratio) = bars(&metrics.layer_local_calibrated_ratio, 1.0) {
         out = format!("{out} · ratio {ratio}");
     }
-    Some(match metrics.get(key::FIRST_DIVERGENT_LAYER).and_then(|v| v.as_u64()) {
+    Some(match metrics.first_divergent_layer {
         Some(i) => format!("layer {i} {out}"),
         None => out,
     })

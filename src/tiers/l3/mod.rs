@@ -14,10 +14,10 @@ mod stage;
 mod table;
 
 use super::outcome::{Status, TierOutcome};
-use crate::metric_keys as key;
 use crate::metrics::argmax;
 use crate::onnx::protocol;
 use crate::outputs::{Isolation, Run, Stage};
+use crate::tier_metrics::{L3Rule, RuleVerdict};
 use crate::tolerance::L3Tolerance;
 use judge::{Findings, Said};
 pub use layers::layer_sparkline;
@@ -25,7 +25,6 @@ use onnx_parity_reference::BidirectionalScope;
 use stage::prefill_logits;
 pub use stage::{Calibration, Rules};
 use table::calibration_row;
-pub use table::{CalibratedRow, CalibrationRow};
 
 /// L3 verdict: `actual` (an implementation's prefill and teacher-forced decode) against
 /// `expected` (the reference's, computed in `scope`). With `calibration` the calibrated rule
@@ -74,7 +73,7 @@ pub fn compare(
     // Under the calibrated rule a layer beyond its own local floor is a defect of that layer
     // and fails the verdict, even where the logits stay within k: a 1 % error in one layer of an
     // f16 export is lost in the logits' noise but stands 10–20× above the layer's floor.
-    let calibrated_layers = rules.calibrated.is_some() && f.metrics.contains_key(key::LAYER_LOCAL_CALIBRATED_RATIO);
+    let calibrated_layers = rules.calibrated.is_some() && f.metrics.l3.layer_local_calibrated_ratio.is_some();
     if let (Some(k), true) = (localised.blamed, calibrated_layers) {
         if pass {
             f.localisation.push(format!(
@@ -108,48 +107,41 @@ pub fn compare(
         }
     };
     let mut out = TierOutcome::new(status, format!("scope {scope}; {rule_line}; {}", lines.join("; ")));
-    out.metrics.extend(metrics);
-    out = out
-        .metric(key::DECODE_STEPS, steps.saturating_sub(1))
-        .metric(key::BIDIRECTIONAL_SCOPE, scope.as_str())
-        .metric(key::L3_RULE, if rules.calibrated.is_some() { "calibrated" } else { "fixed" })
-        .metric(key::FIXED_ROW_STATUS, if fixed_pass { "pass" } else { "fail" });
+    *out.metrics = metrics;
+    let l3 = &mut out.metrics.l3;
+    l3.decode_steps = Some(steps.saturating_sub(1));
+    l3.bidirectional_scope = Some(scope.as_str().to_string());
+    l3.l3_rule = Some(if rules.calibrated.is_some() { L3Rule::Calibrated } else { L3Rule::Fixed });
+    l3.fixed_row_status = Some(RuleVerdict::of(fixed_pass));
     if let Some(r) = prefill_report {
         table.insert(protocol::LOGITS.into(), calibration_row(&r));
-        out = out
-            .metric(key::MAX_ABS_DIFF, r.fixed.max_abs_diff)
-            .metric(key::MEAN_ABS_DIFF, r.fixed.mean_abs_diff)
-            .metric(key::COSINE, r.fixed.cosine)
-            .metric(key::ATOL, r.fixed.atol)
-            .metric(key::RTOL, r.fixed.rtol);
+        let compared = &mut out.metrics.compared;
+        (compared.max_abs_diff, compared.mean_abs_diff, compared.cosine) =
+            (Some(r.fixed.max_abs_diff), Some(r.fixed.mean_abs_diff), Some(r.fixed.cosine));
+        let l3 = &mut out.metrics.l3;
+        (l3.atol, l3.rtol) = (Some(r.fixed.atol), Some(r.fixed.rtol));
         if let Some(c) = &r.calibrated {
-            out = out
-                .metric(key::CALIBRATED_RATIO, c.ratio)
-                .metric(key::E_CAND_RMS, c.e_cand_rms)
-                .metric(key::E_CAND_MAX, c.e_cand_max)
-                .metric(key::E_FLOOR_RMS, c.e_floor_rms)
-                .metric(key::E_FLOOR_MAX, c.e_floor_max)
-                .metric(key::CALIBRATED_K, c.k);
+            l3.calibrated_ratio = Some(c.ratio);
+            (l3.e_cand_rms, l3.e_cand_max, l3.e_floor_rms, l3.e_floor_max) =
+                (Some(c.e_cand_rms), Some(c.e_cand_max), Some(c.e_floor_rms), Some(c.e_floor_max));
+            l3.calibrated_k = Some(c.k);
         }
         if let (Some(a), Some(e)) = (actual.prefill.last_logits(), expected.prefill.last_logits()) {
-            out = out.metric(key::ARGMAX_MATCH, argmax(a) == argmax(e));
+            out.metrics.compared.argmax_match = Some(argmax(a) == argmax(e));
         }
     }
+    let l3 = &mut out.metrics.l3;
     if rules.calibrated.is_some() {
-        out = out.metric(key::CALIBRATION, serde_json::Value::Object(table));
+        l3.calibration = Some(table);
     }
-    if let Some(d) = first_divergence {
-        out = out.metric(key::FIRST_DIVERGENCE, d.to_string());
-    }
-    if let Some(p) = position_profile(&actual.prefill.logits, &expected.prefill.logits) {
-        out = out.metric(key::LOGITS_POSITION_MAX_ABS_DIFF, p);
-    }
+    l3.first_divergence = first_divergence.map(|d| d.to_string());
+    l3.logits_position_max_abs_diff = position_profile(&actual.prefill.logits, &expected.prefill.logits);
     out
 }
 
 /// Per prompt position, the largest `|actual − expected|` over the vocabulary (NaN where either is
 /// not finite), when both logits are `[1, S, V]` of one shape.
-fn position_profile(actual: &crate::inputs::Dense<f32>, expected: &crate::inputs::Dense<f32>) -> Option<Vec<serde_json::Value>> {
+fn position_profile(actual: &crate::inputs::Dense<f32>, expected: &crate::inputs::Dense<f32>) -> Option<Vec<f64>> {
     if actual.shape != expected.shape || actual.shape.len() != 3 || actual.shape[2] == 0 {
         return None;
     }
@@ -167,7 +159,7 @@ fn position_profile(actual: &crate::inputs::Dense<f32>, expected: &crate::inputs
                         m.max(d)
                     }
                 });
-                serde_json::Value::from(worst)
+                worst
             })
             .collect(),
     )
@@ -247,7 +239,7 @@ mod tests {
         o.forced.prefill.logits = Dense::new(vec![1, 1, 3], vec![3.0, 4.1, 5.0]);
         let out = compare(&r, &o, &TOL);
         assert_eq!(out.status, Status::Fail, "{}", out.message);
-        assert_eq!(out.metrics.get("first_divergence").and_then(|v| v.as_str()), Some("logits"));
+        assert_eq!(out.metrics.value("first_divergence").as_ref().and_then(|v| v.as_str()), Some("logits"));
     }
 
     /// Guards: a NaN in the export's prefill logits fails L3 (NaN never passes).
@@ -256,7 +248,7 @@ mod tests {
         let (r, o) = runs(vec![0.0, 1.0, f32::NAN, 3.0, 4.0, 5.0], vec![1.0, 1.0, 9.0]);
         let out = compare(&r, &o, &TOL);
         assert_eq!(out.status, Status::Fail, "{}", out.message);
-        assert_eq!(out.metrics.get("first_divergence").and_then(|v| v.as_str()), Some("logits"));
+        assert_eq!(out.metrics.value("first_divergence").as_ref().and_then(|v| v.as_str()), Some("logits"));
     }
 
     /// Guards: a prefill that agrees does not hide a KV-cache decode step that does not.
@@ -265,7 +257,7 @@ mod tests {
         let (r, o) = runs(vec![0.0, 1.0, 2.0, 3.0, 4.0, 5.0], vec![1.0, 1.0, 9.1]);
         let out = compare(&r, &o, &TOL);
         assert_eq!(out.status, Status::Fail, "{}", out.message);
-        assert_eq!(out.metrics.get("first_divergence").and_then(|v| v.as_str()), Some("decode step 1"));
+        assert_eq!(out.metrics.value("first_divergence").as_ref().and_then(|v| v.as_str()), Some("decode step 1"));
     }
 
     /// Guards: a diverging component is named as the first divergence even when the logits
@@ -276,7 +268,7 @@ mod tests {
         o.forced.prefill.components.insert(Component::InputsEmbeds, Dense::new(vec![1, 2, 1], vec![0.5, 0.9]));
         let out = compare(&r, &o, &TOL);
         assert_eq!(out.status, Status::Pass, "{}", out.message);
-        assert_eq!(out.metrics.get("first_divergence").and_then(|v| v.as_str()), Some("inputs_embeds"));
+        assert_eq!(out.metrics.value("first_divergence").as_ref().and_then(|v| v.as_str()), Some("inputs_embeds"));
     }
 
     /// Guards: an export that stops producing decode steps early fails.
@@ -299,12 +291,12 @@ mod tests {
         o.forced.prefill.layers = layers(&[1.0, 2.0, 3.5, 4.5]);
         let out = compare(&r, &o, &TOL);
         assert_eq!(out.status, Status::Pass, "{}", out.message);
-        assert_eq!(out.metrics.get("first_divergent_layer").and_then(|v| v.as_u64()), Some(2), "{}", out.message);
-        assert_eq!(out.metrics.get("layer_max_abs_diff").and_then(|v| v.as_array()).map(|a| a.len()), Some(4));
+        assert_eq!(out.metrics.value("first_divergent_layer").as_ref().and_then(|v| v.as_u64()), Some(2), "{}", out.message);
+        assert_eq!(out.metrics.value("layer_max_abs_diff").as_ref().and_then(|v| v.as_array()).map(|a| a.len()), Some(4));
         assert!(out.message.contains("first divergent decoder layer 2"), "{}", out.message);
         o.forced.prefill.layers = layers(&[1.0, 2.0, 3.0, 4.0]);
         let out = compare(&r, &o, &TOL);
-        assert!(!out.metrics.contains_key("first_divergent_layer"));
+        assert!(out.metrics.value("first_divergent_layer").is_none());
         assert!(out.message.contains("decoder layers agree"), "{}", out.message);
     }
 
@@ -317,12 +309,12 @@ mod tests {
         r.run.prefill.layers = layers(&[1.0, 2.0]);
         o.forced.prefill.layers = layers(&[1.5, 2.5]);
         let out = compare(&r, &o, &TOL);
-        assert!(!out.metrics.contains_key("first_divergent_layer"), "{}", out.message);
+        assert!(out.metrics.value("first_divergent_layer").is_none(), "{}", out.message);
         assert!(out.message.contains("no layer blamed, their input (inputs_embeds) already differs"), "{}", out.message);
         o.forced.prefill.layers = LayerOutputs::Unavailable("boundaries not identifiable: x".into());
         let out = compare(&r, &o, &TOL);
         assert!(out.message.contains("not localised (boundaries not identifiable: x)"), "{}", out.message);
-        assert_eq!(out.metrics.get("layers_localised"), Some(&serde_json::Value::Bool(false)));
+        assert_eq!(out.metrics.value("layers_localised"), Some(serde_json::Value::Bool(false)));
         o.forced.prefill.layers = layers(&[1.0]);
         assert!(compare(&r, &o, &TOL).message.contains("exposes 1 layers, the reference has 2"));
     }
@@ -348,21 +340,21 @@ mod tests {
         // Propagated: layers 1 and 2 off; locally only layer 1.
         let iso = isolated(&r, layers(&[1.0, 2.5, 3.5]), layers(&[1.0, 2.5, 3.0]));
         let out = super::compare(&r.run, &o.forced, &iso, r.scope, &TOL, None);
-        assert_eq!(out.metrics.get("first_divergent_layer").and_then(|v| v.as_u64()), Some(1), "{}", out.message);
-        assert_eq!(out.metrics.get("layer_local_max_abs_diff").and_then(|v| v.as_array()).map(|a| a.len()), Some(3));
+        assert_eq!(out.metrics.value("first_divergent_layer").as_ref().and_then(|v| v.as_u64()), Some(1), "{}", out.message);
+        assert_eq!(out.metrics.value("layer_local_max_abs_diff").as_ref().and_then(|v| v.as_array()).map(|a| a.len()), Some(3));
         assert!(out.message.contains("first divergent decoder layer 1 (fed the reference's stream"), "{}", out.message);
         assert!(out.message.contains("propagated [0.0e0 5.0e-1 5.0e-1]; local [0.0e0 5.0e-1 0.0e0]"), "{}", out.message);
         // The reference kept no module outputs: said, not guessed.
-        assert_eq!(out.metrics.get("divergent_module").and_then(|v| v.as_str()), Some("not identifiable"), "{}", out.message);
+        assert_eq!(out.metrics.value("divergent_module").as_ref().and_then(|v| v.as_str()), Some("not identifiable"), "{}", out.message);
         let iso = isolated(&r, layers(&[1.0, 2.5, 3.5]), layers(&[1.0, 2.0, 3.0]));
         let out = super::compare(&r.run, &o.forced, &iso, r.scope, &TOL, None);
-        assert!(!out.metrics.contains_key("first_divergent_layer"), "{}", out.message);
+        assert!(out.metrics.value("first_divergent_layer").is_none(), "{}", out.message);
         assert!(out.message.contains("decoder layers agree where they stand"), "{}", out.message);
         // Local runs unavailable: the isolated propagated profile blames, with the reason said.
         let iso = isolated(&r, layers(&[1.0, 2.5, 3.5]), LayerOutputs::Unavailable("cut refused".into()));
         let out = super::compare(&r.run, &o.forced, &iso, r.scope, &TOL, None);
         assert!(out.message.contains("local layer runs: not available (cut refused)"), "{}", out.message);
-        assert_eq!(out.metrics.get("first_divergent_layer").and_then(|v| v.as_u64()), Some(1), "{}", out.message);
+        assert_eq!(out.metrics.value("first_divergent_layer").as_ref().and_then(|v| v.as_u64()), Some(1), "{}", out.message);
         let out = super::compare(&r.run, &o.forced, &Isolation::Failed("boom".into()), r.scope, &TOL, None);
         assert!(out.message.contains("in isolation: not judged (boom)"), "{}", out.message);
     }
@@ -383,7 +375,7 @@ mod tests {
             iso.modules = vec![m(0.0, 0.0), m(attn, mlp)];
             super::compare(&r.run, &o.forced, &Isolation::Done(iso), r.scope, &TOL, None)
         };
-        let part = |out: &TierOutcome| out.metrics.get("divergent_module").and_then(|v| v.as_str()).map(String::from);
+        let part = |out: &TierOutcome| out.metrics.value("divergent_module").as_ref().and_then(|v| v.as_str()).map(String::from);
         assert_eq!(part(&with(1.0, 1.5)).as_deref(), Some("layer 1 mlp"));
         assert_eq!(part(&with(1.5, 1.5)).as_deref(), Some("layer 1 self_attn"));
         let out = with(1.0, 1.0);
@@ -393,11 +385,11 @@ mod tests {
     /// Guards the table profile: a log-scale bar per layer and the blamed layer.
     #[test]
     fn sparkline() {
-        let mut m = std::collections::BTreeMap::new();
+        let mut m = crate::tier_metrics::L3Metrics::default();
         assert_eq!(layer_sparkline(&m), None);
-        m.insert("layer_max_abs_diff".into(), serde_json::json!([1e-9, 5e-7, 2e-3, 0.5, 30.0]));
+        m.layer_max_abs_diff = Some(vec![1e-9, 5e-7, 2e-3, 0.5, 30.0]);
         assert_eq!(layer_sparkline(&m).as_deref(), Some("▁▁▅▇█"));
-        m.insert("first_divergent_layer".into(), 2.into());
+        m.first_divergent_layer = Some(2);
         assert_eq!(layer_sparkline(&m).as_deref(), Some("layer 2 ▁▁▅▇█"));
     }
 
@@ -421,7 +413,7 @@ mod tests {
         let out = with_steps(vec![z.clone(), z.clone(), z.clone()], vec![z.clone(), d(0.0), d(1e-4)]);
         assert_eq!(worst(&out).as_deref(), Some("decode step 2 (worst of 2)"), "{}", out.message);
         assert_eq!(out.status, Status::Pass);
-        assert!(!out.metrics.contains_key("first_divergence"), "agreeing steps name no divergence: {}", out.message);
+        assert!(out.metrics.value("first_divergence").is_none(), "agreeing steps name no divergence: {}", out.message);
         let out = with_steps(vec![z.clone(), z.clone(), z.clone()], vec![z.clone(), d(1e-4), d(1e-4)]);
         assert_eq!(worst(&out).as_deref(), Some("decode step 1 (worst of 2)"), "{}", out.message);
         let out = with_steps(vec![z.clone(), z.clone(), z.clone()], vec![z.clone(), d(1e-4), d(0.0)]);
@@ -431,7 +423,7 @@ mod tests {
         let out = with_steps(vec![z.clone(), big.clone(), z.clone()], vec![z.clone(), vec![0.0, 0.0, 1000.5], d(0.01)]);
         assert_eq!(out.status, Status::Fail);
         assert_eq!(worst(&out).as_deref(), Some("decode step 2 (worst of 2)"), "{}", out.message);
-        assert_eq!(out.metrics.get("first_divergence").and_then(|v| v.as_str()), Some("decode step 2"));
+        assert_eq!(out.metrics.value("first_divergence").as_ref().and_then(|v| v.as_str()), Some("decode step 2"));
     }
 
     /// Guards (mutation testing): a reference with no cached step (only step 0, the prefill's
@@ -440,7 +432,7 @@ mod tests {
     fn no_cached_steps_to_compare_pass() {
         let out = with_steps(vec![vec![3.0, 4.0, 5.0]], vec![]);
         assert_eq!(out.status, Status::Pass, "{}", out.message);
-        assert_eq!(out.metrics.get("decode_steps").and_then(|v| v.as_u64()), Some(0));
+        assert_eq!(out.metrics.value("decode_steps").as_ref().and_then(|v| v.as_u64()), Some(0));
     }
 
     /// Guards (mutation testing): the message describes each stage (max_abs_diff, where, how
@@ -462,10 +454,10 @@ mod tests {
         let logits = at("; logits: max_abs_diff 0.000e0 at [");
         assert!(at("inputs_embeds") < layer && layer < logits && logits < at("; decode step 1"), "{}", out.message);
         assert!(out.message.contains("0 of 6 outside atol 1e-3 + rtol 1e-3·|ref|"), "{}", out.message);
-        assert_eq!(out.metrics.get("argmax_match"), Some(&serde_json::Value::Bool(true)));
+        assert_eq!(out.metrics.value("argmax_match"), Some(serde_json::Value::Bool(true)));
         let (r, o) = runs(vec![0.0, 1.0, 2.0, 3.0, 9.0, 5.0], vec![1.0, 1.0, 9.0]);
         let out = compare(&r, &o, &TOL);
-        assert_eq!(out.metrics.get("argmax_match"), Some(&serde_json::Value::Bool(false)), "{}", out.message);
+        assert_eq!(out.metrics.value("argmax_match"), Some(serde_json::Value::Bool(false)), "{}", out.message);
     }
 
     // ----- the calibrated rule (docs/design.md §2b) -----
@@ -500,20 +492,20 @@ mod tests {
         let (floor, truth, cand, local) = calibrated_runs(1e-2, 3e-2);
         let out = judged(&floor, &truth, &cand, &local);
         assert_eq!(out.status, Status::Pass, "{}", out.message);
-        assert_eq!(out.metrics.get("fixed_row_status").and_then(|v| v.as_str()), Some("fail"));
-        assert_eq!(out.metrics.get("l3_rule").and_then(|v| v.as_str()), Some("calibrated"));
-        let ratio = out.metrics.get("calibrated_ratio").and_then(|v| v.as_f64()).unwrap();
+        assert_eq!(out.metrics.value("fixed_row_status").as_ref().and_then(|v| v.as_str()), Some("fail"));
+        assert_eq!(out.metrics.value("l3_rule").as_ref().and_then(|v| v.as_str()), Some("calibrated"));
+        let ratio = out.metrics.value("calibrated_ratio").as_ref().and_then(|v| v.as_f64()).unwrap();
         assert!(ratio > 2.9 && ratio < 3.1, "{ratio}");
         assert!(out.message.contains("rule calibrated (k 4"), "{}", out.message);
         // Floor 1e-6, candidate 5e-4: the fixed row passes, the calibrated rule fails.
         let (floor, truth, cand, local) = calibrated_runs(1e-6, 5e-4);
         let out = judged(&floor, &truth, &cand, &local);
         assert_eq!(out.status, Status::Fail, "{}", out.message);
-        assert_eq!(out.metrics.get("fixed_row_status").and_then(|v| v.as_str()), Some("pass"));
-        assert_eq!(out.metrics.get("first_divergence").and_then(|v| v.as_str()), Some("logits"));
-        let row = &out.metrics["calibration"]["logits"];
-        assert_eq!(row["fixed_row_status"], "pass");
-        assert_eq!(row["calibrated_status"], "fail");
+        assert_eq!(out.metrics.value("fixed_row_status").as_ref().and_then(|v| v.as_str()), Some("pass"));
+        assert_eq!(out.metrics.value("first_divergence").as_ref().and_then(|v| v.as_str()), Some("logits"));
+        let row = &out.metrics.l3.calibration.as_ref().expect("the table")["logits"];
+        assert_eq!(row.fixed_row_status, RuleVerdict::Pass);
+        assert_eq!(row.calibrated.as_ref().map(|c| c.calibrated_status), Some(RuleVerdict::Fail));
         // NaN never passes.
         let (floor, truth, mut cand, local) = calibrated_runs(1e-2, 0.0);
         cand.prefill.logits.data[2] = f32::NAN;
@@ -540,9 +532,8 @@ mod tests {
         }));
         let cal = Calibration { rule: CAL, truth: &truth, floor: &reference, local: &local, local_truth: None, isolated: None };
         let out = super::compare(&reference, &cand, &iso, BidirectionalScope::None, &TOL, Some(&cal));
-        assert_eq!(out.metrics.get("first_divergent_layer").and_then(|v| v.as_u64()), Some(1), "{}", out.message);
-        let ratios: Vec<f64> =
-            out.metrics["layer_local_calibrated_ratio"].as_array().unwrap().iter().map(|v| v.as_f64().unwrap()).collect();
+        assert_eq!(out.metrics.value("first_divergent_layer").as_ref().and_then(|v| v.as_u64()), Some(1), "{}", out.message);
+        let ratios = out.metrics.l3.layer_local_calibrated_ratio.clone().expect("per layer");
         assert!(ratios[0] < 4.0 && ratios[1] > 4.0 && ratios[2] < 4.0, "{ratios:?}");
         assert!(!out.message.contains("every layer exceeds its own floor"), "{}", out.message);
         // Every layer 10x its floor: a precision-wide loss, said as such.

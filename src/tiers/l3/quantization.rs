@@ -14,10 +14,9 @@
 //!   99th percentile, and how often the top-1 token agrees — as llama.cpp's perplexity tool
 //!   reports KLD and "same top p".
 
-use crate::metric_keys as key;
-use crate::metric_keys::Metrics;
 use crate::metrics::argmax;
 use crate::outputs::{Run, StreamedLogits};
+use crate::tier_metrics::{Metrics, ScaleMismatch, WeightErrorRow};
 
 /// A weight whose dequantization error is this many times the median of its build's weights
 /// compared with it ([`judge_weights`]) is not the checkpoint's weight.
@@ -36,8 +35,8 @@ fn layer_of(key: &str) -> Option<usize> {
 fn blame(key: &str, metrics: &mut Metrics) -> String {
     let module = key.split('.').nth(2).unwrap_or("");
     let Some(layer) = layer_of(key) else { return String::new() };
-    metrics.insert(key::FIRST_DIVERGENT_LAYER.into(), layer.into());
-    metrics.insert(key::DIVERGENT_MODULE.into(), format!("layer {layer} {module}").into());
+    metrics.l3.first_divergent_layer = Some(layer);
+    metrics.l3.divergent_module = Some(format!("layer {layer} {module}"));
     format!("; blamed on layer {layer} {module}")
 }
 
@@ -67,7 +66,7 @@ pub fn judge_weights(weights: &[WeightError], metrics: &mut Metrics) -> Option<S
         v.sort_by(|a, b| a.total_cmp(b));
         v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
     };
-    let mut table = serde_json::Map::new();
+    let mut table = std::collections::BTreeMap::new();
     let mut worst: Option<(f64, &WeightError)> = None;
     let mut first_bad: Option<(f64, &WeightError)> = None;
     let mut ordered: Vec<&WeightError> = weights.iter().collect();
@@ -84,11 +83,14 @@ pub fn judge_weights(weights: &[WeightError], metrics: &mut Metrics) -> Option<S
             f64::INFINITY
         };
         let ratio = if ratio.is_nan() { f64::INFINITY } else { ratio };
-        let mut entry = serde_json::json!({"node": w.node, "bits": w.bits, "relative_error": w.relative_error, "ratio_to_median": ratio});
-        if let Some(r) = w.rounding_error {
-            entry["rounding_error"] = r.into();
-        }
-        table.insert(w.key.clone(), entry);
+        let row = WeightErrorRow {
+            node: w.node.clone(),
+            bits: w.bits,
+            relative_error: w.relative_error,
+            ratio_to_median: ratio,
+            rounding_error: w.rounding_error,
+        };
+        table.insert(w.key.clone(), row);
         if worst.is_none_or(|(r, _)| ratio > r) {
             worst = Some((ratio, w));
         }
@@ -96,9 +98,9 @@ pub fn judge_weights(weights: &[WeightError], metrics: &mut Metrics) -> Option<S
             first_bad = Some((ratio, w));
         }
     }
-    metrics.insert(key::QUANTIZATION_WEIGHT_ERROR.into(), serde_json::Value::Object(table));
+    metrics.quantized.quantization_weight_error = Some(table);
     if let Some((r, _)) = worst {
-        metrics.insert(key::QUANTIZATION_WEIGHT_ERROR_RATIO_MAX.into(), r.into());
+        metrics.quantized.quantization_weight_error_ratio_max = Some(r);
     }
     let (ratio, w) = first_bad?;
     let blamed = blame(&w.key, metrics);
@@ -123,20 +125,25 @@ pub fn judge_weights(weights: &[WeightError], metrics: &mut Metrics) -> Option<S
 /// `quantization_activation_scale_mismatch`.
 pub fn judge_activation_scales(build: &crate::onnx::quantized::QuantizedBuild, metrics: &mut Metrics) -> Option<String> {
     let mut found = Vec::new();
-    let mut table = serde_json::Map::new();
+    let mut table = std::collections::BTreeMap::new();
     let mut ordered: Vec<&crate::onnx::quantized::QuantizedWeight> = build.weights.iter().collect();
     ordered.sort_by_key(|w| (layer_of(&w.key).unwrap_or(usize::MAX), w.key.clone()));
     for w in ordered {
         for (which, m, quantized) in w.rounding.mismatches() {
             table.insert(
                 format!("{} ({which})", w.key),
-                serde_json::json!({"dequantized_by": m.node, "scale": m.scale, "quantized_with": quantized, "ratio": m.scale / quantized}),
+                ScaleMismatch {
+                    dequantized_by: m.node.clone(),
+                    scale: f64::from(m.scale),
+                    quantized_with: f64::from(quantized),
+                    ratio: f64::from(m.scale / quantized),
+                },
             );
             found.push((w, which, m, quantized));
         }
     }
     let (w, which, m, quantized) = found.first().copied()?;
-    metrics.insert(key::QUANTIZATION_ACTIVATION_SCALE_MISMATCH.into(), serde_json::Value::Object(table));
+    metrics.quantized.quantization_activation_scale_mismatch = Some(table);
     let blamed = blame(&w.key, metrics);
     Some(format!(
         "the {which} of `{}`'s matmul is quantized with scale {quantized:e} and dequantized by `{}` with {:e} ({:.4}×): its values come out scaled, not rounded{}{}",
@@ -255,10 +262,9 @@ pub fn cost(float: &Run, candidate: &Run, metrics: &mut Metrics) -> Option<Strin
     let p99 = sorted.get(((sorted.len() as f64 * 0.99).ceil() as usize).saturating_sub(1)).copied().unwrap_or(f64::NAN);
     let mean = kls.iter().sum::<f64>() / kls.len().max(1) as f64;
     let top1 = agree as f64 / rows.len().max(1) as f64;
-    metrics.insert(key::QUANTIZATION_KL_MEAN.into(), mean.into());
-    metrics.insert(key::QUANTIZATION_KL_P99.into(), p99.into());
-    metrics.insert(key::QUANTIZATION_TOP1_AGREEMENT.into(), top1.into());
-    metrics.insert(key::QUANTIZATION_KL.into(), kls.iter().map(|&k| serde_json::Value::from(k)).collect::<Vec<_>>().into());
+    let q = &mut metrics.quantized;
+    (q.quantization_kl_mean, q.quantization_kl_p99, q.quantization_top1_agreement) = (Some(mean), Some(p99), Some(top1));
+    q.quantization_kl = Some(kls);
     Some(format!(
         "quantization's cost against the float reference over {} positions: KL mean {mean:.3e}, p99 {p99:.3e} nats, top-1 agreement {:.1}% (reported, not judged)",
         rows.len(),
@@ -279,17 +285,17 @@ mod tests {
     #[test]
     fn one_weight_off_the_checkpoint_fails_and_is_blamed() {
         let good: Vec<WeightError> = (0..6).map(|l| w(&format!("layers.{l}.mlp.up_proj.weight"), 0.10 + 0.005 * l as f64)).collect();
-        let mut m = Metrics::new();
+        let mut m = Metrics::default();
         assert_eq!(judge_weights(&good, &mut m), None);
         let mut bad = good.clone();
         bad[3].relative_error = 0.28;
-        let mut m = Metrics::new();
+        let mut m = Metrics::default();
         let msg = judge_weights(&bad, &mut m).expect("fails");
         assert!(msg.contains("layers.3.mlp.up_proj.weight") && msg.contains("layer 3 mlp"), "{msg}");
-        assert_eq!(m.get("first_divergent_layer").and_then(|v| v.as_u64()), Some(3));
+        assert_eq!(m.l3.first_divergent_layer, Some(3));
         let mut nan = good.clone();
         nan[1].relative_error = f64::NAN;
-        assert!(judge_weights(&nan, &mut Metrics::new()).is_some());
+        assert!(judge_weights(&nan, &mut Metrics::default()).is_some());
         assert!(relative_error(&[1.0, f32::NAN], &[1.0, 1.0]).is_nan());
     }
 
@@ -303,13 +309,13 @@ mod tests {
         let mut good: Vec<WeightError> = (0..6).map(|l| r(&format!("layers.{l}.mlp.up_proj.weight"), 0.95 + 0.01 * l as f64)).collect();
         good.push(r("embed_tokens.weight", 1.0));
         good.push(w("layers.0.self_attn.q_proj.weight", 0.12));
-        assert_eq!(judge_weights(&good, &mut Metrics::new()), None);
+        assert_eq!(judge_weights(&good, &mut Metrics::default()), None);
         let mut bad = good.clone();
         bad[2].rounding_error = Some(20.0);
-        let mut m = Metrics::new();
+        let mut m = Metrics::default();
         let msg = judge_weights(&bad, &mut m).expect("fails");
         assert!(msg.contains("layers.2.mlp.up_proj.weight") && msg.contains("own grid") && msg.contains("layer 2 mlp"), "{msg}");
-        assert_eq!(m.get("first_divergent_layer").and_then(|v| v.as_u64()), Some(2));
+        assert_eq!(m.l3.first_divergent_layer, Some(2));
     }
 
     /// Guards the activation scales check: a build whose tensors are dequantized with the scale
@@ -320,7 +326,7 @@ mod tests {
         use crate::onnx::quantized::{IntType, MatmulRounding, QuantizedActivation, Rounding, ScaleMismatch};
         let reader = |path: &std::path::Path| crate::onnx::quantized::QuantizedBuild::read(path).expect("read").expect("quantized");
         let mut q = reader(&std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/gemma4-text-ple/variants/qdq-w8a8"));
-        assert_eq!(judge_activation_scales(&q, &mut Metrics::new()), None);
+        assert_eq!(judge_activation_scales(&q, &mut Metrics::default()), None);
         let w = q.weights.iter_mut().find(|w| w.key == "layers.3.mlp.up_proj.weight").expect("up_proj");
         w.rounding = MatmulRounding {
             input: Some(QuantizedActivation {
@@ -332,13 +338,13 @@ mod tests {
             }),
             ..w.rounding.clone()
         };
-        let mut m = Metrics::new();
+        let mut m = Metrics::default();
         let msg = judge_activation_scales(&q, &mut m).expect("fails");
         assert!(
             msg.contains("layers.3.mlp.up_proj.weight") && msg.contains("`x_dq`") && msg.contains("1.2500×") && msg.contains("layer 3 mlp"),
             "{msg}"
         );
-        assert_eq!(m.get("first_divergent_layer").and_then(|v| v.as_u64()), Some(3));
+        assert_eq!(m.l3.first_divergent_layer, Some(3));
     }
 
     /// Guards the cost: identical logits cost nothing and agree everywhere; a flipped argmax is
@@ -351,14 +357,14 @@ mod tests {
             ..Default::default()
         };
         let f = run(vec![1.0, 2.0, 3.0, 3.0, 2.0, 1.0]);
-        let mut m = Metrics::new();
+        let mut m = Metrics::default();
         cost(&f, &f, &mut m).expect("line");
-        assert_eq!(m["quantization_kl_mean"].as_f64(), Some(0.0));
-        assert_eq!(m["quantization_top1_agreement"].as_f64(), Some(1.0));
+        assert_eq!(m.quantized.quantization_kl_mean, Some(0.0));
+        assert_eq!(m.quantized.quantization_top1_agreement, Some(1.0));
         let c = run(vec![1.0, 2.0, 3.0, 1.0, 2.0, 3.0]);
-        let mut m = Metrics::new();
+        let mut m = Metrics::default();
         cost(&f, &c, &mut m).expect("line");
-        assert_eq!(m["quantization_top1_agreement"].as_f64(), Some(0.5));
-        assert!(m["quantization_kl_p99"].as_f64().unwrap() > 0.5);
+        assert_eq!(m.quantized.quantization_top1_agreement, Some(0.5));
+        assert!(m.quantized.quantization_kl_p99.expect("p99") > 0.5);
     }
 }

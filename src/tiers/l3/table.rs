@@ -2,11 +2,11 @@
 //! and verdicts), a type written by L3 and read back by the reports, so both agree on each field.
 
 use super::stage::Judged;
-use crate::tiers::outcome::Status;
+use crate::tier_metrics::{CalibratedRow, CalibrationRow, RuleVerdict};
 
-pub(super) fn calibration_row(j: &Judged) -> serde_json::Value {
-    let verdict = |pass: bool| if pass { Status::Pass } else { Status::Fail };
-    let row = CalibrationRow {
+pub(super) fn calibration_row(j: &Judged) -> CalibrationRow {
+    let verdict = RuleVerdict::of;
+    CalibrationRow {
         max_abs_diff: j.fixed.max_abs_diff,
         fixed_row_status: verdict(j.fixed.pass),
         calibrated: j.calibrated.as_ref().map(|c| CalibratedRow {
@@ -17,30 +17,7 @@ pub(super) fn calibration_row(j: &Judged) -> serde_json::Value {
             ratio: c.ratio,
             calibrated_status: verdict(c.pass),
         }),
-    };
-    serde_json::to_value(row).unwrap_or_default()
-}
-
-/// One tensor's row of L3's `calibration` table (the metric of that name, keyed by tensor):
-/// written by L3 and read back by the reports as this type, so the two agree on every field.
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct CalibrationRow {
-    pub max_abs_diff: f64,
-    pub fixed_row_status: Status,
-    /// Under the calibrated rule.
-    #[serde(flatten, default, skip_serializing_if = "Option::is_none")]
-    pub calibrated: Option<CalibratedRow>,
-}
-
-/// The calibrated rule's part of a [`CalibrationRow`].
-#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct CalibratedRow {
-    pub e_cand_rms: f64,
-    pub e_cand_max: f64,
-    pub e_floor_rms: f64,
-    pub e_floor_max: f64,
-    pub ratio: f64,
-    pub calibrated_status: Status,
+    }
 }
 
 #[cfg(test)]
@@ -52,14 +29,14 @@ mod tests {
     fn a_row_keeps_its_keys_and_reads_back() {
         let row = CalibrationRow {
             max_abs_diff: 8e-3,
-            fixed_row_status: Status::Fail,
+            fixed_row_status: RuleVerdict::Fail,
             calibrated: Some(CalibratedRow {
                 e_cand_rms: 1e-4,
                 e_cand_max: 1e-3,
                 e_floor_rms: 1e-6,
                 e_floor_max: 1e-5,
                 ratio: 100.0,
-                calibrated_status: Status::Fail,
+                calibrated_status: RuleVerdict::Fail,
             }),
         };
         let v = serde_json::to_value(&row).expect("serialises");
@@ -71,6 +48,6 @@ mod tests {
         assert_eq!(serde_json::from_value::<CalibrationRow>(v).expect("reads back"), row);
         let fixed_only = serde_json::json!({"max_abs_diff": 0.5, "fixed_row_status": "pass"});
         let back: CalibrationRow = serde_json::from_value(fixed_only).expect("a fixed-rule row");
-        assert_eq!((back.fixed_row_status, back.calibrated), (Status::Pass, None));
+        assert_eq!((back.fixed_row_status, back.calibrated), (RuleVerdict::Pass, None));
     }
 }

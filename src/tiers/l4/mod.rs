@@ -6,7 +6,6 @@ pub mod rule;
 
 use super::outcome::{Status, TierOutcome};
 use crate::golden::Golden;
-use crate::metric_keys as key;
 use crate::metrics::cosine_similarity;
 use crate::tolerance::L4Tolerance;
 use rule::l4_verdict;
@@ -37,15 +36,13 @@ pub fn compare(
             out_status = v.status;
             parts.push(format!("golden: {} ({})", v.status, v.reason));
             parts.extend(v.warnings.iter().map(|w| format!("warning: {w}")));
-            out = out
-                .metric(key::TOP1, v.top1)
-                .metric(key::GOLDEN_TOP1, v.golden_top1)
-                .metric(key::TOP1_GAP, v.gap)
-                .metric(key::TOP10_JACCARD, v.jaccard)
-                .metric(key::ARGMAX_MATCH, v.top1 == v.golden_top1)
-                .metric(key::GOLDEN_TOP10, golden.top10_ids.clone());
+            let m = &mut out.metrics;
+            (m.l4.top1, m.l4.golden_top1, m.l4.top1_gap) = (Some(v.top1), Some(v.golden_top1), Some(v.gap));
+            m.compared.top10_jaccard = Some(v.jaccard);
+            m.compared.argmax_match = Some(v.top1 == v.golden_top1);
+            m.l4.golden_top10 = Some(golden.top10_ids.clone());
             if let Ok(own) = Golden::from_logits(onnx_last_logits, input_ids) {
-                out = out.metric(key::TOP10, own.top10_ids);
+                m.l4.top10 = Some(own.top10_ids);
             }
         }
     }
@@ -56,7 +53,7 @@ pub fn compare(
         };
         match cosine_similarity(onnx_last_logits, live_logits) {
             Ok(c) => {
-                out = out.metric(key::COSINE, c);
+                out.metrics.compared.cosine = Some(c);
                 // NaN cosine (non-finite logits) warns too.
                 if c.is_nan() || c < tol.cosine_similarity_warn {
                     parts.push(format!(
@@ -72,10 +69,9 @@ pub fn compare(
             Ok(v) => {
                 out_status = out_status.worse(v.status);
                 parts.push(format!("live reference: {} ({})", v.status, v.reason));
-                out = out
-                    .metric(key::REFERENCE_TOP1, v.golden_top1)
-                    .metric(key::REFERENCE_TOP10_JACCARD, v.jaccard)
-                    .metric(key::REFERENCE_TOP10, live.top10_ids.clone());
+                let l4 = &mut out.metrics.l4;
+                (l4.reference_top1, l4.reference_top10_jaccard) = (Some(v.golden_top1), Some(v.jaccard));
+                l4.reference_top10 = Some(live.top10_ids.clone());
             }
         }
         if live.top1_id != golden.top1_id {
