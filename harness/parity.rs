@@ -48,7 +48,7 @@ fn main() {
     let probe: Result<Arc<[onnx_parity::gpu::ProbeResult]>, Arc<str>> = if listing {
         Ok(Arc::from(Vec::new()))
     } else {
-        onnx_parity::gpu::probe_gpu_run().map(Arc::from).map_err(|e| Arc::from(e.to_string()))
+        onnx_parity::gpu::probe_gpu_run(&opts.eps).map(Arc::from).map_err(|e| Arc::from(e.to_string()))
     };
     let planned = match &onnx_parity::context::current().eps {
         Ok(_) => plan(&case_roots(), &opts),
@@ -92,7 +92,7 @@ fn main() {
                             level: level.to_string(),
                             outcome: outcome.clone(),
                             execution_provider: ep.label(),
-                            gpu: onnx_parity::gpu::GpuMetadata::current(),
+                            gpu: onnx_parity::gpu::GpuMetadata::of(&opts.eps),
                         };
                         record.write(std::path::Path::new(&dir)).map_err(|e| Failed::from(e.to_string()))?;
                     }

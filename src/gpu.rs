@@ -119,12 +119,12 @@ pub struct GpuMetadata {
 }
 
 impl GpuMetadata {
-    /// The current state (probe results added by the caller).
-    pub fn current() -> Self {
+    /// The state of a run on `eps` (probe results added by the caller).
+    pub fn of(eps: &[RunEp]) -> Self {
         GpuMetadata {
             reference_device: device_spec().map_or_else(|e| format!("invalid ({e})"), |s| s.to_string()),
             reference_reduced_precision: onnx_parity_reference::device::reduced_precision(),
-            ort_cuda_use_tf32: crate::context::current().cuda_ep().then_some(false),
+            ort_cuda_use_tf32: eps.iter().any(|e| e.is_cuda()).then_some(false),
             tf32_env: crate::context::current().tf32(),
             tf32_probe: Vec::new(),
         }
@@ -281,16 +281,18 @@ pub fn probe_ort(ep: RunEp) -> Result<ProbeResult, GpuError> {
     Ok(judge(&format!("onnxruntime {}", ep.label()), &a, &b, got))
 }
 
-/// The probe a GPU run starts with: candle on the reference's device when it is not the CPU,
-/// ORT on each selected CUDA EP; an error when either is TF32-like. Returns what it measured
-/// (empty on a CPU-only run, which has nothing to probe).
-pub fn probe_gpu_run() -> Result<Vec<ProbeResult>, GpuError> {
+/// The probe a GPU run on `eps` starts with: candle on the reference's device when it is not the
+/// CPU, ORT on each CUDA EP among `eps`; an error when either is TF32-like. Returns what it
+/// measured (empty on a CPU-only run, which has nothing to probe).
+pub fn probe_gpu_run(eps: &[RunEp]) -> Result<Vec<ProbeResult>, GpuError> {
+    // The probe may open the process's ONNX Runtime: for the run's EPs.
+    crate::runtime::provision::select(eps).map_err(crate::runtime::session::SessionError::from)?;
     let mut results = Vec::new();
     let device = reference_device()?;
     if !device.is_cpu() {
         results.push(probe_candle(&device)?);
     }
-    for ep in crate::context::current().eps_or_cpu().into_iter().filter(|e| e.is_cuda()) {
+    for &ep in eps.iter().filter(|e| e.is_cuda()) {
         results.push(probe_ort(ep)?);
     }
     for r in &results {
@@ -308,7 +310,7 @@ mod tests {
     /// unset"; a GPU run names the override and who set it.
     #[test]
     fn tf32_line_says_whether_a_gpu_was_used() {
-        let mut m = GpuMetadata::current();
+        let mut m = GpuMetadata::of(&[RunEp::Cpu]);
         m.reference_device = "cpu".into();
         m.ort_cuda_use_tf32 = None;
         m.tf32_probe.clear();

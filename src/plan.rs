@@ -60,6 +60,16 @@ pub struct PlannedTrial {
 
 /// Plans the trials for the cases under `roots`.
 pub fn plan(roots: &[PathBuf], opts: &RunOptions) -> Vec<PlannedTrial> {
+    // The process's ONNX Runtime is loaded for the trials' EPs, before any of them opens a session.
+    if let Err(e) = crate::runtime::provision::select(&opts.eps) {
+        return vec![PlannedTrial {
+            name: "run::execution-providers".into(),
+            case: None,
+            level: None,
+            ep: RunEp::Cpu,
+            kind: TrialKind::Failing { message: e.to_string() },
+        }];
+    }
     let found = discover(roots);
     let mut trials = Vec::new();
     if found.is_empty() {

@@ -54,7 +54,12 @@ pub struct RunMetadata {
 }
 
 impl RunMetadata {
-    pub fn new(execution_provider: impl Into<String>) -> Self {
+    /// A run whose trials run on `eps` (the plan's).
+    pub fn new(eps: &[crate::eps::RunEp]) -> Self {
+        Self::with(crate::runtime::provision::execution_providers(eps), crate::gpu::GpuMetadata::of(eps))
+    }
+
+    fn with(execution_provider: String, gpu: crate::gpu::GpuMetadata) -> Self {
         RunMetadata {
             onnx_parity_version: env!("CARGO_PKG_VERSION"),
             onnxruntime_version: crate::runtime::provision::ORT_VERSION,
@@ -63,14 +68,14 @@ impl RunMetadata {
                 crate::ort_genai::GENAI_VERSION,
                 crate::ort_genai::GENAI_ORT_VERSION
             ),
-            execution_provider: execution_provider.into(),
+            execution_provider,
             reference: format!(
                 "candle 0.11.1 {} f32 (HF transformers 5.14.1 semantics)",
                 crate::gpu::device_spec().map_or_else(|e| format!("invalid device ({e})"), |d| d.to_string())
             ),
             started_unix_s: std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0),
             wall_s: 0.0,
-            gpu: crate::gpu::GpuMetadata::current(),
+            gpu,
             reference_cache: crate::reference_cache::usage(),
         }
     }
@@ -140,7 +145,8 @@ impl RunReport {
         let mut eps: Vec<&str> = records.iter().map(|r| r.execution_provider.as_str()).collect();
         eps.sort();
         eps.dedup();
-        let mut metadata = RunMetadata::new(if eps.is_empty() { "unknown".to_string() } else { eps.join(", ") });
+        let label = if eps.is_empty() { "unknown".to_string() } else { eps.join(", ") };
+        let mut metadata = RunMetadata::with(label, crate::gpu::GpuMetadata::of(&[]));
         if let Some(r) = records.first() {
             metadata.gpu = r.gpu.clone();
             metadata.reference = format!("candle 0.11.1 {} f32 (HF transformers 5.14.1 semantics)", r.gpu.reference_device);
@@ -313,7 +319,7 @@ mod tests {
             level: "L3".into(),
             outcome: TierOutcome::new(crate::tiers::outcome::Status::Pass, "ok"),
             execution_provider: "CPU".into(),
-            gpu: crate::gpu::GpuMetadata::current(),
+            gpu: crate::gpu::GpuMetadata::of(&[crate::eps::RunEp::Cpu]),
         };
         let a = record("c/x").write(dir.path()).unwrap();
         let b = record("c/x@gqa").write(dir.path()).unwrap();
@@ -330,7 +336,7 @@ mod tests {
     #[test]
     fn trial_records_merge() {
         let dir = tempfile::tempdir().expect("tmp");
-        let mut gpu = crate::gpu::GpuMetadata::current();
+        let mut gpu = crate::gpu::GpuMetadata::of(&[crate::eps::RunEp::Cpu]);
         gpu.reference_device = "cuda:0".into();
         let rec = |case: &str, level: &str, outcome: TierOutcome| TrialRecord {
             case: case.into(),

@@ -87,7 +87,7 @@ mod tests {
                 case("causal-lm/a@gqa", &[("L1", Status::Fail), ("L3", Status::Xfail), ("L5", Status::Skipped)]),
                 case("causal-lm/plain", &[("L1", Status::Pass)]),
             ],
-            metadata: RunMetadata::new("CPUExecutionProvider"),
+            metadata: RunMetadata::new(&[crate::eps::RunEp::Cpu]),
         };
         assert_eq!(
             markdown(&report),

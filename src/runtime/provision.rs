@@ -10,9 +10,14 @@
 //! machine that cannot reach the package index; `tests/kill.rs`, which kills an extraction
 //! part-way without a network). A plugin EP ([`super::provider`]) is fetched the same way and
 //! registered with the environment when it is created.
+//!
+//! Which EPs the environment is made for is the plan's choice ([`select`], called where a run's
+//! trials are planned, from its options): the library (CPU or GPU wheel) and the plugin EPs are
+//! loaded once per process, before any session, so they follow the trials rather than a second
+//! reading of the environment that could disagree with them. Until something selects, CPU alone.
 
 use std::path::PathBuf;
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use super::ep::{self, RunEp, UnknownEp};
 use super::wheel::{self, FetchError, Wheel, WheelSource};
@@ -56,11 +61,46 @@ pub enum RuntimeError {
     /// The process's one attempt to create the environment failed (returned to every caller).
     #[error(transparent)]
     Once(Arc<RuntimeError>),
+    /// A plan wants an EP the process's ONNX Runtime was not loaded for (it loads once).
+    #[error(
+        "ONNX Runtime was already loaded for {loaded} in this process; {wanted} cannot be added to it (run the trials on {wanted} in a process of their own)"
+    )]
+    AlreadyLoaded { loaded: String, wanted: String },
 }
 
-/// The selected EPs' labels, for reports (`CPUExecutionProvider, CUDAExecutionProvider:0 (TF32 off)`).
-pub fn execution_providers() -> String {
-    crate::context::current().eps_or_cpu().iter().map(|e| e.label()).collect::<Vec<_>>().join(", ")
+/// The EPs the process's environment is (to be) made for ([`select`]).
+static SELECTED: Mutex<Vec<RunEp>> = Mutex::new(Vec::new());
+
+/// Makes the process's ONNX Runtime serve `eps` too: before the environment exists they are
+/// added to what it will load; afterwards an EP it was not loaded for is an error.
+pub fn select(eps: &[RunEp]) -> Result<(), RuntimeError> {
+    let mut selected = SELECTED.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let missing: Vec<RunEp> = eps.iter().copied().filter(|e| !selected.contains(e)).collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    if ENVIRONMENT.get().is_some() {
+        let labels = |eps: &[RunEp]| eps.iter().map(|e| e.to_string()).collect::<Vec<_>>().join(", ");
+        let loaded = if selected.is_empty() { vec![RunEp::Cpu] } else { selected.clone() };
+        return Err(RuntimeError::AlreadyLoaded { loaded: labels(&loaded), wanted: labels(&missing) });
+    }
+    selected.extend(missing);
+    Ok(())
+}
+
+/// The EPs selected so far ([`select`]); the CPU alone when none was.
+pub fn selected() -> Vec<RunEp> {
+    let selected = SELECTED.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    if selected.is_empty() {
+        vec![RunEp::Cpu]
+    } else {
+        selected.clone()
+    }
+}
+
+/// `eps`' labels, for reports (`CPUExecutionProvider, CUDAExecutionProvider:0 (TF32 off)`).
+pub fn execution_providers(eps: &[RunEp]) -> String {
+    eps.iter().map(|e| e.label()).collect::<Vec<_>>().join(", ")
 }
 
 /// The ONNX Runtime wheel a run of `eps` loads.
@@ -76,7 +116,7 @@ pub fn runtime_wheel(eps: &[RunEp]) -> Wheel {
 /// Per-user cache folder for the extracted library of this run's EPs (separate for CPU and GPU
 /// wheels).
 pub fn cache_dir() -> PathBuf {
-    runtime_wheel(&crate::context::current().eps_or_cpu()).cache_dir(&wheel::cache_root())
+    runtime_wheel(&selected()).cache_dir(&wheel::cache_root())
 }
 
 /// `ONNX_PARITY_ORT_WHEEL`: a wheel already on disk to extract instead of downloading one.
@@ -86,8 +126,7 @@ fn wheel_source() -> WheelSource {
 
 /// Locates the ONNX Runtime shared library of this run's EPs, fetching it on first use.
 pub fn locate_library() -> Result<PathBuf, RuntimeError> {
-    let eps = crate::context::current().eps.clone()?;
-    let wheel = runtime_wheel(&eps);
+    let wheel = runtime_wheel(&selected());
     let dir = wheel.cache_dir(&wheel::cache_root());
     locate(crate::context::current().ort_dylib.clone(), wheel, dir, &wheel_source())
 }
@@ -169,7 +208,7 @@ pub fn environment() -> Result<&'static ort::environment::Environment, RuntimeEr
             // CUDA context could exist (crate::context::RunContext::variables_to_set).
             let lib = locate_library()?;
             tracing::debug!("loading ONNX Runtime from {}", lib.display());
-            let eps = crate::context::current().eps.clone().map_err(RuntimeError::from)?;
+            let eps = selected();
             let builder = ort::init_from(&lib).map_err(|source| RuntimeError::Load { path: lib.clone(), source })?;
             let env = builder
                 .with_name("onnx-parity")

@@ -190,22 +190,22 @@ fn quantized_verdict(mut out: TierOutcome, q: &Dequantized, float: Option<&Run>,
         vec![format!("quantized build: {}; judged against the reference on its dequantized weights, {model}", q.build.summary())];
     out.metrics.quantized.quantization = Some(q.build.summary());
     out.metrics.quantized.quantization_kernel_model = Some(model.clone());
-    if let Some(message) = l3::quantization::judge_weights(&q.errors, &mut out.metrics) {
+    // The build's own checks, each naming the first divergence when it fails (the weights first).
+    let weights = l3::quantization::judge_weights(&q.errors, &mut out.metrics);
+    let scales = l3::quantization::judge_activation_scales(&q.build, &mut out.metrics);
+    let first = match (&weights, &scales) {
+        (Some(_), _) => Some("weights"),
+        (None, Some(_)) => Some("activation scales"),
+        (None, None) => None,
+    };
+    if let Some(first) = first {
+        out.metrics.l3.first_divergence = Some(first.into());
+        // L3's verdict with the build's checks: a pass of the arithmetic fails with them.
         if out.status == Status::Pass {
             out.status = Status::Fail;
         }
-        out.metrics.l3.first_divergence = Some("weights".into());
-        lines.push(message);
     }
-    if let Some(message) = l3::quantization::judge_activation_scales(&q.build, &mut out.metrics) {
-        if out.status == Status::Pass {
-            out.status = Status::Fail;
-        }
-        if out.metrics.l3.first_divergence.as_deref() != Some("weights") {
-            out.metrics.l3.first_divergence = Some("activation scales".into());
-        }
-        lines.push(message);
-    }
+    lines.extend(weights.into_iter().chain(scales));
     if let Some(line) = float.and_then(|f| l3::quantization::cost(f, candidate, &mut out.metrics)) {
         lines.push(line);
     }

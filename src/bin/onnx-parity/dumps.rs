@@ -122,6 +122,7 @@ pub(crate) fn logits(args: LogitsArgs) -> anyhow::Result<ExitCode> {
     };
     // The EP it names, else the CPU (never the run's EP list: a dump is one back end's).
     let ep = ep.unwrap_or(onnx_parity::eps::RunEp::Cpu);
+    onnx_parity::runtime::provision::select(&[ep])?;
     let options = implementations::OpenOptions { layer_outputs: layers, bidirectional: scope, ep };
     let mut backend = match (name, dtype) {
         (_, Precision::F32) => (chosen.open)(dir, &options).with_context(|| format!("{} {}", chosen.label, dir.display()))?,

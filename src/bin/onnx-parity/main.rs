@@ -286,9 +286,9 @@ pub(crate) fn run(
         opts.goldens_root = Some(g);
     }
     let start = Instant::now();
-    let mut meta = RunMetadata::new(onnx_parity::runtime::provision::execution_providers());
+    let mut meta = RunMetadata::new(&opts.eps);
     // A GPU run starts with the TF32 probe and stops on a TF32-like back end.
-    meta.gpu.tf32_probe = gpu::probe_gpu_run().context("GPU run refused")?;
+    meta.gpu.tf32_probe = gpu::probe_gpu_run(&opts.eps).context("GPU run refused")?;
     // The test target's trial list: the same skips, the same failing trials for malformed files.
     let trials = plan(&default_paths(paths), &opts);
     let mut cases: Vec<CaseReport> = Vec::new();
@@ -567,7 +567,9 @@ fn merge_reports(dirs: Vec<PathBuf>, files: ReportFiles) -> anyhow::Result<ExitC
 fn tf32_probe() -> anyhow::Result<ExitCode> {
     let device = gpu::reference_device()?;
     let mut results = vec![gpu::probe_candle(&device)?];
-    for ep in onnx_parity::context::current().eps_or_cpu() {
+    let eps = onnx_parity::context::current().eps_or_cpu();
+    onnx_parity::runtime::provision::select(&eps)?;
+    for ep in eps {
         match gpu::probe_ort(ep) {
             Ok(r) => results.push(r),
             Err(e) => println!("onnxruntime {}: not probed ({e})", ep.label()),
