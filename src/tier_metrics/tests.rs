@@ -62,6 +62,37 @@ fn every_key_is_named_once() {
     assert_eq!(all.len(), n, "a key is named by two parts");
 }
 
+fn row() -> CalibrationRow {
+    CalibrationRow {
+        max_abs_diff: 8e-3,
+        fixed_row_status: RuleVerdict::Fail,
+        calibrated: Some(CalibratedRow {
+            e_cand_rms: 1e-4,
+            e_cand_max: 1e-3,
+            e_floor_rms: 1e-6,
+            e_floor_max: 1e-5,
+            ratio: 100.0,
+            calibrated_status: RuleVerdict::Fail,
+        }),
+    }
+}
+
+/// Guards a calibration row's keys (what reports carried before it was a type) and its round
+/// trip, and a fixed-rule row (no calibrated part).
+#[test]
+fn a_row_keeps_its_keys_and_reads_back() {
+    let v = serde_json::to_value(row()).expect("serialises");
+    let keys: Vec<&str> = v.as_object().expect("object").keys().map(String::as_str).collect();
+    assert_eq!(
+        keys,
+        ["calibrated_status", "e_cand_max", "e_cand_rms", "e_floor_max", "e_floor_rms", "fixed_row_status", "max_abs_diff", "ratio"]
+    );
+    assert_eq!(serde_json::from_value::<CalibrationRow>(v).expect("reads back"), row());
+    let fixed_only = serde_json::json!({"max_abs_diff": 0.5, "fixed_row_status": "pass"});
+    let back: CalibrationRow = serde_json::from_value(fixed_only).expect("a fixed-rule row");
+    assert_eq!((back.fixed_row_status, back.calibrated), (RuleVerdict::Pass, None));
+}
+
 fn sample() -> Metrics {
     let mut m = Metrics::default();
     m.compared.max_abs_diff = Some(8e-3);
@@ -71,24 +102,7 @@ fn sample() -> Metrics {
     m.l3.first_divergent_layer = Some(3);
     m.l3.layer_local_max_abs_diff = Some(vec![1e-6, f64::NAN, 2.5e-3]);
     m.l3.l3_rule = Some(L3Rule::Calibrated);
-    m.l3.calibration = Some(
-        [(
-            "prefill".to_string(),
-            CalibrationRow {
-                max_abs_diff: 1e-3,
-                fixed_row_status: RuleVerdict::Fail,
-                calibrated: Some(CalibratedRow {
-                    e_cand_rms: 1e-4,
-                    e_cand_max: 1e-3,
-                    e_floor_rms: 1e-6,
-                    e_floor_max: 1e-5,
-                    ratio: 100.0,
-                    calibrated_status: RuleVerdict::Fail,
-                }),
-            },
-        )]
-        .into(),
-    );
+    m.l3.calibration = Some([("prefill".to_string(), row())].into());
     m.l3.image_blocks = Some(vec![[2, 5]]);
     m.quantized.int8_steps_adopted_first = Some(vec![AdoptedStep {
         run: "local".into(),
