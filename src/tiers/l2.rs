@@ -16,6 +16,7 @@ use onnx_parity_reference::{Gemma4, ModelConfig};
 
 use super::outcome::{Status, TierOutcome};
 use crate::case::ExportPin;
+use crate::tier_metrics::Metrics;
 
 /// What L2 looks at.
 #[derive(Debug, Clone, Copy)]
@@ -158,10 +159,10 @@ pub fn check(inputs: L2Inputs<'_>) -> TierOutcome {
             if ignored > 0 { format!("; {ignored} K/V tensors of KV-shared layers that HF ignores") } else { String::new() }
         ));
     }
-    let mut out = TierOutcome::new(Status::Pass, "");
+    let mut metrics = Metrics::default();
     if let Some(plan) = inputs.pin.and_then(|pin| buffer_plan(pin, manifest, inputs.float_dtype)) {
         notes.push(plan.note);
-        out.metrics.l2.ep_oversize_tensors = Some(plan.oversize);
+        metrics.l2.ep_oversize_tensors = Some(plan.oversize);
     }
     if let Some(export) = inputs.export {
         // The interface only: loading a full-size export is not L2's business.
@@ -176,11 +177,9 @@ pub fn check(inputs: L2Inputs<'_>) -> TierOutcome {
         } else {
             notes.push(format!("full-size export {} honours the contract", export.display()));
         }
-        out.metrics.l2.export_violations = l1.metrics.l1.violations;
+        metrics.l2.export_violations = l1.metrics.l1.violations;
     }
-    out.status = if failures.is_empty() { Status::Pass } else { Status::Fail };
-    out.message = if failures.is_empty() { notes.join("; ") } else { format!("{}; {}", failures.join("; "), notes.join("; ")) };
-    let l2 = &mut out.metrics.l2;
+    let l2 = &mut metrics.l2;
     l2.checkpoint_parameters = Some(checkpoint_parameters);
     l2.reference_parameters = Some(reference_parameters);
     l2.audio_parameters = Some(audio_parameters);
@@ -190,7 +189,9 @@ pub fn check(inputs: L2Inputs<'_>) -> TierOutcome {
     l2.reference_memory_f32_checkpoint_bytes = Some(memory_f32);
     l2.reference_memory_bf16_checkpoint_bytes = Some(memory_bf16);
     l2.checked = Some(if inputs.checkpoint.is_some() { "config + checkpoint headers" } else { "config" }.to_string());
-    out
+    let status = if failures.is_empty() { Status::Pass } else { Status::Fail };
+    let message = if failures.is_empty() { notes.join("; ") } else { format!("{}; {}", failures.join("; "), notes.join("; ")) };
+    TierOutcome::decided(status, message, metrics)
 }
 
 /// What an EP with a per-buffer limit (WebGPU's 256 MiB) needs of a full-size build.

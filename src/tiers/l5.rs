@@ -4,12 +4,13 @@
 
 use super::outcome::{Status, TierOutcome};
 use crate::metrics::{check_threshold, MetricError};
+use crate::tier_metrics::Metrics;
 
 /// L5 verdict for the export's greedy tokens.
 pub fn compare(onnx_tokens: &[i64], golden_tokens: &[i64], live_tokens: Option<&[i64]>, min_ratio: f64) -> TierOutcome {
     let mut parts = Vec::new();
     let mut pass = true;
-    let mut out = TierOutcome::new(Status::Pass, "");
+    let mut metrics = Metrics::default();
     match token_match(onnx_tokens, golden_tokens, min_ratio) {
         Err(e) => return TierOutcome::fail(format!("golden comparison: {e}")),
         Ok(v) => {
@@ -25,8 +26,8 @@ pub fn compare(onnx_tokens: &[i64], golden_tokens: &[i64], live_tokens: Option<&
                     .unwrap_or_default()
             ));
             parts.extend(v.warnings.iter().map(|w| format!("warning: {w}")));
-            out.metrics.compared.token_match_ratio = Some(v.ratio);
-            (out.metrics.l5.positional_ratio, out.metrics.l5.generated) = (Some(v.positional_ratio), Some(v.actual_len));
+            metrics.compared.token_match_ratio = Some(v.ratio);
+            (metrics.l5.positional_ratio, metrics.l5.generated) = (Some(v.positional_ratio), Some(v.actual_len));
         }
     }
     if let Some(live) = live_tokens {
@@ -35,16 +36,15 @@ pub fn compare(onnx_tokens: &[i64], golden_tokens: &[i64], live_tokens: Option<&
             Ok(v) => {
                 pass &= v.pass;
                 parts.push(format!("live reference: ratio {:.3} ({} of {})", v.ratio, v.matched_prefix, v.golden_len));
-                out.metrics.l5.reference_token_match_ratio = Some(v.ratio);
+                metrics.l5.reference_token_match_ratio = Some(v.ratio);
             }
         }
     }
-    out.metrics.l5.tokens = Some(onnx_tokens.to_vec());
-    out.metrics.l5.golden_tokens = Some(golden_tokens.to_vec());
-    out.metrics.l5.reference_tokens = live_tokens.map(<[i64]>::to_vec);
-    out.status = if pass { Status::Pass } else { Status::Fail };
-    out.message = format!("candidate tokens {onnx_tokens:?}; {}", parts.join("; "));
-    out
+    metrics.l5.tokens = Some(onnx_tokens.to_vec());
+    metrics.l5.golden_tokens = Some(golden_tokens.to_vec());
+    metrics.l5.reference_tokens = live_tokens.map(<[i64]>::to_vec);
+    let status = if pass { Status::Pass } else { Status::Fail };
+    TierOutcome::decided(status, format!("candidate tokens {onnx_tokens:?}; {}", parts.join("; ")), metrics)
 }
 
 /// Result of [`token_match`].

@@ -53,6 +53,11 @@ impl TierOutcome {
         TierOutcome { status, metrics: Box::default(), message: message.into(), warnings: Vec::new() }
     }
 
+    /// A tier's result, decided once: its status, message and what it measured.
+    pub fn decided(status: Status, message: impl Into<String>, metrics: Metrics) -> Self {
+        TierOutcome { status, metrics: Box::new(metrics), message: message.into(), warnings: Vec::new() }
+    }
+
     pub fn skipped(reason: impl Into<String>) -> Self {
         Self::new(Status::Skipped, reason)
     }

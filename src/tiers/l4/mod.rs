@@ -4,9 +4,10 @@
 
 pub mod rule;
 
-use super::outcome::{Status, TierOutcome};
+use super::outcome::TierOutcome;
 use crate::golden::Golden;
 use crate::metrics::cosine_similarity;
+use crate::tier_metrics::Metrics;
 use crate::tolerance::L4Tolerance;
 use rule::l4_verdict;
 
@@ -29,14 +30,14 @@ pub fn compare(
     }
     let mut parts = Vec::new();
     let mut out_status;
-    let mut out = TierOutcome::new(Status::Pass, "");
+    let mut metrics = Metrics::default();
     match l4_verdict(onnx_last_logits, &golden.top_ids(), tol.near_tie_margin, tol.top10_jaccard_warn) {
         Err(e) => return TierOutcome::fail(format!("golden comparison: {e}")),
         Ok(v) => {
             out_status = v.status;
             parts.push(format!("golden: {} ({})", v.status, v.reason));
             parts.extend(v.warnings.iter().map(|w| format!("warning: {w}")));
-            let m = &mut out.metrics;
+            let m = &mut metrics;
             (m.l4.top1, m.l4.golden_top1, m.l4.top1_gap) = (Some(v.top1), Some(v.golden_top1), Some(v.gap));
             m.compared.top10_jaccard = Some(v.jaccard);
             m.compared.argmax_match = Some(v.top1 == v.golden_top1);
@@ -53,7 +54,7 @@ pub fn compare(
         };
         match cosine_similarity(onnx_last_logits, live_logits) {
             Ok(c) => {
-                out.metrics.compared.cosine = Some(c);
+                metrics.compared.cosine = Some(c);
                 // NaN cosine (non-finite logits) warns too.
                 if c.is_nan() || c < tol.cosine_similarity_warn {
                     parts.push(format!(
@@ -69,7 +70,7 @@ pub fn compare(
             Ok(v) => {
                 out_status = out_status.worse(v.status);
                 parts.push(format!("live reference: {} ({})", v.status, v.reason));
-                let l4 = &mut out.metrics.l4;
+                let l4 = &mut metrics.l4;
                 (l4.reference_top1, l4.reference_top10_jaccard) = (Some(v.golden_top1), Some(v.jaccard));
                 l4.reference_top10 = Some(live.top10_ids.clone());
             }
@@ -78,14 +79,13 @@ pub fn compare(
             parts.push(format!("note: the reference's top-1 {} differs from the golden's {}", live.top1_id, golden.top1_id));
         }
     }
-    out.status = out_status;
-    out.message = parts.join("; ");
-    out
+    TierOutcome::decided(out_status, parts.join("; "), metrics)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::tiers::outcome::Status;
 
     fn golden(logits: &[f32], ids: &[i64]) -> Golden {
         Golden::from_logits(logits, ids).expect("golden")
