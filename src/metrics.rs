@@ -125,11 +125,17 @@ pub fn cosine_similarity(a: &[f32], b: &[f32]) -> Result<f64, MetricError> {
         na += x * x;
         nb += y * y;
     }
-    Ok(match (na == 0.0, nb == 0.0) {
+    Ok(cosine_of(dot, na, nb))
+}
+
+/// The cosine from the sums over finite pairs, accumulated in order: `Σxy`, `Σx²`, `Σy²` (one
+/// formula for [`cosine_similarity`] and the passes that fold these sums into theirs).
+pub fn cosine_of(dot: f64, na: f64, nb: f64) -> f64 {
+    match (na == 0.0, nb == 0.0) {
         (true, true) => 1.0,
         (true, false) | (false, true) => 0.0,
         (false, false) => dot / (na.sqrt() * nb.sqrt()),
-    })
+    }
 }
 
 fn same_len(a: &[f32], b: &[f32]) -> Result<(), MetricError> {

@@ -1,7 +1,7 @@
 //! L3's rule: `|actual − expected| ≤ atol + rtol·|expected|` for every element, in f64, the
 //! reference on the right; NaN or Inf never passes.
 
-use crate::metrics::{check_threshold, cosine_similarity, unravel_index, MetricError};
+use crate::metrics::{check_threshold, cosine_of, unravel_index, MetricError};
 
 /// Result of [`allclose`]. Differences are over positions where both values are finite.
 #[derive(Debug, Clone, PartialEq)]
@@ -50,6 +50,8 @@ pub fn allclose(actual: &[f32], expected: &[f32], shape: &[usize], atol: f64, rt
     let mut nonfinite = 0usize;
     let mut first_nonfinite: Option<usize> = None;
     let (mut max_abs, mut sum_abs, mut n_finite, mut max_rel) = (0.0f64, 0.0f64, 0usize, 0.0f64);
+    // The cosine's sums, in the same pass (one read of two [S, vocab] tensors, not two).
+    let (mut dot, mut na, mut nb) = (0.0f64, 0.0f64, 0.0f64);
     let mut worst = (0usize, f64::NEG_INFINITY); // (index, excess over the bound)
     for (i, (&a, &e)) in actual.iter().zip(expected).enumerate() {
         if !a.is_finite() || !e.is_finite() {
@@ -59,6 +61,9 @@ pub fn allclose(actual: &[f32], expected: &[f32], shape: &[usize], atol: f64, rt
             continue;
         }
         let (a, e) = (f64::from(a), f64::from(e));
+        dot += a * e;
+        na += a * a;
+        nb += e * e;
         let diff = (a - e).abs();
         let bound = atol + rtol * e.abs();
         if diff > bound {
@@ -67,8 +72,11 @@ pub fn allclose(actual: &[f32], expected: &[f32], shape: &[usize], atol: f64, rt
         max_abs = max_abs.max(diff);
         sum_abs += diff;
         n_finite += 1;
-        if e != 0.0 {
-            max_rel = max_rel.max(diff / e.abs());
+        // `diff / |e|` can exceed `max_rel` only where `diff` reaches `max_rel·|e|` (the product
+        // rounded, so a margin of a few ulp): the division, exact, only there.
+        let abs_e = e.abs();
+        if e != 0.0 && diff >= max_rel * abs_e * (1.0 - 4.0 * f64::EPSILON) {
+            max_rel = max_rel.max(diff / abs_e);
         }
         let excess = diff - bound;
         if excess > worst.1 {
@@ -82,7 +90,7 @@ pub fn allclose(actual: &[f32], expected: &[f32], shape: &[usize], atol: f64, rt
         max_abs_diff: max_abs,
         mean_abs_diff: if n_finite == 0 { 0.0 } else { sum_abs / n_finite as f64 },
         max_rel_diff: max_rel,
-        cosine: cosine_similarity(actual, expected)?,
+        cosine: cosine_of(dot, na, nb),
         n_violations,
         nonfinite_mismatch: nonfinite,
         worst_index: unravel_index(worst_flat, shape),
@@ -193,5 +201,46 @@ mod tests {
         // Equal excess: the first position is the worst (strict >).
         let r = allclose(&[1.5, 2.5, 0.0], &[1.0, 2.0, 0.0], &[3], 0.0, 0.0).unwrap();
         assert_eq!(r.worst_index, vec![0]);
+    }
+
+    /// Guards the one-pass sums: the cosine is `cosine_similarity`'s to the bit, and the largest
+    /// relative difference (divided only where it can grow) is the naive maximum to the bit, on
+    /// values spanning magnitudes, zeros, near-equal pairs and non-finite positions.
+    #[test]
+    fn one_pass_sums_equal_the_separate_ones() {
+        let mut state = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        let n = 20_000;
+        let mut e = Vec::with_capacity(n);
+        let mut a = Vec::with_capacity(n);
+        for i in 0..n {
+            let r = next();
+            let mag = 10f32.powi((r % 13) as i32 - 6);
+            let x = ((r >> 16) as u32 as f32 / u32::MAX as f32 - 0.5) * mag;
+            let x = if i % 97 == 0 { 0.0 } else { x };
+            let delta = match r % 5 {
+                0 => 0.0,
+                1 => x * 1e-7,
+                2 => f32::EPSILON * x.abs(),
+                3 => ((r >> 40) as u32 as f32 / u32::MAX as f32) * mag * 1e-3,
+                _ => -x * 0.5,
+            };
+            e.push(x);
+            a.push(if i % 1013 == 0 { f32::NAN } else { x + delta });
+        }
+        let r = allclose(&a, &e, &[n], 1e-3, 1e-3).unwrap();
+        assert_eq!(r.cosine.to_bits(), crate::metrics::cosine_similarity(&a, &e).unwrap().to_bits());
+        let naive = a
+            .iter()
+            .zip(&e)
+            .filter(|(x, y)| x.is_finite() && y.is_finite() && **y != 0.0)
+            .map(|(&x, &y)| (f64::from(x) - f64::from(y)).abs() / f64::from(y).abs())
+            .fold(0.0f64, f64::max);
+        assert_eq!(r.max_rel_diff.to_bits(), naive.to_bits());
     }
 }
