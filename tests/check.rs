@@ -13,14 +13,8 @@ mod support;
 use support::{root, text};
 
 fn cli_in(cache: &Path, args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_onnx-parity"))
-        .args(args)
-        .current_dir(root())
-        .env("ONNX_PARITY_LOG", "warn")
-        // The runtimes stay where they are; only the reference cache's folder is this test's.
-        .env("ONNX_PARITY_REFERENCE_CACHE", cache.join("reference"))
-        .output()
-        .expect("runs the onnx-parity binary")
+    // The runtimes stay where they are; only the reference cache's folder is this test's.
+    support::cli_with(args, &[("ONNX_PARITY_REFERENCE_CACHE", cache.join("reference").as_os_str())])
 }
 
 /// `(case, level) → (status, metrics)` of a JSON report.

@@ -3,12 +3,11 @@
 //! golden regeneration refusing to overwrite.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
 
 use safetensors::SafeTensors;
 
 mod support;
-use support::{cli, max_abs, read_f32, root, text};
+use support::{cli, cli_with, max_abs, read_f32, root, text};
 
 fn tmpdir() -> tempfile::TempDir {
     tempfile::tempdir().expect("temp dir")
@@ -319,15 +318,6 @@ fn golden_refuses_to_overwrite_without_force() {
     assert_eq!(std::fs::read_to_string(&path).expect("golden"), fresh);
 }
 
-fn cli_env(args: &[&str], env: &[(&str, &Path)]) -> Output {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_onnx-parity"));
-    c.args(args).current_dir(root()).env("ONNX_PARITY_LOG", "warn").env("HF_HUB_OFFLINE", "1");
-    for (k, v) in env {
-        c.env(k, v);
-    }
-    c.output().expect("runs the onnx-parity binary")
-}
-
 /// Lays out `files` as huggingface_hub caches them: `refs/main` → sha, `snapshots/<sha>/<file>`
 /// relative symlinks into `blobs/`. Returns the snapshot folder.
 fn hub_cache(cache: &Path, repo: &str, files: &[(&str, &[u8])]) -> PathBuf {
@@ -359,18 +349,18 @@ fn model_id_only_case_resolves_from_the_hf_cache() {
     std::fs::write(&case, "model_id: google/gemma-4-12B\nmodel_type: gemma4_unified_text\ndtype: float32\nlevels: [L2]\n").expect("case");
     let report = dir.path().join("r.json");
     let hub = dir.path().join("hub");
-    let o = cli_env(
+    let o = cli_with(
         &["run", &case.display().to_string(), "--levels", "L2", "--report", &report.display().to_string()],
-        &[("HF_HUB_CACHE", &hub)],
+        &[("HF_HUB_OFFLINE", "1".as_ref()), ("HF_HUB_CACHE", hub.as_os_str())],
     );
     assert!(o.status.success(), "{}", text(&o));
     let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&report).expect("report")).expect("json");
     assert_eq!(v["cases"][0]["levels"][0]["metrics"]["checkpoint_parameters"], 11_959_730_224u64, "{v}");
     // Without the cache, the same case is skipped with a reason that says what to provide.
     let empty = dir.path().join("empty");
-    let o = cli_env(
+    let o = cli_with(
         &["run", &case.display().to_string(), "--levels", "L2", "--report", &report.display().to_string()],
-        &[("HF_HUB_CACHE", &empty)],
+        &[("HF_HUB_OFFLINE", "1".as_ref()), ("HF_HUB_CACHE", empty.as_os_str())],
     );
     let (_, status, message) = report_levels(&report).remove(0);
     assert!(status == "skipped" && message.contains("no real config") && message.contains("HF cache"), "{}: {message}", text(&o));

@@ -29,12 +29,18 @@ pub fn root() -> PathBuf {
 
 /// The `onnx-parity` binary run in the repository root with `args` (warnings-only logs).
 pub fn cli(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_onnx-parity"))
-        .args(args)
-        .current_dir(root())
-        .env("ONNX_PARITY_LOG", "warn")
-        .output()
-        .expect("runs the onnx-parity binary")
+    cli_with(args, &[])
+}
+
+/// [`cli`] with variables `env` set for the child (a hub cache, a reference cache of the test's
+/// own), over this process's environment.
+pub fn cli_with(args: &[&str], env: &[(&str, &std::ffi::OsStr)]) -> std::process::Output {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_onnx-parity"));
+    c.args(args).current_dir(root()).env("ONNX_PARITY_LOG", "warn");
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    c.output().expect("runs the onnx-parity binary")
 }
 
 /// A run's stdout and stderr together, for assertion messages.

@@ -127,18 +127,10 @@ impl Decoder {
             return Err(corrupt(format!("{len} bytes: shorter than a header and its digest")));
         }
         let end = len - DIGEST;
-        let mut digest = Xxh3::new();
-        let mut buf = vec![0u8; 1 << 20];
-        let mut left = end;
-        while left > 0 {
-            let n = (buf.len() as u64).min(left) as usize;
-            file.read_exact(&mut buf[..n]).map_err(io)?;
-            digest.update(&buf[..n]);
-            left -= n as u64;
-        }
+        let digest = super::key::digest_of(&mut file, end, |_| {}).map_err(io)?;
         let mut stored = [0u8; DIGEST as usize];
         file.read_exact(&mut stored).map_err(io)?;
-        if digest.digest128().to_le_bytes() != stored {
+        if digest.to_le_bytes() != stored {
             return Err(corrupt("its digest does not match its content (truncated or altered)".into()));
         }
         file.seek(SeekFrom::Start(0)).map_err(io)?;

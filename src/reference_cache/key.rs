@@ -169,28 +169,36 @@ impl FileDigests {
 
 /// XXH3-128 of a file's content, read in 8 MiB blocks; a file over 1 GiB logs its progress.
 fn hash_file(path: &Path) -> Result<String, CacheError> {
-    use std::io::Read;
     let io = |source| CacheError::Io { path: path.to_path_buf(), source };
     let mut file = std::fs::File::open(path).map_err(io)?;
     let len = file.metadata().map_err(io)?.len();
-    let mut h = Xxh3::new();
-    let mut buf = vec![0u8; 8 << 20];
-    let (mut done, mut logged) = (0u64, 0u64);
     let t = std::time::Instant::now();
-    loop {
-        let n = file.read(&mut buf).map_err(io)?;
-        if n == 0 {
-            break;
-        }
-        h.update(&buf[..n]);
-        done += n as u64;
+    let mut logged = 0u64;
+    let digest = digest_of(&mut file, len, |done| {
         if len > 1 << 30 && done - logged >= 1 << 30 {
             logged = done;
             tracing::info!("reference cache: hashing {}: {:.1} of {:.1} GB", path.display(), done as f64 / 1e9, len as f64 / 1e9);
         }
-    }
+    })
+    .map_err(io)?;
     if len > 1 << 28 {
         tracing::info!("reference cache: hashed {} ({:.2} GB) in {:.1} s", path.display(), len as f64 / 1e9, t.elapsed().as_secs_f64());
     }
-    Ok(format!("{:032x}", h.digest128()))
+    Ok(format!("{digest:032x}"))
+}
+
+/// The XXH3-128 of the next `len` bytes of `input`, read in 8 MiB blocks (`progress` hears the
+/// bytes done after each): a checkpoint file's digest, and an entry's up to its trailer.
+pub(super) fn digest_of(input: &mut impl std::io::Read, len: u64, mut progress: impl FnMut(u64)) -> std::io::Result<u128> {
+    let mut h = Xxh3::new();
+    let mut buf = vec![0u8; (8usize << 20).min(usize::try_from(len).unwrap_or(usize::MAX)).max(1)];
+    let mut done = 0u64;
+    while done < len {
+        let n = (buf.len() as u64).min(len - done) as usize;
+        input.read_exact(&mut buf[..n])?;
+        h.update(&buf[..n]);
+        done += n as u64;
+        progress(done);
+    }
+    Ok(h.digest128())
 }

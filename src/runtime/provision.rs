@@ -68,34 +68,50 @@ pub enum RuntimeError {
     AlreadyLoaded { loaded: String, wanted: String },
 }
 
-/// The EPs the process's environment is (to be) made for ([`select`]).
-static SELECTED: Mutex<Vec<RunEp>> = Mutex::new(Vec::new());
+/// The EPs the process's environment is (to be) made for ([`select`]), and whether it was made.
+struct Selection {
+    eps: Vec<RunEp>,
+    /// Set when the environment is made (its library chosen): no EP is added after.
+    loaded: bool,
+}
 
-/// Makes the process's ONNX Runtime serve `eps` too: before the environment exists they are
+impl Selection {
+    /// The EPs selected; the CPU alone when none was.
+    fn eps_or_cpu(&self) -> Vec<RunEp> {
+        if self.eps.is_empty() {
+            vec![RunEp::Cpu]
+        } else {
+            self.eps.clone()
+        }
+    }
+}
+
+static SELECTION: Mutex<Selection> = Mutex::new(Selection { eps: Vec::new(), loaded: false });
+
+fn selection() -> std::sync::MutexGuard<'static, Selection> {
+    SELECTION.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Makes the process's ONNX Runtime serve `eps` too: before the environment is made they are
 /// added to what it will load; afterwards an EP it was not loaded for is an error.
 pub fn select(eps: &[RunEp]) -> Result<(), RuntimeError> {
-    let mut selected = SELECTED.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-    let missing: Vec<RunEp> = eps.iter().copied().filter(|e| !selected.contains(e)).collect();
+    let mut s = selection();
+    // An empty selection stands for the CPU (every library has its EP).
+    let missing: Vec<RunEp> = eps.iter().copied().filter(|e| !s.eps_or_cpu().contains(e)).collect();
     if missing.is_empty() {
         return Ok(());
     }
-    if ENVIRONMENT.get().is_some() {
+    if s.loaded {
         let labels = |eps: &[RunEp]| eps.iter().map(|e| e.to_string()).collect::<Vec<_>>().join(", ");
-        let loaded = if selected.is_empty() { vec![RunEp::Cpu] } else { selected.clone() };
-        return Err(RuntimeError::AlreadyLoaded { loaded: labels(&loaded), wanted: labels(&missing) });
+        return Err(RuntimeError::AlreadyLoaded { loaded: labels(&s.eps_or_cpu()), wanted: labels(&missing) });
     }
-    selected.extend(missing);
+    s.eps.extend(missing);
     Ok(())
 }
 
 /// The EPs selected so far ([`select`]); the CPU alone when none was.
 pub fn selected() -> Vec<RunEp> {
-    let selected = SELECTED.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-    if selected.is_empty() {
-        vec![RunEp::Cpu]
-    } else {
-        selected.clone()
-    }
+    selection().eps_or_cpu()
 }
 
 /// `eps`' labels, for reports (`CPUExecutionProvider, CUDAExecutionProvider:0 (TF32 off)`).
@@ -126,7 +142,11 @@ fn wheel_source() -> WheelSource {
 
 /// Locates the ONNX Runtime shared library of this run's EPs, fetching it on first use.
 pub fn locate_library() -> Result<PathBuf, RuntimeError> {
-    let wheel = runtime_wheel(&selected());
+    locate_library_for(&selected())
+}
+
+fn locate_library_for(eps: &[RunEp]) -> Result<PathBuf, RuntimeError> {
+    let wheel = runtime_wheel(eps);
     let dir = wheel.cache_dir(&wheel::cache_root());
     locate(crate::context::current().ort_dylib.clone(), wheel, dir, &wheel_source())
 }
@@ -206,9 +226,15 @@ pub fn environment() -> Result<&'static ort::environment::Environment, RuntimeEr
         {
             // NVIDIA_TF32_OVERRIDE=0 (unless the user set it) was set by the driver before any
             // CUDA context could exist (crate::context::RunContext::variables_to_set).
-            let lib = locate_library()?;
+            // The selection is closed as the library is chosen: a later `select` of another EP
+            // is refused, never added after the fact.
+            let eps = {
+                let mut s = selection();
+                s.loaded = true;
+                s.eps_or_cpu()
+            };
+            let lib = locate_library_for(&eps)?;
             tracing::debug!("loading ONNX Runtime from {}", lib.display());
-            let eps = selected();
             let builder = ort::init_from(&lib).map_err(|source| RuntimeError::Load { path: lib.clone(), source })?;
             let env = builder
                 .with_name("onnx-parity")
