@@ -100,7 +100,9 @@ pub fn plan(roots: &[PathBuf], opts: &RunOptions) -> Vec<PlannedTrial> {
             }),
             Ok(case) => {
                 // The case and each of its variants: one evaluation, so one reference run.
-                let eval = Arc::new(CaseEvaluations::for_case_on(&case, &opts.eps));
+                // A run without L5 does not decode a candidate freely a second time.
+                let free = opts.runs_level(Level::L5);
+                let eval = Arc::new(CaseEvaluations::for_case_on(&case, &opts.eps).decoding_freely(free));
                 let base_quantized = case.dtype.is_quantized();
                 // Other implementations are judged on the tiers that compare computed outputs;
                 // L1 and L2 judge an export's graph and the config.
@@ -140,7 +142,9 @@ pub fn plan(roots: &[PathBuf], opts: &RunOptions) -> Vec<PlannedTrial> {
                     for &ep in eps {
                         let eval = match quantized {
                             true => Arc::clone(own.entry((build.variant.clone(), MatMulNBitsModel::of(ep))).or_insert_with(|| {
-                                Arc::new(CaseEvaluations::for_build_on(&view, build.variant.as_deref(), ep, &opts.eps))
+                                Arc::new(
+                                    CaseEvaluations::for_build_on(&view, build.variant.as_deref(), ep, &opts.eps).decoding_freely(free),
+                                )
                             })),
                             false => Arc::clone(&eval),
                         };

@@ -805,3 +805,26 @@ fn l4_l5_replay_the_golden_input_ids_and_warn() {
         assert_eq!(out.metrics.value("input_ids_replayed"), Some(serde_json::Value::Bool(true)), "{level}");
     }
 }
+
+/// Kills: a run without L5 still decoding a candidate a second time, freely, when its forced run
+/// was not its own greedy decode (a whole generation for nothing: only L5 reads it), and a run
+/// with L5 not decoding it. The MoE fixture's export disagrees with the reference's greedy tokens
+/// (issue: router softmaxed twice), so its forced run is not its free one.
+#[test]
+fn a_run_without_l5_decodes_no_candidate_twice() {
+    use onnx_parity::case::{Case, Level};
+    use onnx_parity::evaluation::CaseEvaluations;
+    let case = Case::load(&repo("cases/causal-lm/gemma4-text-moe.yaml")).unwrap();
+    for needed in [true, false] {
+        let evals = CaseEvaluations::for_case(&case).decoding_freely(needed);
+        let eval = evals.for_level(Level::L3, &case);
+        let reference = eval.reference(&case).expect("the reference runs").run.generation.tokens.clone();
+        let run = eval.candidates(&case, &Candidate::default()).remove(0).expect("the export runs");
+        match (&run.free, needed) {
+            (Some(free), true) => assert_ne!(free.tokens, reference, "the fixture's export decodes other tokens than the reference"),
+            (None, false) => {}
+            (free, _) => panic!("decoding freely {needed}: free run {free:?}"),
+        }
+        assert_eq!(run.forced.generation.tokens, reference, "the forced run is fed the reference's tokens either way");
+    }
+}

@@ -75,8 +75,8 @@ pub struct CandidateRun {
     /// Prefill and the decode fed the reference's tokens (free-running when the reference could
     /// not run).
     pub forced: Run,
-    /// Its own greedy decode.
-    pub free: GeneratedTokens,
+    /// Its own greedy decode (`None`: no L5 of this run reads it, and the forced run was not it).
+    pub free: Option<GeneratedTokens>,
     /// Its sub-models on the reference's inputs (L3, when the reference ran).
     pub isolation: Isolation,
     /// `partitioned: …` when the EP asked for left compute nodes to the CPU EP.
@@ -163,6 +163,9 @@ pub struct CaseEvaluation {
     /// What the kernel that runs a quantized build's MatMulNBits does with its activations (its
     /// EP's: the reference on the build's weights computes the same, `runtime::kernels`).
     matmul_nbits: MatMulNBitsModel,
+    /// Whether a candidate whose forced run is not its own greedy decode decodes again, freely:
+    /// only L5 reads that, so a run without L5 skips a whole generation.
+    decode_freely: bool,
 }
 
 impl Default for CaseEvaluation {
@@ -236,6 +239,7 @@ impl CaseEvaluation {
             precision: Default::default(),
             candidates,
             matmul_nbits: MatMulNBitsModel::Mlas,
+            decode_freely: true,
         }
     }
 
@@ -424,8 +428,9 @@ impl CaseEvaluation {
                     (Some(_), Some(_)) => Some(self.arbiter(case)?),
                     _ => reference,
                 };
+                let free = self.decode_freely;
                 let (mut run, opened) =
-                    run_once(&c.implementation, case, c.ep, |backend| candidate_runs(case, backend, inputs, reference, oracle))?;
+                    run_once(&c.implementation, case, c.ep, |backend| candidate_runs(case, backend, inputs, reference, oracle, free))?;
                 let activations = hinted::CandidateActivations::take(&mut run.0, &mut run.2);
                 let hinted = self.hinted(case, activations)?;
                 let label = match &c.variant {
@@ -576,6 +581,15 @@ impl CaseEvaluations {
         }
     }
 
+    /// These evaluations for a run that does (`true`, the default) or does not run L5: without
+    /// it a candidate is not decoded a second time, freely, when its forced run was not its own
+    /// greedy decode (a broken export's: a whole generation saved).
+    pub fn decoding_freely(mut self, needed: bool) -> Self {
+        self.real.decode_freely = needed;
+        self.synthetic.decode_freely = needed;
+        self
+    }
+
     /// The evaluation tier `level` runs on, when no golden's ids are replayed.
     pub fn for_level(&self, level: Level, case: &Case) -> &CaseEvaluation {
         match level {
@@ -599,6 +613,7 @@ impl CaseEvaluations {
                 let of_inputs = |i| {
                     let mut e = CaseEvaluation::of_inputs(i, &self.variants, &self.others, &self.eps);
                     e.matmul_nbits = self.matmul_nbits;
+                    e.decode_freely = self.real.decode_freely;
                     e
                 };
                 Ok(drift.map(|d| (of_inputs(inputs), d)))
@@ -620,7 +635,8 @@ fn candidate_runs(
     inputs: &ModelInputs,
     reference: Option<&Run>,
     oracle: Option<&Run>,
-) -> Result<(Run, GeneratedTokens, Isolation), BackendError> {
+    decode_freely: bool,
+) -> Result<(Run, Option<GeneratedTokens>, Isolation), BackendError> {
     let eos = eos_ids(case);
     let max_new = max_new_tokens(case);
     let forced = reference.map(|r| r.generation.tokens.as_slice());
@@ -628,7 +644,7 @@ fn candidate_runs(
     let (Some(f), Some(reference)) = (forced, reference) else {
         // Without reference tokens the run above already decoded freely.
         let free = forced_run.generation.clone();
-        return Ok((forced_run, free, Isolation::NotRun));
+        return Ok((forced_run, Some(free), Isolation::NotRun));
     };
     // The forced run already is the candidate's own greedy decode if at every step its argmax
     // equals the forced token (and stopping agrees); otherwise decode freely.
@@ -637,10 +653,12 @@ fn candidate_runs(
         && g.step_logits.iter().zip(f).all(|(l, &t)| greedy_token(l) == Some(t))
         && (g.tokens.len() == max_new || g.tokens.last().is_some_and(|t| eos.contains(t)));
     let free = if agrees && !backend.searches_itself() {
-        g.clone()
-    } else {
+        Some(g.clone())
+    } else if decode_freely {
         // Only the forced run's prefill is compared per layer.
-        backend.run(inputs, &GenerationRequest { layer_outputs: false, ..request(case, &eos, None) })?.generation
+        Some(backend.run(inputs, &GenerationRequest { layer_outputs: false, ..request(case, &eos, None) })?.generation)
+    } else {
+        None
     };
     let isolation = if case.levels.contains(&Level::L3) {
         let t = std::time::Instant::now();

@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use crate::case::Case;
+use crate::case::{Case, Level};
 use crate::eps::RunEp;
 
 /// `ONNX_PARITY_GOLDENS`: the goldens folder (mobius's `testdata/golden` has the same layout).
@@ -21,6 +21,10 @@ pub struct RunOptions {
     /// Strict mode (`--strict`, `ONNX_PARITY_STRICT=1`): a trial whose artifact is missing
     /// (export, checkpoint, golden) fails naming it instead of being skipped.
     pub strict: bool,
+    /// The tiers this run executes (`run --levels`); `None`: every tier a case requests (the
+    /// test target, whose filter is applied per trial). A run without L5 decodes no candidate
+    /// freely a second time.
+    pub levels: Option<Vec<Level>>,
 }
 
 impl RunOptions {
@@ -28,12 +32,23 @@ impl RunOptions {
     /// selection reads as the CPU here, and the drivers refuse it before planning).
     pub fn from_env() -> Self {
         let context = crate::context::current();
-        RunOptions { goldens_root: context.goldens_root.clone(), ci: context.ci, eps: context.eps_or_cpu(), strict: context.strict }
+        RunOptions {
+            goldens_root: context.goldens_root.clone(),
+            ci: context.ci,
+            eps: context.eps_or_cpu(),
+            strict: context.strict,
+            levels: None,
+        }
     }
 
     /// A CPU run outside CI with the goldens under `root` (tests).
     pub fn with_goldens(root: impl Into<PathBuf>) -> Self {
-        RunOptions { goldens_root: Some(root.into()), ci: false, eps: vec![RunEp::Cpu], strict: false }
+        RunOptions { goldens_root: Some(root.into()), ci: false, eps: vec![RunEp::Cpu], strict: false, levels: None }
+    }
+
+    /// Whether this run's levels include `level` (a case's own list narrows it further).
+    pub fn runs_level(&self, level: Level) -> bool {
+        self.levels.as_ref().is_none_or(|l| l.contains(&level))
     }
 
     /// The goldens folder of `case`: the run's, else the one beside the case's own `cases/`

@@ -322,9 +322,11 @@ fn run_l5(case: &Case, candidate: &Candidate, opts: &RunOptions, evals: &CaseEva
         Err(o) => return o,
     };
     let outcome = per_candidate(eval.candidates(case, candidate), |c| {
-        let out = l5::compare(&c.free.tokens, &golden.generated_tokens, live, tol.min_token_match_ratio);
+        // The plan decodes freely wherever it runs L5 (`CaseEvaluations::decoding_freely`).
+        let Some(free) = &c.free else { return TierOutcome::fail("the candidate was not decoded freely: its run was planned without L5") };
+        let out = l5::compare(&free.tokens, &golden.generated_tokens, live, tol.min_token_match_ratio);
         // The reports show the sequences decoded where the case has a tokenizer.
-        match (crate::regenerate::decode_text(case, &c.free.tokens), crate::regenerate::decode_text(case, &golden.generated_tokens)) {
+        match (crate::regenerate::decode_text(case, &free.tokens), crate::regenerate::decode_text(case, &golden.generated_tokens)) {
             (Some(a), Some(g)) => out.with(|m| (m.l5.text, m.l5.golden_text) = (Some(a), Some(g))),
             _ => out,
         }

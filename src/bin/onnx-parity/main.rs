@@ -282,6 +282,7 @@ pub(crate) fn run(
     let levels = if levels.is_empty() { Level::ALL.to_vec() } else { levels };
     let mut opts = RunOptions::from_env();
     opts.strict |= strict;
+    opts.levels = Some(levels.clone());
     if let Some(g) = goldens {
         opts.goldens_root = Some(g);
     }
