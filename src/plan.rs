@@ -150,7 +150,8 @@ pub fn plan(roots: &[PathBuf], opts: &RunOptions) -> Vec<PlannedTrial> {
                         };
                         let candidate = build.clone().on(ep);
                         let id = candidate.id(&view);
-                        for &level in levels {
+                        // The run's levels (`run --levels`) are planned; the others are not trials of it.
+                        for &level in levels.iter().filter(|&&l| opts.runs_level(l)) {
                             let trial = Trial { case: Arc::clone(&view), candidate: candidate.clone(), level };
                             let name = trial.name();
                             let kind = match skip_of(&trial.case, &trial.candidate, level, opts) {

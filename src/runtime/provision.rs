@@ -97,13 +97,14 @@ fn selection() -> std::sync::MutexGuard<'static, Selection> {
 pub fn select(eps: &[RunEp]) -> Result<(), RuntimeError> {
     let mut s = selection();
     // An empty selection stands for the CPU (every library has its EP).
-    let missing: Vec<RunEp> = eps.iter().copied().filter(|e| !s.eps_or_cpu().contains(e)).collect();
+    let served = s.eps_or_cpu();
+    let missing: Vec<RunEp> = eps.iter().copied().filter(|e| !served.contains(e)).collect();
     if missing.is_empty() {
         return Ok(());
     }
     if s.loaded {
         let labels = |eps: &[RunEp]| eps.iter().map(|e| e.to_string()).collect::<Vec<_>>().join(", ");
-        return Err(RuntimeError::AlreadyLoaded { loaded: labels(&s.eps_or_cpu()), wanted: labels(&missing) });
+        return Err(RuntimeError::AlreadyLoaded { loaded: labels(&served), wanted: labels(&missing) });
     }
     s.eps.extend(missing);
     Ok(())

@@ -21,9 +21,9 @@ pub struct RunOptions {
     /// Strict mode (`--strict`, `ONNX_PARITY_STRICT=1`): a trial whose artifact is missing
     /// (export, checkpoint, golden) fails naming it instead of being skipped.
     pub strict: bool,
-    /// The tiers this run executes (`run --levels`); `None`: every tier a case requests (the
-    /// test target, whose filter is applied per trial). A run without L5 decodes no candidate
-    /// freely a second time.
+    /// The tiers this run executes (`run --levels`: the plan holds no trial of another);
+    /// `None`: every tier a case requests (the test target, whose filter is applied per trial).
+    /// A run without L5 decodes no candidate freely a second time.
     pub levels: Option<Vec<Level>>,
 }
 

@@ -50,7 +50,7 @@ pub struct TierOutcome {
 
 impl TierOutcome {
     pub fn new(status: Status, message: impl Into<String>) -> Self {
-        TierOutcome { status, metrics: Box::default(), message: message.into(), warnings: Vec::new() }
+        TierOutcome::decided(status, message, Metrics::default())
     }
 
     /// A tier's result, decided once: its status, message and what it measured.
