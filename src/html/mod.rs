@@ -185,13 +185,12 @@ fn calibration_table(h: &mut String, table: &BTreeMap<String, CalibrationRow>) {
          <th>ratio</th><th>calibrated</th><th>fixed row</th></tr>",
     );
     for (name, row) in table {
-        let row = Some(row);
         let num = |v: Option<f64>| v.map(|v| format!("{v:.2e}")).unwrap_or_else(|| "–".into());
         let status = |s: Option<crate::tier_metrics::RuleVerdict>| {
             let s = s.map_or("–", |s| s.as_str());
             format!("<td class=\"{}\">{}</td>", esc(s), esc(s))
         };
-        let c = row.as_ref().and_then(|r| r.calibrated.as_ref());
+        let c = row.calibrated.as_ref();
         let ratio = c.map(|c| format!("{:.2}", c.ratio)).unwrap_or_else(|| "–".into());
         let _ = write!(
             h,
@@ -202,7 +201,7 @@ fn calibration_table(h: &mut String, table: &BTreeMap<String, CalibrationRow>) {
             num(c.map(|c| c.e_floor_rms)),
             num(c.map(|c| c.e_floor_max)),
             status(c.map(|c| c.calibrated_status)),
-            status(row.as_ref().map(|r| r.fixed_row_status))
+            status(Some(row.fixed_row_status))
         );
     }
     h.push_str("</table>");
