@@ -140,6 +140,8 @@ impl StreamedLogits {
         match &self.source {
             LogitsSource::Head { hidden, head } => {
                 let vocab = head.vocab();
+                // One f64 copy of a weight slice reused across the slices (the f64 head's).
+                let _reuse = onnx_parity_reference::nn::upcast::reuse();
                 let values = |t: candle_core::Tensor| -> Result<Vec<f32>, onnx_parity_reference::Error> {
                     Ok(t.to_dtype(candle_core::DType::F32)?.flatten_all()?.to_vec1()?)
                 };

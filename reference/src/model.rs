@@ -288,6 +288,7 @@ impl Gemma4 {
     /// Everything the decoder stack starts from: image features, merged embeddings and (PLE)
     /// per-layer inputs.
     pub fn embed(&self, inputs: &ModelInputs) -> Result<Prepared> {
+        let _reuse = crate::nn::upcast::reuse();
         let seq = inputs.input_ids.len();
         if seq == 0 {
             return Err(Error::input("empty prompt"));
@@ -320,6 +321,7 @@ impl Gemma4 {
 
     /// Logits `[1, S, vocab]` for every position of a prepared prompt.
     pub fn forward(&self, prepared: &Prepared, scope: BidirectionalScope) -> Result<Tensor> {
+        let _reuse = crate::nn::upcast::reuse();
         let (embeds, ple) = squeeze_batch(prepared)?;
         let seq = embeds.dim(0)?;
         let rule = self.mask_rule(prepared, scope);
@@ -330,6 +332,7 @@ impl Gemma4 {
     /// Every decoder layer's output `[1, S, hidden]` (HF `output_hidden_states` without the
     /// leading embeddings), for localising a divergence.
     pub fn layer_outputs(&self, prepared: &Prepared, scope: BidirectionalScope) -> Result<Vec<Tensor>> {
+        let _reuse = crate::nn::upcast::reuse();
         let (embeds, ple) = squeeze_batch(prepared)?;
         let rule = self.mask_rule(prepared, scope);
         let mut cache = self.text.new_cache(embeds.dim(0)?)?;
@@ -349,6 +352,7 @@ impl Gemma4 {
         streams: &[Tensor],
         ple_source: LocalPle,
     ) -> Result<(Vec<Tensor>, Vec<crate::text::ModuleOutputs>)> {
+        let _reuse = crate::nn::upcast::reuse();
         let (embeds, ple) = squeeze_batch(prepared)?;
         let rule = self.mask_rule(prepared, scope);
         let mut cache = self.text.new_cache(embeds.dim(0)?)?;
@@ -398,6 +402,7 @@ impl Gemma4 {
     /// One vision pass, one prefill (components and logits) and the KV-cache decode that
     /// continues from it.
     pub fn generate(&self, inputs: &ModelInputs, opts: &GenerateOptions<'_>) -> Result<Run> {
+        let _reuse = crate::nn::upcast::reuse();
         let prepared = self.embed(inputs)?;
         let (embeds, ple) = squeeze_batch(&prepared)?;
         let seq = embeds.dim(0)?;

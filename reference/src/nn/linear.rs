@@ -3,6 +3,7 @@
 use candle_core::{DType, Tensor};
 
 use crate::error::Result;
+use crate::nn::upcast;
 use crate::weights::activations::Hint;
 use crate::weights::rounding::{active_hint, round_hinted};
 use crate::weights::{ActivationQuant, MatmulActivations, Weights};
@@ -92,7 +93,7 @@ impl Linear {
     /// requantized as the export requantizes the output (per tensor: each slice alike).
     pub(crate) fn forward_columns(&self, x: &LinearInput, start: usize, cols: usize) -> Result<Tensor> {
         let w = self.weight_t.narrow(1, start, cols)?;
-        let y = x.x.matmul(&in_dtype_of(&w, &x.x)?)?;
+        let y = times(&x.x, &w)?;
         let candidate = x.candidate.as_ref().map(|c| self.candidate_output(c, start, cols)).transpose()?.flatten();
         self.output(y, candidate)
     }
@@ -100,7 +101,7 @@ impl Linear {
     /// The matmul of an input made by [`Linear::input`], its bias, and the export's rounding of
     /// the output.
     pub(crate) fn apply(&self, x: &LinearInput) -> Result<Tensor> {
-        let y = x.x.matmul(&in_dtype_of(&self.weight_t, &x.x)?)?;
+        let y = times(&x.x, &self.weight_t)?;
         let y = match &self.bias {
             Some(b) => y.broadcast_add(b)?,
             None => y,
@@ -213,10 +214,14 @@ pub(crate) fn rounded_input(x: &Tensor, quant: &ActivationQuant) -> Result<Tenso
     Ok(round_tensor(x, quant, "", None, false)?.0)
 }
 
-/// `w` in `x`'s dtype: the f64 precision mode keeps matrices f32 and upcasts each for its
-/// matmul only ([`Weights::matrix_dtype`]); otherwise `w` as it is.
-fn in_dtype_of(w: &Tensor, x: &Tensor) -> Result<Tensor> {
-    Ok(if w.dtype() == x.dtype() { w.clone() } else { w.to_dtype(x.dtype())? })
+/// `x · w`, `w` upcast to `x`'s dtype where they differ: the f64 precision mode keeps matrices
+/// f32 and upcasts each for its matmul only ([`Weights::matrix_dtype`], [`upcast::matmul`]).
+fn times(x: &Tensor, w: &Tensor) -> Result<Tensor> {
+    if w.dtype() == x.dtype() {
+        Ok(x.matmul(w)?)
+    } else {
+        upcast::matmul(x, w)
+    }
 }
 
 /// `Gemma4ClippableLinear` (vision tower): a bias-free `nn.Linear` stored as `{prefix}.linear.weight`

@@ -7,3 +7,4 @@ pub mod norm;
 pub(crate) mod ops;
 pub(crate) mod reduce;
 pub mod rope;
+pub mod upcast;

@@ -16,6 +16,7 @@ use candle_core::{DType, Device, Tensor};
 use crate::error::{Error, Result};
 use crate::nn::linear::rounded_input;
 use crate::nn::ops::softcap;
+use crate::nn::upcast;
 use crate::weights::RowTable;
 use crate::weights::{ActivationQuant, MatmulActivations};
 
@@ -50,9 +51,14 @@ impl LogitsHead {
             None => hidden.clone(),
         };
         let w = Tensor::from_vec(self.rows.read_rows(start, cols)?, (cols, h), &Device::Cpu)?;
-        let w = if x.dtype() == DType::F32 { w } else { w.to_dtype(x.dtype())? };
-        let w = if x.device().is_cpu() { w } else { w.to_device(x.device())? };
-        let y = x.matmul(&w.t()?)?;
+        let y = if x.dtype() == DType::F32 {
+            let w = if x.device().is_cpu() { w } else { w.to_device(x.device())? };
+            x.matmul(&w.t()?)?
+        } else if x.device().is_cpu() {
+            upcast::matmul(&x, &w.t()?)?
+        } else {
+            x.matmul(&w.to_dtype(x.dtype())?.to_device(x.device())?.t()?)?
+        };
         let y = match self.activations.output {
             Some(grid) => rounded_input(&y, &ActivationQuant::Static(grid))?,
             None => y,
