@@ -65,6 +65,10 @@ pub(crate) fn matmul(x: &Tensor, w: &Tensor) -> Result<Tensor> {
         return Err(Error::Internal("upcast matmul: storage is not the CPU's f64 and f32".into()));
     };
     let lhs = &xv[x_layout.start_offset()..];
+    if let Some(dst) = row_times_matrix(&lhs[..k.min(lhs.len())], m, wv, w_layout, n) {
+        drop((x_storage, w_storage));
+        return Ok(Tensor::from_vec(dst, (m, n), x.device())?);
+    }
     let mut dst = vec![0f64; m * n];
     SCRATCH.with(|s| -> Result<()> {
         let mut s = s.borrow_mut();
@@ -104,6 +108,49 @@ pub(crate) fn matmul(x: &Tensor, w: &Tensor) -> Result<Tensor> {
     })?;
     drop((x_storage, w_storage));
     Ok(Tensor::from_vec(dst, (m, n), x.device())?)
+}
+
+/// One row `x` times a row-major `w` (`[k, n]`, unit column stride), as gemm computes it for
+/// one row (its column-major matrix-vector kernel: `y = w[0]·x[0]`, then `y = fma(w[c], x[c], y)`
+/// for each further row `c` of `w`, every column independently), reading the f32 weight where
+/// it lies instead of an f64 copy: a decode step's matmuls. Columns are split between threads;
+/// each column's sum keeps its order, so the bits are gemm's. `None` where that kernel is not
+/// the one gemm would take (more rows, tiny `k`, another layout) or the CPU has no FMA.
+fn row_times_matrix(x: &[f64], m: usize, data: &[f32], layout: &Layout, n: usize) -> Option<Vec<f64>> {
+    let k = x.len();
+    let (&[rs, 1], start) = (layout.stride(), layout.start_offset()) else { return None };
+    if m != 1 || k <= 2 || n == 0 || start + (k - 1) * rs + n > data.len() {
+        return None;
+    }
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("fma") {
+        use rayon::prelude::*;
+        const BLOCK: usize = 2048;
+        let mut y = vec![0f64; n];
+        y.par_chunks_mut(BLOCK).enumerate().for_each(|(b, out)| {
+            // SAFETY: FMA was detected above; the rows read are within `data` (checked).
+            unsafe { axpy_rows(x, data, start + b * BLOCK, rs, out) }
+        });
+        return Some(y);
+    }
+    None
+}
+
+/// `out[j] = Σ_c w[c][first + j] · x[c]` in gemm's order (see [`row_times_matrix`]), `w`'s rows
+/// `rs` apart from `first`.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "fma")]
+unsafe fn axpy_rows(x: &[f64], data: &[f32], first: usize, rs: usize, out: &mut [f64]) {
+    let cols = out.len();
+    for (o, &w) in out.iter_mut().zip(&data[first..first + cols]) {
+        *o = f64::from(w) * x[0];
+    }
+    for (c, &xc) in x.iter().enumerate().skip(1) {
+        let row = &data[first + c * rs..first + c * rs + cols];
+        for (o, &w) in out.iter_mut().zip(row) {
+            *o = f64::from(w).mul_add(xc, *o);
+        }
+    }
 }
 
 /// Candle's choice of threads for its CPU matmul.
