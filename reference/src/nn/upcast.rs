@@ -70,42 +70,42 @@ pub(crate) fn matmul(x: &Tensor, w: &Tensor) -> Result<Tensor> {
         return Ok(Tensor::from_vec(dst, (m, n), x.device())?);
     }
     let mut dst = vec![0f64; m * n];
-    SCRATCH.with(|s| -> Result<()> {
+    // Taken out of the cell for the call (gemm's threads may run other work on this one).
+    let mut rhs = SCRATCH.with(|s| std::mem::take(&mut s.borrow_mut().1));
+    rhs.clear();
+    let (rhs_cs, rhs_rs) = upcast(wv, w_layout, k, n, &mut rhs)?;
+    // SAFETY: `lhs` holds `m · k` contiguous row-major f64 from its start (`x` is contiguous),
+    // `rhs` `k · n` under the strides `upcast` returned, `dst` `m · n` row-major: the strides
+    // below describe exactly those, as candle's matmul passes them.
+    unsafe {
+        gemm::gemm(
+            m,
+            n,
+            k,
+            dst.as_mut_ptr(),
+            1,
+            n as isize,
+            false,
+            lhs.as_ptr(),
+            1,
+            k as isize,
+            rhs.as_ptr(),
+            rhs_cs,
+            rhs_rs,
+            0.0,
+            1.0,
+            false,
+            false,
+            false,
+            parallelism(),
+        );
+    }
+    SCRATCH.with(|s| {
         let mut s = s.borrow_mut();
-        let rhs = &mut s.1;
-        rhs.clear();
-        let (rhs_cs, rhs_rs) = upcast(wv, w_layout, k, n, rhs)?;
-        // SAFETY: `lhs` holds `m · k` contiguous row-major f64 from its start (`x` is
-        // contiguous), `rhs` `k · n` under the strides `upcast` returned, `dst` `m · n`
-        // row-major: the strides below describe exactly those, as candle's matmul passes them.
-        unsafe {
-            gemm::gemm(
-                m,
-                n,
-                k,
-                dst.as_mut_ptr(),
-                1,
-                n as isize,
-                false,
-                lhs.as_ptr(),
-                1,
-                k as isize,
-                rhs.as_ptr(),
-                rhs_cs,
-                rhs_rs,
-                0.0,
-                1.0,
-                false,
-                false,
-                false,
-                parallelism(),
-            );
+        if s.0 > 0 && s.1.capacity() < rhs.capacity() {
+            s.1 = rhs;
         }
-        if s.0 == 0 {
-            s.1 = Vec::new();
-        }
-        Ok(())
-    })?;
+    });
     drop((x_storage, w_storage));
     Ok(Tensor::from_vec(dst, (m, n), x.device())?)
 }
@@ -196,6 +196,19 @@ mod tests {
     use super::*;
     use candle_core::Device;
 
+    /// `len` values in [-1, 1) with every bit of an f64 mantissa used (so that a product with an
+    /// f32 weight is not exact and the order of the sums shows in the bits).
+    fn random64(len: usize, seed: u64) -> Tensor {
+        let mut s = seed;
+        let v: Vec<f64> = (0..len)
+            .map(|_| {
+                s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                ((s >> 11) as f64 / (1u64 << 53) as f64) * 2.0 - 1.0
+            })
+            .collect();
+        Tensor::from_vec(v, len, &Device::Cpu).unwrap()
+    }
+
     fn random(len: usize, seed: u64) -> Vec<f32> {
         let mut s = seed;
         (0..len)
@@ -216,7 +229,7 @@ mod tests {
         let (k, out) = (96, 300);
         let w_t = Tensor::from_vec(random(k * out, 1), (k, out), &dev).unwrap();
         for m in [1, 7, 70] {
-            let x = Tensor::from_vec(random(m * k, m as u64 + 2), (m, k), &dev).unwrap().to_dtype(DType::F64).unwrap();
+            let x = random64(m * k, m as u64 + 2).reshape((m, k)).unwrap();
             for (start, cols) in [(0, out), (13, 65), (250, 50)] {
                 let w = w_t.narrow(1, start, cols).unwrap();
                 let want = x.matmul(&w.to_dtype(DType::F64).unwrap()).unwrap().to_vec2::<f64>().unwrap();
@@ -232,9 +245,15 @@ mod tests {
                 }
             }
         }
+        // One row against more columns than one thread's block of the one-row path.
+        let wide = Tensor::from_vec(random(64 * 5000, 11), (64, 5000), &dev).unwrap();
+        let x = random64(64, 12).reshape((1, 64)).unwrap();
+        let w = wide.narrow(1, 7, 4990).unwrap();
+        let want = x.matmul(&w.to_dtype(DType::F64).unwrap()).unwrap().to_vec2::<f64>().unwrap();
+        assert_eq!(want, matmul(&x, &w).unwrap().to_vec2::<f64>().unwrap());
         // A transposed (column-major) rhs, as the logits head passes its rows.
         let rows = Tensor::from_vec(random(40 * k, 9), (40, k), &dev).unwrap();
-        let x = Tensor::from_vec(random(3 * k, 10), (3, k), &dev).unwrap().to_dtype(DType::F64).unwrap();
+        let x = random64(3 * k, 10).reshape((3, k)).unwrap();
         let want = x.matmul(&rows.to_dtype(DType::F64).unwrap().t().unwrap()).unwrap().to_vec2::<f64>().unwrap();
         let got = matmul(&x, &rows.t().unwrap()).unwrap().to_vec2::<f64>().unwrap();
         assert_eq!(want, got);
