@@ -39,9 +39,9 @@ fn folder(store: &Store, key: &mut KeyBuilder, part: &str, dir: &std::path::Path
     for f in crate::files::walk(dir, &|_| true) {
         files.push(f.map_err(|e| CacheError::Io { path: e.path, source: e.source })?);
     }
-    for f in files {
-        let rel = f.strip_prefix(dir).unwrap_or(&f).to_string_lossy().into_owned();
-        let digest = store.digests.digest(&f)?;
+    let digests = store.digests.digests(&files)?;
+    for (f, digest) in files.iter().zip(digests) {
+        let rel = f.strip_prefix(dir).unwrap_or(f).to_string_lossy().into_owned();
         key.text(&format!("{part}/{rel}"), &digest);
     }
     Ok(())

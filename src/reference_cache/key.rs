@@ -140,15 +140,30 @@ impl FileDigests {
         FileDigests { path, known: Mutex::new(None) }
     }
 
-    /// The XXH3-128 of `file`'s content (hashed now when it changed or was never seen; progress
-    /// logged for large files).
-    pub fn digest(&self, file: &Path) -> Result<String, CacheError> {
-        let io = |source| CacheError::Io { path: file.to_path_buf(), source };
-        let canonical = std::fs::canonicalize(file).map_err(io)?;
-        let now = stamp(&std::fs::metadata(&canonical).map_err(io)?);
+    /// The XXH3-128 of each of `files`' content (hashed now when it changed or was never seen;
+    /// progress logged for large files), in order. What was hashed is remembered once for all of
+    /// them, even when one fails: one synced write per folder, not one per file.
+    pub fn digests(&self, files: &[PathBuf]) -> Result<Vec<String>, CacheError> {
         let mut guard = self.known.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let known =
             guard.get_or_insert_with(|| std::fs::read(&self.path).ok().and_then(|b| serde_json::from_slice(&b).ok()).unwrap_or_default());
+        let mut learned = false;
+        let out = files.iter().map(|file| Self::digest_in(known, file, &mut learned)).collect();
+        if learned {
+            if let Ok(text) = serde_json::to_vec(&*known) {
+                if let Err(e) = crate::atomic::write_atomic(&self.path, &text) {
+                    tracing::warn!("reference cache: cannot remember file digests in {}: {e}", self.path.display());
+                }
+            }
+        }
+        out
+    }
+
+    /// `file`'s digest, from `known` or hashed (then remembered there, `learned` set).
+    fn digest_in(known: &mut BTreeMap<PathBuf, Remembered>, file: &Path, learned: &mut bool) -> Result<String, CacheError> {
+        let io = |source| CacheError::Io { path: file.to_path_buf(), source };
+        let canonical = std::fs::canonicalize(file).map_err(io)?;
+        let now = stamp(&std::fs::metadata(&canonical).map_err(io)?);
         if let Some(r) = known.get(&canonical).filter(|r| r.stamp == now) {
             return Ok(r.xxh3.clone());
         }
@@ -157,11 +172,7 @@ impl FileDigests {
         let after = stamp(&std::fs::metadata(&canonical).map_err(io)?);
         if after == now {
             known.insert(canonical, Remembered { stamp: now, xxh3: digest.clone() });
-            if let Ok(text) = serde_json::to_vec(&*known) {
-                if let Err(e) = crate::atomic::write_atomic(&self.path, &text) {
-                    tracing::warn!("reference cache: cannot remember file digests in {}: {e}", self.path.display());
-                }
-            }
+            *learned = true;
         }
         Ok(digest)
     }
@@ -201,4 +212,34 @@ pub(super) fn digest_of(input: &mut impl std::io::Read, len: u64, mut progress: 
         progress(done);
     }
     Ok(h.digest128())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Guards the remembered digests: a folder's files are hashed once and remembered together
+    /// (one file written with all of them), a file that changes is hashed again, and a missing
+    /// file is an error naming it while what was hashed before it is still remembered.
+    #[test]
+    fn digests_are_remembered_per_folder_and_follow_changes() {
+        let dir = tempfile::tempdir().unwrap();
+        let files: Vec<PathBuf> = (0..3).map(|i| dir.path().join(format!("f{i}"))).collect();
+        for (i, f) in files.iter().enumerate() {
+            std::fs::write(f, vec![i as u8; 100]).unwrap();
+        }
+        let memo = dir.path().join("file-digests.json");
+        let first = FileDigests::new(memo.clone()).digests(&files).unwrap();
+        let remembered: BTreeMap<PathBuf, Remembered> = serde_json::from_slice(&std::fs::read(&memo).unwrap()).unwrap();
+        assert_eq!(remembered.len(), 3);
+        assert_eq!(FileDigests::new(memo.clone()).digests(&files).unwrap(), first);
+        std::fs::write(&files[1], vec![9u8; 101]).unwrap();
+        let again = FileDigests::new(memo.clone()).digests(&files).unwrap();
+        assert_eq!((again[0] == first[0], again[1] == first[1]), (true, false));
+        let missing = [files[0].clone(), dir.path().join("absent")];
+        let err = FileDigests::new(dir.path().join("other.json")).digests(&missing).unwrap_err();
+        assert!(err.to_string().contains("absent"), "{err}");
+        let kept: BTreeMap<PathBuf, Remembered> = serde_json::from_slice(&std::fs::read(dir.path().join("other.json")).unwrap()).unwrap();
+        assert_eq!(kept.len(), 1);
+    }
 }
