@@ -122,6 +122,15 @@ impl Gemma4 {
         Ok(Self::build(config, Weights::open_with_dtype(checkpoint_dir, dtype)?.with_device(device.clone()))?.0)
     }
 
+    /// Like [`Gemma4::load_on`], taking the f32 matrices another model of this checkpoint loaded
+    /// through `shared` and leaving its own there (see [`crate::weights::SharedMatrices`]): the
+    /// f64 arbiter and the f32 floor after the f32 reference read no matrix again.
+    pub fn load_shared(checkpoint_dir: &Path, dtype: DType, device: &Device, shared: &crate::weights::SharedMatrices) -> Result<Self> {
+        let config = ModelConfig::from_file(&checkpoint_dir.join("config.json"))?;
+        let w = Weights::open_with_dtype(checkpoint_dir, dtype)?.with_device(device.clone()).with_shared_matrices(shared.clone());
+        Ok(Self::build(config, w)?.0)
+    }
+
     /// Like [`Gemma4::load_on`], reading `overrides` in place of the checkpoint's tensors they
     /// stand for (a quantized export's dequantized weights, see [`Overrides`]); every override
     /// must be read by the model, or loading fails naming those that were not.

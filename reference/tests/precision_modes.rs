@@ -110,3 +110,35 @@ fn logits_head_remakes_the_runs_logits_after_the_model_is_gone() -> Result<()> {
     }
     Ok(())
 }
+
+/// Guards shared matrices: an f64 arbiter and an f32 model loaded after an f32 reference
+/// through one `SharedMatrices` take its matrices (none read again) and compute the same bits as
+/// models loaded on their own; a handle for another checkpoint shares nothing.
+#[test]
+fn models_sharing_matrices_compute_the_same_bits() -> Result<()> {
+    use candle_core::Device;
+    use onnx_parity_reference::weights::SharedMatrices;
+    for name in ["unified-vision", "gemma4-text-ple", "gemma4-text-moe"] {
+        let f = load_fixture(name)?;
+        let dir = fixture_dir(name).join("checkpoint");
+        let shared = SharedMatrices::new(&dir);
+        let bits = |t: Tensor| -> Result<Vec<u64>> {
+            Ok(t.to_dtype(DType::F64)?.flatten_all()?.to_vec1::<f64>()?.iter().map(|x| x.to_bits()).collect())
+        };
+        let run = |m: &Gemma4| -> Result<Vec<u64>> { bits(m.prefill(&f.inputs, m.hf_forward_scope())?) };
+        let first = Gemma4::load_shared(&dir, DType::F32, &Device::Cpu, &shared)?;
+        let held = shared.len();
+        assert!(held > 0, "{name}: the f32 reference shared no matrix");
+        assert_eq!(run(&first)?, run(&Gemma4::load_with_dtype(&dir, DType::F32)?)?, "{name}: f32");
+        drop(first);
+        let arbiter = Gemma4::load_shared(&dir, DType::F64, &Device::Cpu, &shared)?;
+        assert_eq!(shared.len(), held, "{name}: the arbiter read a matrix the reference had loaded");
+        assert_eq!(run(&arbiter)?, run(&Gemma4::load_with_dtype(&dir, DType::F64)?)?, "{name}: f64");
+        let again = Gemma4::load_shared(&dir, DType::F32, &Device::Cpu, &shared)?;
+        assert_eq!(run(&again)?, run(&Gemma4::load_with_dtype(&dir, DType::F32)?)?, "{name}: f32 again");
+        let elsewhere = SharedMatrices::new(&fixture_dir(name));
+        Gemma4::load_shared(&dir, DType::F32, &Device::Cpu, &elsewhere)?;
+        assert!(elsewhere.is_empty(), "{name}: matrices shared under another checkpoint's handle");
+    }
+    Ok(())
+}

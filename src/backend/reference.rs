@@ -6,6 +6,7 @@ use std::path::Path;
 use candle_core::Tensor;
 use onnx_parity_reference::model::LocalPle;
 use onnx_parity_reference::text::ModuleOutputs as ReferenceModules;
+use onnx_parity_reference::weights::SharedMatrices;
 use onnx_parity_reference::{BidirectionalScope, Gemma4, GenerateOptions};
 
 use super::{Backend, BackendError, GenerationRequest};
@@ -13,6 +14,30 @@ use crate::inputs::{Dense, ModelInputs};
 use crate::outputs::{Component, LayerOutputs, LocalLayers, ModuleOutputs, Prefill, Run, StreamedLogits};
 use std::collections::BTreeMap;
 use std::sync::Arc;
+
+/// The matrices reference models of one checkpoint share while a [`MatrixScope`] lives.
+static SHARED: std::sync::Mutex<Option<SharedMatrices>> = std::sync::Mutex::new(None);
+
+/// While alive, reference models loaded from `checkpoint` on the checkpoint's own weights share
+/// their f32 matrices ([`SharedMatrices`]): the f64 arbiter and the f32 floor loaded after the
+/// reference read and transpose none again (E2B width: 2.3 s a load; 12B width: 5 s). Dropped,
+/// the matrices go with the last model holding them — before ONNX Runtime runs, so they never
+/// sit beside its sessions. Scopes of several cases at once only lose sharing, never mix
+/// matrices: a model takes them only from its own checkpoint's handle.
+#[must_use = "the matrices are shared only while the scope is alive"]
+pub struct MatrixScope(());
+
+/// Opens a [`MatrixScope`] for `checkpoint`.
+pub fn share_matrices(checkpoint: &Path) -> MatrixScope {
+    *SHARED.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(SharedMatrices::new(checkpoint));
+    MatrixScope(())
+}
+
+impl Drop for MatrixScope {
+    fn drop(&mut self) {
+        *SHARED.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = None;
+    }
+}
 
 /// A loaded reference model.
 #[derive(Debug)]
@@ -48,9 +73,11 @@ impl ReferenceBackend {
         overrides: Option<&onnx_parity_reference::weights::Overrides>,
     ) -> Result<Self, BackendError> {
         let device = crate::gpu::reference_device()?;
-        let model = match overrides {
-            Some(o) => Gemma4::load_with_overrides(checkpoint, dtype, &device, o.clone())?,
-            None => Gemma4::load_on(checkpoint, dtype, &device)?,
+        let shared = SHARED.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone().filter(|s| s.dir() == checkpoint);
+        let model = match (overrides, shared) {
+            (Some(o), _) => Gemma4::load_with_overrides(checkpoint, dtype, &device, o.clone())?,
+            (None, Some(s)) => Gemma4::load_shared(checkpoint, dtype, &device, &s)?,
+            (None, None) => Gemma4::load_on(checkpoint, dtype, &device)?,
         };
         let scope = scope.unwrap_or_else(|| model.hf_forward_scope());
         Ok(Self { model, scope, dequantized: overrides.map_or(0, |o| o.len()), stream_logits: false })

@@ -106,6 +106,12 @@ pub fn entry_key(identity: &KeyBuilder, what: &str, extra: impl FnOnce(&mut KeyB
     key.finish()
 }
 
+/// Whether `what` (with `extra` parts) of the case `identity` stands for is stored.
+pub fn is_stored(identity: Option<&KeyBuilder>, what: &str, extra: impl FnOnce(&mut KeyBuilder)) -> bool {
+    let (Some(store), Some(identity)) = (store(), identity) else { return false };
+    store.contains(&entry_key(identity, what, extra))
+}
+
 /// `what` of `case` under `identity` (with `extra` parts) from the cache, else `compute`d and
 /// stored. A failed computation is not stored.
 pub fn through<T: Cached>(

@@ -129,10 +129,7 @@ impl PrecisionRuns {
         let i = i + if ple == LocalPle::FromStream { 3 } else { 0 };
         self.at[i]
             .get_or_init(|| {
-                let extra = |k: &mut KeyBuilder| {
-                    k.text("compute", &format!("{compute:?}")).text("ple", &format!("{ple:?}"));
-                };
-                super::cached::through(case, identity, "floor", extra, || {
+                super::cached::through(case, identity, "floor", floor_key(compute, ple), || {
                     let eos = eos_ids(case);
                     let request = forced(case, &eos, &reference.generation.tokens);
                     with_reference(case, compute, build, |b| {
@@ -143,6 +140,19 @@ impl PrecisionRuns {
             })
             .as_ref()
             .map_err(Arc::clone)
+    }
+}
+
+/// Whether the floor at `dtype`'s precision with `ple` is in the reference cache (then it is
+/// read when L3 judges, not computed).
+pub fn floor_stored(identity: Option<&KeyBuilder>, dtype: Dtype, ple: LocalPle) -> bool {
+    slot(dtype).is_some_and(|(_, compute)| super::cached::is_stored(identity, "floor", floor_key(compute, ple)))
+}
+
+/// What distinguishes a floor's cache key within its case.
+fn floor_key(compute: DType, ple: LocalPle) -> impl FnOnce(&mut KeyBuilder) {
+    move |k: &mut KeyBuilder| {
+        k.text("compute", &format!("{compute:?}")).text("ple", &format!("{ple:?}"));
     }
 }
 

@@ -75,6 +75,11 @@ impl Store {
         self.root.join("entries").join(&hex[..2]).join(format!("{hex}.bin"))
     }
 
+    /// Whether an entry is stored under `key` (not whether it is usable: reading says that).
+    pub fn contains(&self, key: &Key) -> bool {
+        self.path(key).is_file()
+    }
+
     /// The value stored under `key` (`what` names it in the log and the report, with `label`,
     /// the case); `None` when there is none or it cannot be used (then it is removed).
     pub fn get<T: Cached>(&self, what: &str, label: &str, key: &Key) -> Option<T> {

@@ -31,12 +31,14 @@ mod overrides;
 pub mod rounding;
 mod rows;
 mod shard;
+mod shared;
 
 pub use activations::{quantize_activations, round_activations, ActFloat, ActivationQuant, MatmulActivations, StaticGrid};
 use decode::{decode, Bf16Le, F16Le, F32Le, Order};
 pub use overrides::{name_for, stands_for, DequantRows, Override, OverrideData, OverrideReadError, Overrides};
 pub use rows::RowTable;
 use shard::Shard;
+pub use shared::SharedMatrices;
 
 /// Module-name fragment → checkpoint-name fragment renames of HF's checkpoint conversion.
 pub type Renames = &'static [(&'static str, &'static str)];
@@ -128,6 +130,8 @@ pub struct Weights {
     used_overrides: Mutex<std::collections::BTreeSet<String>>,
     /// Overrides whose activation rounding a matmul asked for ([`Weights::activations`]).
     used_activations: Mutex<std::collections::BTreeSet<String>>,
+    /// Matrices shared with other models of the checkpoint ([`SharedMatrices`]).
+    shared: Option<SharedMatrices>,
 }
 
 #[derive(serde::Deserialize)]
@@ -253,6 +257,7 @@ impl Weights {
             overrides: Overrides::default(),
             used_overrides: Mutex::new(std::collections::BTreeSet::new()),
             used_activations: Mutex::new(std::collections::BTreeSet::new()),
+            shared: None,
         }
     }
 
@@ -477,10 +482,12 @@ impl Weights {
         if let Some(t) = self.placeholder(module_name, &expected, &[cols, rows])? {
             return Ok(t);
         }
-        let data = self.read_with(module_name, &expected, Order::Transposed { rows, cols })?;
-        let t = Tensor::from_vec(data, (cols, rows), &Device::Cpu)?;
-        let dtype = self.matrix_dtype();
-        self.upload(if dtype == DType::F32 { t } else { t.to_dtype(dtype)? })
+        self.through_shared(module_name, expected, || {
+            let data = self.read_with(module_name, &expected, Order::Transposed { rows, cols })?;
+            let t = Tensor::from_vec(data, (cols, rows), &Device::Cpu)?;
+            let dtype = self.matrix_dtype();
+            self.upload(if dtype == DType::F32 { t } else { t.to_dtype(dtype)? })
+        })
     }
 
     /// The dtype [`Weights::get_t`] keeps matrices in: the compute dtype, except in the f64
@@ -594,30 +601,7 @@ impl Weights {
     fn read_with(&self, module_name: &str, expected: &[usize], order: Order) -> Result<Vec<f32>> {
         if let Some((key, o)) = self.checked_override(module_name, expected)? {
             self.record(key, expected);
-            // Dequantized a band of rows at a time, straight into the model's buffer.
-            const BAND: usize = 256;
-            let (rows, cols) = (o.shape[0], o.cols());
-            let mut out = vec![0f32; rows * cols];
-            match order {
-                Order::RowMajor => {
-                    for (k, dst) in out.chunks_mut(BAND * cols.max(1)).enumerate() {
-                        o.rows_into(k * BAND, dst.len() / cols.max(1), dst)?;
-                    }
-                }
-                Order::Transposed { .. } => {
-                    let mut band = vec![0f32; BAND * cols];
-                    for start in (0..rows).step_by(BAND) {
-                        let n = BAND.min(rows - start);
-                        o.rows_into(start, n, &mut band[..n * cols])?;
-                        for (i, row) in band[..n * cols].chunks_exact(cols.max(1)).enumerate() {
-                            for (c, &v) in row.iter().enumerate() {
-                                out[c * rows + start + i] = v;
-                            }
-                        }
-                    }
-                }
-            }
-            return Ok(out);
+            return Ok(o.decode(matches!(order, Order::Transposed { .. }))?);
         }
         let (name, entry, shard) = self.entry(module_name, expected)?;
         let mmap = shard.mmap.as_ref().ok_or_else(|| Error::Internal("a mapped read from a headers-only source".into()))?;

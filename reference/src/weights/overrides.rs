@@ -55,6 +55,31 @@ impl Override {
         self.shape.get(1).copied().unwrap_or(1)
     }
 
+    /// The whole matrix in f32, row-major or `transposed`, dequantized a band of rows at a time
+    /// straight into the returned buffer.
+    pub(super) fn decode(&self, transposed: bool) -> Result<Vec<f32>, OverrideReadError> {
+        const BAND: usize = 256;
+        let (rows, cols) = (self.shape[0], self.cols());
+        let mut out = vec![0f32; rows * cols];
+        if !transposed {
+            for (k, dst) in out.chunks_mut(BAND * cols.max(1)).enumerate() {
+                self.rows_into(k * BAND, dst.len() / cols.max(1), dst)?;
+            }
+            return Ok(out);
+        }
+        let mut band = vec![0f32; BAND * cols];
+        for start in (0..rows).step_by(BAND) {
+            let n = BAND.min(rows - start);
+            self.rows_into(start, n, &mut band[..n * cols])?;
+            for (i, row) in band[..n * cols].chunks_exact(cols.max(1)).enumerate() {
+                for (c, &v) in row.iter().enumerate() {
+                    out[c * rows + start + i] = v;
+                }
+            }
+        }
+        Ok(out)
+    }
+
     /// Rows `start..start + count` into `out` (`count × cols`, row-major).
     pub fn rows_into(&self, start: usize, count: usize, out: &mut [f32]) -> Result<(), OverrideReadError> {
         let cols = self.cols();
