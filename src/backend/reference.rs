@@ -25,17 +25,22 @@ static SHARED: std::sync::Mutex<Option<SharedMatrices>> = std::sync::Mutex::new(
 /// sit beside its sessions. Scopes of several cases at once only lose sharing, never mix
 /// matrices: a model takes them only from its own checkpoint's handle.
 #[must_use = "the matrices are shared only while the scope is alive"]
-pub struct MatrixScope(());
+#[derive(Debug)]
+pub struct MatrixScope(SharedMatrices);
 
-/// Opens a [`MatrixScope`] for `checkpoint`.
+/// Opens a [`MatrixScope`] for `checkpoint` (the process's one: a later scope takes its place).
 pub fn share_matrices(checkpoint: &Path) -> MatrixScope {
-    *SHARED.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(SharedMatrices::new(checkpoint));
-    MatrixScope(())
+    let shared = SharedMatrices::new(checkpoint);
+    *SHARED.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(shared.clone());
+    MatrixScope(shared)
 }
 
 impl Drop for MatrixScope {
     fn drop(&mut self) {
-        *SHARED.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = None;
+        let mut current = SHARED.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if current.as_ref().is_some_and(|s| s.same(&self.0)) {
+            *current = None;
+        }
     }
 }
 

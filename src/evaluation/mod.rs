@@ -19,6 +19,7 @@ pub mod implementations;
 mod loaded;
 pub mod precision;
 mod request;
+mod sharing;
 
 pub use error::{EvalError, SharedError};
 use loaded::{run_loaded, Opened};
@@ -166,6 +167,9 @@ pub struct CaseEvaluation {
     /// Whether a candidate whose forced run is not its own greedy decode decodes again, freely:
     /// only L5 reads that, so a run without L5 skips a whole generation.
     decode_freely: bool,
+    /// The reference side's models sharing the checkpoint's matrices until the candidates run
+    /// ([`sharing`]).
+    matrices: std::sync::Mutex<Option<crate::backend::reference::MatrixScope>>,
 }
 
 impl Default for CaseEvaluation {
@@ -240,6 +244,7 @@ impl CaseEvaluation {
             candidates,
             matmul_nbits: MatMulNBitsModel::Mlas,
             decode_freely: true,
+            matrices: Default::default(),
         }
     }
 
@@ -347,7 +352,10 @@ impl CaseEvaluation {
             .get_or_init(|| {
                 let inputs = self.inputs(case)?;
                 let build = self.build(case)?;
-                cached::through(case, self.identity(case), "reference", |_| {}, || self.run_reference(case, inputs, build))
+                cached::through(case, self.identity(case), "reference", |_| {}, || {
+                    self.share_matrices(case);
+                    self.run_reference(case, inputs, build)
+                })
             })
             .as_ref()
             .map_err(Arc::clone)
@@ -423,7 +431,7 @@ impl CaseEvaluation {
                 let inputs = self.inputs(case)?;
                 // The reference side first, its models sharing the checkpoint's matrices; all
                 // of them gone before ONNX Runtime runs.
-                let matrices = Artifacts::of(case).checkpoint.as_deref().map(crate::backend::reference::share_matrices);
+                self.share_matrices(case);
                 let reference = self.reference(case).ok().map(|r| &r.run);
                 // Under the calibrated rule the sub-models and layers are judged on the f64
                 // arbiter's inputs and streams (its floor is the reference fed the same).
@@ -432,7 +440,7 @@ impl CaseEvaluation {
                     _ => reference,
                 };
                 self.floor_while_shared(case);
-                drop(matrices);
+                self.end_sharing();
                 let free = self.decode_freely;
                 let (mut run, opened) =
                     run_once(&c.implementation, case, c.ep, |backend| candidate_runs(case, backend, inputs, reference, oracle, free))?;
@@ -450,19 +458,6 @@ impl CaseEvaluation {
 }
 
 impl CaseEvaluation {
-    /// The f32 floor of an f32 build, computed now when it is not in the reference cache: its
-    /// model then takes the matrices the reference's loaded instead of loading them after the
-    /// candidates (its layers are held through the candidates' runs: 258 MB at E2B width). A
-    /// stored floor, any other precision or a quantized build's is left to L3, and so is any
-    /// error (L3 reports it; the candidates' runs do not depend on it).
-    fn floor_while_shared(&self, case: &Case) {
-        let f32_floor = precision::slot(case.dtype).is_some_and(|(_, compute)| compute == candle_core::DType::F32);
-        let quantized = !matches!(self.build(case), Ok(None));
-        if f32_floor && !quantized && !precision::floor_stored(self.identity(case), case.dtype, local_ple(case)) {
-            let _ = self.calibration(case);
-        }
-    }
-
     /// The floors of `case`'s candidate conditioned on its int8 steps, for a quantized build whose
     /// kernel quantizes activations under the calibrated rule; `None` otherwise.
     fn hinted(&self, case: &Case, activations: hinted::CandidateActivations) -> Result<Option<hinted::Hinted>, SharedError> {

@@ -102,7 +102,8 @@ fn run_l3(case: &Case, candidate: &Candidate, eval: &CaseEvaluation) -> TierOutc
         Err(e) => return TierOutcome::fail(e.to_string()),
     };
     // The candidates first (their isolation needs the f64 arbiter only): the floor at their
-    // precision is run only when one of them ran (a graph ORT rejects needs none).
+    // precision is judged with only when one of them ran (a graph ORT rejects needs none); an
+    // f32 build's, when not cached, was already made before them (`evaluation::sharing`).
     let candidates = eval.candidates(case, candidate);
     let calibration = match candidates.iter().any(Result::is_ok) {
         true => match eval.calibration(case).transpose() {

@@ -43,6 +43,11 @@ impl SharedMatrices {
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
+
+    /// Whether `other` is this handle (a clone of it), not merely one of the same folder.
+    pub fn same(&self, other: &SharedMatrices) -> bool {
+        Arc::ptr_eq(&self.matrices, &other.matrices)
+    }
 }
 
 impl Weights {

@@ -1,0 +1,39 @@
+//! The reference side's models of a case sharing the checkpoint's f32 matrices
+//! ([`crate::backend::reference::MatrixScope`]): the reference, then the f64 arbiter and an f32
+//! build's f32 floor take the matrices the first of them loaded, instead of reading and
+//! transposing them again (E2B width 2.3 s a load, 12B width 5 s). The sharing starts when the
+//! first of them is computed (not when read from the reference cache) and ends before the
+//! case's candidates run, so the matrices never sit beside ONNX Runtime's sessions.
+
+use super::{local_ple, precision, CaseEvaluation};
+use crate::artifacts::Artifacts;
+use crate::case::Case;
+
+impl CaseEvaluation {
+    /// Starts sharing `case`'s checkpoint matrices, when not already.
+    pub(super) fn share_matrices(&self, case: &Case) {
+        let mut m = self.matrices.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if m.is_none() {
+            *m = Artifacts::of(case).checkpoint.as_deref().map(crate::backend::reference::share_matrices);
+        }
+    }
+
+    /// Ends the sharing: the matrices go with the last model holding them.
+    pub(super) fn end_sharing(&self) {
+        self.matrices.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take();
+    }
+
+    /// The f32 floor of an f32 build, computed now when it is not in the reference cache: its
+    /// model then takes the shared matrices instead of loading them after the candidates (its
+    /// layers are held through the candidates' runs: 258 MB at E2B width), and it is cached for
+    /// the next export even when this one's graphs do not load. A stored floor, any other
+    /// precision or a quantized build's is left to L3, and so is any error (L3 reports it; the
+    /// candidates' runs do not depend on it).
+    pub(super) fn floor_while_shared(&self, case: &Case) {
+        let f32_floor = precision::slot(case.dtype).is_some_and(|(_, compute)| compute == candle_core::DType::F32);
+        let quantized = !matches!(self.build(case), Ok(None));
+        if f32_floor && !quantized && !precision::floor_stored(self.identity(case), case.dtype, local_ple(case)) {
+            let _ = self.calibration(case);
+        }
+    }
+}
