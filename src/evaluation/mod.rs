@@ -352,10 +352,16 @@ impl CaseEvaluation {
             .get_or_init(|| {
                 let inputs = self.inputs(case)?;
                 let build = self.build(case)?;
-                cached::through(case, self.identity(case), "reference", |_| {}, || {
-                    self.share_matrices(case);
-                    self.run_reference(case, inputs, build)
-                })
+                cached::through(
+                    case,
+                    self.identity(case),
+                    "reference",
+                    |_| {},
+                    || {
+                        self.share_matrices(case);
+                        self.run_reference(case, inputs, build)
+                    },
+                )
             })
             .as_ref()
             .map_err(Arc::clone)
