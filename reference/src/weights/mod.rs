@@ -312,6 +312,12 @@ impl Weights {
         self
     }
 
+    /// Shares f32 matrices with other models of the same checkpoint through `shared`.
+    pub fn with_shared_matrices(mut self, shared: SharedMatrices) -> Self {
+        self.shared = Some(shared);
+        self
+    }
+
     /// Reads `overrides` in place of the checkpoint's tensors they match (see [`Overrides`]).
     pub fn with_overrides(mut self, overrides: Overrides) -> Self {
         self.overrides = overrides;
@@ -482,12 +488,18 @@ impl Weights {
         if let Some(t) = self.placeholder(module_name, &expected, &[cols, rows])? {
             return Ok(t);
         }
-        self.through_shared(module_name, expected, || {
+        let load = || {
             let data = self.read_with(module_name, &expected, Order::Transposed { rows, cols })?;
             let t = Tensor::from_vec(data, (cols, rows), &Device::Cpu)?;
             let dtype = self.matrix_dtype();
             self.upload(if dtype == DType::F32 { t } else { t.to_dtype(dtype)? })
-        })
+        };
+        // Only the checkpoint's own f32 matrices on the CPU are shared ([`SharedMatrices`]).
+        let shareable = self.device.is_cpu() && self.matrix_dtype() == DType::F32 && self.overrides.is_empty();
+        match self.shared.as_ref().filter(|s| shareable && s.is_for(&self.dir)) {
+            Some(shared) => shared.get_or_load(self.entry(module_name, &expected)?.0, |name| self.record(name, &expected), load),
+            None => load(),
+        }
     }
 
     /// The dtype [`Weights::get_t`] keeps matrices in: the compute dtype, except in the f64

@@ -2,7 +2,7 @@
 //! and the f32 floor after the f32 reference reads and transposes no matrix again.
 //!
 //! Why this is exact: the f64 precision mode keeps matrices in f32
-//! ([`Weights::matrix_dtype`]), decoded and transposed by the same code as the f32 reference's,
+//! ([`super::Weights::matrix_dtype`]), decoded and transposed by the same code as the f32 reference's,
 //! so a matrix one model loaded is bit for bit the one another would load. Only f32 matrices on
 //! the CPU from the checkpoint itself are shared (not a quantized build's overrides, not a
 //! half-precision floor's rounded copies, not a device's uploads). The caller decides how long
@@ -13,9 +13,8 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use candle_core::{DType, Tensor};
+use candle_core::Tensor;
 
-use super::Weights;
 use crate::error::Result;
 
 /// The f32 matrices models of the checkpoint at `dir` have loaded, by stored name.
@@ -44,34 +43,27 @@ impl SharedMatrices {
         self.len() == 0
     }
 
-    /// Whether `other` is this handle (a clone of it), not merely one of the same folder.
-    pub fn same(&self, other: &SharedMatrices) -> bool {
-        Arc::ptr_eq(&self.matrices, &other.matrices)
-    }
-}
-
-impl Weights {
-    /// Shares f32 matrices with other models of the same checkpoint through `shared`.
-    pub fn with_shared_matrices(mut self, shared: SharedMatrices) -> Self {
-        self.shared = Some(shared);
-        self
+    /// Whether these are the matrices of the checkpoint at `dir`.
+    pub(super) fn is_for(&self, dir: &Path) -> bool {
+        self.dir == dir
     }
 
-    /// The matrix `module_name` (stored `expected`) from the shared matrices when one was loaded
-    /// there, else `load`ed and shared; `load` alone when these weights share nothing or this
-    /// matrix cannot be shared (see the module doc).
-    pub(super) fn through_shared(&self, module_name: &str, expected: [usize; 2], load: impl FnOnce() -> Result<Tensor>) -> Result<Tensor> {
-        let shareable = self.device.is_cpu() && self.matrix_dtype() == DType::F32 && self.overrides.is_empty();
-        let Some(shared) = self.shared.as_ref().filter(|s| shareable && s.dir == self.dir) else { return load() };
-        let (name, _, _) = self.entry(module_name, &expected)?;
-        if let Some(t) = shared.matrices.lock().ok().and_then(|m| m.get(&name).cloned()) {
-            self.record(&name, &expected);
+    /// The matrix stored as `name`: the shared one when a model loaded it (`hit` is told its
+    /// name), else `load`ed and shared.
+    pub(super) fn get_or_load(&self, name: String, hit: impl FnOnce(&str), load: impl FnOnce() -> Result<Tensor>) -> Result<Tensor> {
+        if let Some(t) = self.matrices.lock().ok().and_then(|m| m.get(&name).cloned()) {
+            hit(&name);
             return Ok(t);
         }
         let t = load()?;
-        if let Ok(mut m) = shared.matrices.lock() {
+        if let Ok(mut m) = self.matrices.lock() {
             m.insert(name, t.clone());
         }
         Ok(t)
+    }
+
+    /// Whether `other` is this handle (a clone of it), not merely one of the same folder.
+    pub fn same(&self, other: &SharedMatrices) -> bool {
+        Arc::ptr_eq(&self.matrices, &other.matrices)
     }
 }
