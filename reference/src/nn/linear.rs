@@ -93,7 +93,7 @@ impl Linear {
     /// requantized as the export requantizes the output (per tensor: each slice alike).
     pub(crate) fn forward_columns(&self, x: &LinearInput, start: usize, cols: usize) -> Result<Tensor> {
         let w = self.weight_t.narrow(1, start, cols)?;
-        let y = times(&x.x, &w)?;
+        let y = upcast::matmul(&x.x, &w)?;
         let candidate = x.candidate.as_ref().map(|c| self.candidate_output(c, start, cols)).transpose()?.flatten();
         self.output(y, candidate)
     }
@@ -101,7 +101,8 @@ impl Linear {
     /// The matmul of an input made by [`Linear::input`], its bias, and the export's rounding of
     /// the output.
     pub(crate) fn apply(&self, x: &LinearInput) -> Result<Tensor> {
-        let y = times(&x.x, &self.weight_t)?;
+        // The f64 precision mode keeps matrices f32 ([`Weights::matrix_dtype`]): upcast per matmul.
+        let y = upcast::matmul(&x.x, &self.weight_t)?;
         let y = match &self.bias {
             Some(b) => y.broadcast_add(b)?,
             None => y,
@@ -212,16 +213,6 @@ fn integer_codes(t: &Tensor, scale: &dyn Fn(usize) -> f32) -> Result<Vec<f64>> {
 /// `x` (`[.., k]`) rounded as `quant` rounds it, without hints.
 pub(crate) fn rounded_input(x: &Tensor, quant: &ActivationQuant) -> Result<Tensor> {
     Ok(round_tensor(x, quant, "", None, false)?.0)
-}
-
-/// `x · w`, `w` upcast to `x`'s dtype where they differ: the f64 precision mode keeps matrices
-/// f32 and upcasts each for its matmul only ([`Weights::matrix_dtype`], [`upcast::matmul`]).
-fn times(x: &Tensor, w: &Tensor) -> Result<Tensor> {
-    if w.dtype() == x.dtype() {
-        Ok(x.matmul(w)?)
-    } else {
-        upcast::matmul(x, w)
-    }
 }
 
 /// `Gemma4ClippableLinear` (vision tower): a bias-free `nn.Linear` stored as `{prefix}.linear.weight`

@@ -45,10 +45,14 @@ impl Drop for Reuse {
     }
 }
 
-/// `x · w` for `x` `[m, k]` in f64 and `w` `[k, n]` in f32 (any strides, e.g. a column slice of
-/// a transposed weight), on the CPU: `[m, n]` in f64, bit for bit `x.matmul(&w.to_dtype(F64))`.
-/// Elsewhere (another device or dtype) it is that expression.
+/// `x · w` in `x`'s dtype, `w` (a weight, any strides: e.g. a column slice of a transposed
+/// one) upcast to it where they differ. For `x` `[m, k]` in f64 and `w` `[k, n]` in f32 on the
+/// CPU: `[m, n]` in f64, bit for bit `x.matmul(&w.to_dtype(F64))`, without that copy.
+/// Elsewhere (another device or dtype pair) it is that expression.
 pub(crate) fn matmul(x: &Tensor, w: &Tensor) -> Result<Tensor> {
+    if w.dtype() == x.dtype() {
+        return Ok(x.matmul(w)?);
+    }
     if x.dtype() != DType::F64 || w.dtype() != DType::F32 || !x.device().is_cpu() || !w.device().is_cpu() {
         return Ok(x.matmul(&w.to_dtype(x.dtype())?)?);
     }

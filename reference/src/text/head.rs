@@ -11,7 +11,7 @@
 
 use std::sync::Arc;
 
-use candle_core::{DType, Device, Tensor};
+use candle_core::{Device, Tensor};
 
 use crate::error::{Error, Result};
 use crate::nn::linear::rounded_input;
@@ -51,14 +51,8 @@ impl LogitsHead {
             None => hidden.clone(),
         };
         let w = Tensor::from_vec(self.rows.read_rows(start, cols)?, (cols, h), &Device::Cpu)?;
-        let y = if x.dtype() == DType::F32 {
-            let w = if x.device().is_cpu() { w } else { w.to_device(x.device())? };
-            x.matmul(&w.t()?)?
-        } else if x.device().is_cpu() {
-            upcast::matmul(&x, &w.t()?)?
-        } else {
-            x.matmul(&w.to_dtype(x.dtype())?.to_device(x.device())?.t()?)?
-        };
+        let w = if x.device().is_cpu() { w } else { w.to_device(x.device())? };
+        let y = upcast::matmul(&x, &w.t()?)?;
         let y = match self.activations.output {
             Some(grid) => rounded_input(&y, &ActivationQuant::Static(grid))?,
             None => y,
