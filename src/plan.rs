@@ -102,7 +102,7 @@ pub fn plan(roots: &[PathBuf], opts: &RunOptions) -> Vec<PlannedTrial> {
                 // The case and each of its variants: one evaluation, so one reference run.
                 // A run without L5 does not decode a candidate freely a second time.
                 let free = opts.runs_level(Level::L5);
-                let eval = Arc::new(CaseEvaluations::for_case_on(&case, &opts.eps).decoding_freely(free));
+                let eval = Arc::new(CaseEvaluations::for_case_on(&opts.judged(&case), &opts.eps).decoding_freely(free));
                 let base_quantized = case.dtype.is_quantized();
                 // Other implementations are judged on the tiers that compare computed outputs;
                 // L1 and L2 judge an export's graph and the config.
@@ -130,9 +130,11 @@ pub fn plan(roots: &[PathBuf], opts: &RunOptions) -> Vec<PlannedTrial> {
                 // CUDA never does).
                 let mut own: std::collections::BTreeMap<(Option<String>, MatMulNBitsModel), Arc<CaseEvaluations>> = Default::default();
                 for (build, levels) in candidates {
-                    let Some(view) = case.view(&build) else { continue };
-                    let quantized = build.variant.is_some() && (view.dtype.is_quantized() || base_quantized);
-                    let view = Arc::new(view);
+                    let Some(requested) = case.view(&build) else { continue };
+                    let quantized = build.variant.is_some() && (requested.dtype.is_quantized() || base_quantized);
+                    // Judged at the tiers both the run and the case ask for: a run without L3
+                    // computes no f64 arbiter, floor, isolation or layer streams for it.
+                    let view = Arc::new(opts.judged(&requested));
                     // A model implementation runs the checkpoint on the reference's device: one
                     // trial, no EP; a runtime on each selected EP.
                     let eps: &[RunEp] = match implementations::candidate(&build.implementation).is_some_and(|i| i.per_export) {
@@ -154,7 +156,7 @@ pub fn plan(roots: &[PathBuf], opts: &RunOptions) -> Vec<PlannedTrial> {
                         for &level in levels.iter().filter(|&&l| opts.runs_level(l)) {
                             let trial = Trial { case: Arc::clone(&view), candidate: candidate.clone(), level };
                             let name = trial.name();
-                            let kind = match skip_of(&trial.case, &trial.candidate, level, opts) {
+                            let kind = match skip_of(&requested, &trial.candidate, level, opts) {
                                 // Strict: a missing artifact fails the trial (a CI run that lost
                                 // its exports must not go green having judged nothing).
                                 Some(Skip { cause: SkipCause::MissingArtifact, reason }) if opts.strict => {
@@ -284,5 +286,45 @@ mod tests {
         assert!(!local[3].2.contains("too big for CI"), "ci_skip_reason must not apply outside CI: {local:?}");
         let ci = kinds(&plan(&[dir.path().to_path_buf()], &opts(true)));
         assert!(ci[3].2.contains("too big for CI"), "{ci:?}");
+    }
+
+    /// Guards: a run's levels narrow what its trials judge (`run --levels L1` on a case that
+    /// lists L3 gives its trials, and their shared evaluation, a case without L3, so no arbiter,
+    /// floor or isolation runs), while a level the case does not request is still named with the
+    /// case's own list.
+    #[test]
+    fn a_runs_levels_narrow_the_case_its_trials_judge() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let cat = dir.path().join("text");
+        std::fs::create_dir_all(&cat).expect("mkdir");
+        let fixture = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/gemma4-text-dense");
+        let yaml = format!(
+            "model_id: x\nmodel_type: gemma4_text\ndtype: float32\ncheckpoint: {}\nonnx: {}\nlevels: [L1, L3]\n",
+            fixture.join("checkpoint").display(),
+            fixture.join("onnx").display()
+        );
+        std::fs::write(cat.join("a.yaml"), yaml).expect("write");
+        let o = RunOptions { levels: Some(vec![Level::L1, Level::L4]), ..opts(false) };
+        let trials = plan(&[dir.path().to_path_buf()], &o);
+        let judged: Vec<_> = trials
+            .iter()
+            .filter_map(|t| match &t.kind {
+                TrialKind::Run { trial, .. } => Some((t.level, trial.case.levels.iter().copied().collect::<Vec<_>>())),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(judged, [(Some(Level::L1), vec![Level::L1])], "{:?}", kinds(&trials));
+        let k = kinds(&trials);
+        let l4 = k.iter().find(|t| t.0.ends_with("::L4")).expect("an L4 trial");
+        assert_eq!(l4.1, "ignored");
+        assert!(l4.2.contains("does not request L4 (levels: L1, L3)"), "{k:?}");
+        assert!(!k.iter().any(|t| t.0.ends_with("::L3")), "L3 is not this run's: {k:?}");
+        // Without `--levels` (the test target) the case is judged as written.
+        let all = plan(&[dir.path().to_path_buf()], &opts(false));
+        let l1 = all.iter().find_map(|t| match &t.kind {
+            TrialKind::Run { trial, .. } if t.level == Some(Level::L1) => Some(trial.case.levels.len()),
+            _ => None,
+        });
+        assert_eq!(l1, Some(2));
     }
 }

@@ -51,6 +51,15 @@ impl RunOptions {
         self.levels.as_ref().is_none_or(|l| l.contains(&level))
     }
 
+    /// `case` as this run judges it: its levels narrowed to the run's (`run --levels`). What the
+    /// tiers compute follows the case's levels, so `run --levels L1,L4` on a case that lists L3
+    /// pays for no L3 work (the f64 arbiter, floors, isolation, layer streams).
+    pub fn judged(&self, case: &Case) -> Case {
+        let mut judged = case.clone();
+        judged.levels.retain(|&l| self.runs_level(l));
+        judged
+    }
+
     /// The goldens folder of `case`: the run's, else the one beside the case's own `cases/`
     /// folder.
     pub fn goldens_for(&self, case: &Case) -> PathBuf {
