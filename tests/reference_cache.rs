@@ -193,6 +193,56 @@ fn corrupt_and_truncated_entries_are_misses() {
     assert!(store.get::<Run>("reference", "t", &key(9)).is_none());
 }
 
+/// `run` with all-position logits streamed from a file of `rows` x `vocab` values
+/// (`1000 + i`), as the f64 arbiter's are once stored.
+fn with_streamed_logits(mut run: Run, dir: &Path, rows: usize, vocab: usize) -> Run {
+    use onnx_parity::outputs::{StoredSlices, StreamedLogits};
+    let path = dir.join("logits.bin");
+    let bytes: Vec<u8> = (0..rows * vocab).flat_map(|i| (1000.0 + i as f32).to_le_bytes()).collect();
+    std::fs::write(&path, bytes).unwrap();
+    let file = std::sync::Arc::new(std::sync::Mutex::new(std::fs::File::open(&path).unwrap()));
+    let slices = StoredSlices { file, path, offset: 0, rows, vocab, slice: vocab };
+    run.prefill.streamed = Some(std::sync::Arc::new(StreamedLogits::stored(slices)));
+    run
+}
+
+fn streamed_values(run: &Run) -> Vec<f32> {
+    let mut out = Vec::new();
+    let s = run.prefill.streamed.as_ref().expect("streamed logits");
+    s.for_each_slice::<onnx_parity_reference::Error>(|_, _, v| {
+        out.extend_from_slice(v);
+        Ok(())
+    })
+    .unwrap();
+    out
+}
+
+/// Guards the one-pass read: the streamed logits block, passed over while decoding and read
+/// later slice by slice, is covered by the digest too — a byte altered inside it is a miss,
+/// and an intact entry gives the values back bit for bit.
+#[test]
+fn a_block_read_later_is_checked_with_its_entry() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = Store::new(tmp.path().join("cache"), 1 << 30);
+    let run = with_streamed_logits(sample_run(), tmp.path(), 3, 5);
+    let expected = streamed_values(&run);
+    assert!(store.put("arbiter", "t", &key(1), &run));
+    let back: Run = store.get("arbiter", "t", &key(1)).expect("stored");
+    assert_eq!(
+        streamed_values(&back).iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+        expected.iter().map(|v| v.to_bits()).collect::<Vec<_>>()
+    );
+    drop(back);
+    let path = entries(&tmp.path().join("cache"))[0].clone();
+    let mut bytes = std::fs::read(&path).unwrap();
+    let needle = 1007.0f32.to_le_bytes();
+    let at = bytes.windows(4).position(|w| w == needle).expect("the block is in the entry");
+    bytes[at] ^= 0x01;
+    std::fs::write(&path, bytes).unwrap();
+    assert!(store.get::<Run>("arbiter", "t", &key(1)).is_none(), "an altered streamed block is a miss");
+    assert!(!path.exists(), "the unusable entry is removed");
+}
+
 /// Guards the bound: beyond it the least recently used entries go (a read counts as a use).
 #[test]
 fn the_least_recently_used_entries_are_evicted_beyond_the_bound() {

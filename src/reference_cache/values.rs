@@ -179,6 +179,12 @@ impl Cached for Run {
         components(e, &self.step_inputs)
     }
 
+    /// The f64 arbiter's logits made by its head: read back from the entry just written
+    /// (bit-identical, the same slices) rather than made again at every comparison.
+    fn read_back_after_store(&self) -> bool {
+        self.prefill.streamed.as_ref().is_some_and(|s| s.is_computed())
+    }
+
     fn decode(d: &mut Decoder) -> R<Self> {
         let prefill = read_prefill(d)?;
         let tokens = d.i64s()?;
