@@ -166,12 +166,17 @@ impl StoredSlices {
         let io = |source: std::io::Error| onnx_parity_reference::Error::Io { path: self.path.clone(), source };
         let mut file = self.file.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         file.seek(SeekFrom::Start(self.offset)).map_err(io)?;
-        let mut bytes = Vec::new();
+        // One buffer each for the whole pass: a fresh one per slice (144 MB at 12B width) was
+        // faulted in and zeroed by the kernel every time.
+        let (mut bytes, mut values) = (Vec::new(), Vec::new());
         for start in (0..self.vocab).step_by(self.slice.max(1)) {
             let cols = self.slice.min(self.vocab - start);
             bytes.resize(self.rows * cols * 4, 0);
             file.read_exact(&mut bytes).map_err(io)?;
-            let values: Vec<f32> = bytes.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
+            values.resize(self.rows * cols, 0.0f32);
+            for (v, b) in values.iter_mut().zip(bytes.chunks_exact(4)) {
+                *v = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+            }
             f(start, cols, &values)?;
         }
         Ok(())

@@ -160,8 +160,36 @@ pub(crate) fn judge_slice(
     rules: &Rules,
 ) -> Result<Judged, StageError> {
     let metric = |source| StageError::Metric { stage: name.into(), source };
-    let fixed = allclose(actual, expected, shape, rules.fixed.atol, rules.fixed.rtol).map_err(metric)?;
-    let calibrated = match (rules.calibrated, floor) {
+    let fixed = || allclose(actual, expected, shape, rules.fixed.atol, rules.fixed.rtol);
+    // A large tensor's two rules run side by side, each its own sequential pass (so the same
+    // bits as one after the other): the all-position logits at 12B width are 288 M elements a
+    // rule, each pass single-threaded (a warm run's comparisons left a core idle for 11 s).
+    let (fixed, calibrated) = if actual.len() >= PARALLEL_RULES_FROM && rules.calibrated.is_some() && floor.is_some() {
+        std::thread::scope(|scope| {
+            let fixed = scope.spawn(fixed);
+            let calibrated = calibrated_rule(name, actual, shape, floor, rules);
+            (fixed.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)), calibrated)
+        })
+    } else {
+        let fixed = fixed();
+        (fixed, calibrated_rule(name, actual, shape, floor, rules))
+    };
+    Ok(Judged { fixed: fixed.map_err(metric)?, calibrated: calibrated? })
+}
+
+/// Elements from which [`judge_slice`] runs its two rules on two threads.
+const PARALLEL_RULES_FROM: usize = 1 << 22;
+
+/// The calibrated rule's report of `actual` against `floor`'s truth, when the rule applies.
+fn calibrated_rule(
+    name: &str,
+    actual: &[f32],
+    shape: &[usize],
+    floor: Option<Floor<'_>>,
+    rules: &Rules,
+) -> Result<Option<CalibratedReport>, StageError> {
+    let metric = |source| StageError::Metric { stage: name.into(), source };
+    Ok(match (rules.calibrated, floor) {
         (None, _) => None,
         (Some(rule), Some(Floor { at_precision, truth: Truth::Dense(t) })) => {
             Some(calibrated(actual, at_precision, t, shape, &rule).map_err(metric)?)
@@ -174,8 +202,7 @@ pub(crate) fn judge_slice(
             })?)
         }
         (Some(_), None) => return Err(StageError::NoFloor { stage: name.into(), why: "the arbiter did not compute it" }),
-    };
-    Ok(Judged { fixed, calibrated })
+    })
 }
 
 /// Why a streamed comparison stopped: the comparison itself, or making the arbiter's slice.
@@ -228,5 +255,39 @@ pub(crate) fn describe(name: &str, j: &Judged) -> String {
             if c.nonfinite > 0 { format!(", {} non-finite", c.nonfinite) } else { String::new() },
             if r.pass { "pass" } else { "fail" },
         ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Guards the two rules run side by side on a large tensor: the same reports, to the bit, as
+    /// each rule run alone, and a failing candidate still fails both.
+    #[test]
+    fn rules_side_by_side_report_what_each_reports_alone() {
+        let n = PARALLEL_RULES_FROM + 3;
+        let value = |i: usize, scale: f32| ((i % 977) as f32 * 0.013 - 6.0) * scale;
+        let truth: Vec<f32> = (0..n).map(|i| value(i, 1.0)).collect();
+        let floor: Vec<f32> = (0..n).map(|i| value(i, 1.0) + 1e-6 * ((i % 7) as f32 - 3.0)).collect();
+        let rule = CalibratedRule { k: 4.0, delta_ulps: 1.0, epsilon: f64::from(f32::EPSILON) };
+        let rules = Rules { fixed: L3Tolerance { atol: 1e-3, rtol: 1e-3 }, calibrated: Some(rule) };
+        for broken in [false, true] {
+            let mut actual: Vec<f32> = (0..n).map(|i| value(i, 1.0) + 2e-6 * ((i % 5) as f32 - 2.0)).collect();
+            if broken {
+                actual[n - 2] += 0.5;
+            }
+            let shape = [1, n];
+            let both =
+                judge_slice("logits", &actual, &truth, &shape, Some(Floor { at_precision: &floor, truth: Truth::Dense(&truth) }), &rules)
+                    .expect("judged");
+            let fixed = allclose(&actual, &truth, &shape, 1e-3, 1e-3).expect("allclose");
+            let cal = calibrated(&actual, &floor, &truth, &shape, &rule).expect("calibrated");
+            assert_eq!(both.fixed, fixed);
+            assert_eq!(both.calibrated.as_ref(), Some(&cal));
+            assert_eq!(both.fixed.max_abs_diff.to_bits(), fixed.max_abs_diff.to_bits());
+            assert_eq!(both.fixed.pass, !broken);
+            assert_eq!(cal.ratio <= rule.k, !broken, "ratio {}", cal.ratio);
+        }
     }
 }
