@@ -20,11 +20,13 @@ mod loaded;
 pub mod precision;
 mod request;
 mod sharing;
+mod weight_errors;
 
 pub use error::{EvalError, SharedError};
 use loaded::{run_loaded, Opened};
 use request::request;
 pub use request::{eos_ids, max_new_tokens, DEFAULT_MAX_NEW_TOKENS};
+use weight_errors::weight_errors;
 
 use std::sync::{Arc, OnceLock};
 
@@ -36,7 +38,7 @@ use crate::eps::RunEp;
 use crate::inputs::replay::IdsDrift;
 use crate::inputs::ModelInputs;
 use crate::metrics::greedy_token;
-use crate::metrics::{RelativeError, WeightError};
+use crate::metrics::WeightError;
 use crate::onnx::package::{Layout, OnnxPackage};
 use crate::onnx::quantized::QuantizedBuild;
 use crate::outputs::{GeneratedTokens, Isolation, Run};
@@ -45,7 +47,7 @@ use crate::reference_cache::{CacheError, Cached, KeyBuilder};
 use crate::runtime::kernels::MatMulNBitsModel;
 use implementations::Implementation;
 use onnx_parity_reference::model::LocalPle;
-use onnx_parity_reference::weights::{name_for, Overrides};
+use onnx_parity_reference::weights::name_for;
 use onnx_parity_reference::BidirectionalScope;
 use precision::Calibration;
 
@@ -110,39 +112,6 @@ pub struct Dequantized {
     pub build: QuantizedBuild,
     /// Each dequantized weight against the checkpoint's (the weights check of L3).
     pub errors: Vec<WeightError>,
-}
-
-/// Each of `build`'s dequantized `weights` against the checkpoint tensor it stands for (a tied
-/// `lm_head` against the token embedding), read one at a time.
-fn weight_errors(build: &QuantizedBuild, weights: &Overrides, checkpoint: &std::path::Path) -> Result<Vec<WeightError>, SharedError> {
-    let err = |m: String| Arc::new(EvalError::Quantized(m));
-    let w = onnx_parity_reference::weights::Weights::open(checkpoint).map_err(|e| err(e.to_string()))?;
-    let names: Vec<String> = w.names().map(str::to_string).collect();
-    let steps = build.step_rms().map_err(|e| err(e.to_string()))?;
-    let mut out = Vec::new();
-    for q in &build.weights {
-        let Some(o) = weights.get(&q.key) else { continue };
-        let name = name_for(&q.key, names.iter().map(String::as_str)).ok_or_else(|| {
-            let why = crate::onnx::quantized::not_a_parameter(&q.key).map(|why| format!(": {why}")).unwrap_or_default();
-            err(format!("`{}` (node `{}`) stands for `{}`, which the checkpoint does not hold{why}", q.initializer, q.node, q.key))
-        })?;
-        // A band of rows at a time on both sides: the checkpoint's from its mapping, the build's
-        // dequantized from its payload (a 262144-row table is never whole in memory).
-        let (rows, cols) = (o.shape.first().copied().unwrap_or(0), o.cols());
-        let checkpoint_rows = w.matrix_rows(name, [rows, cols]).map_err(|e| err(e.to_string()))?;
-        let mut error = RelativeError::default();
-        const BAND: usize = 1024;
-        for start in (0..rows).step_by(BAND) {
-            let n = BAND.min(rows - start);
-            error.add(
-                &o.rows(start, n).map_err(|e| err(e.to_string()))?,
-                &checkpoint_rows.read_rows(start, n).map_err(|e| err(e.to_string()))?,
-            );
-        }
-        let rounding_error = steps.get(&q.key).filter(|s| **s > 0.0).map(|s| error.rms_error() / (s / 12f64.sqrt()));
-        out.push(WeightError { key: q.key.clone(), node: q.node.clone(), bits: q.bits, relative_error: error.value(), rounding_error });
-    }
-    Ok(out)
 }
 
 /// Lazily computed, shared results for one case.
