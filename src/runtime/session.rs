@@ -167,6 +167,11 @@ fn builder(opts: &SessionOptions) -> Result<(SessionBuilder, Option<String>), Se
     let ep = opts.ep;
     let configure = |source: ort::Error| SessionError::Configure { ep, source };
     let mut builder = Session::builder(env).map_err(configure)?;
+    // ONNX Runtime's intra-op workers spin after each parallel section by default; beside the
+    // harness's own work on the same cores (the reference, the comparisons) that spinning took
+    // 14 % of a warm `run cases` (`perf`: its `pause` loop). Waiting is not arithmetic: the
+    // results are the same bits.
+    builder = builder.with_intra_op_spinning(false).map_err(|e| configure(e.into()))?;
     if opts.intra_threads > 0 {
         builder = builder.with_intra_threads(opts.intra_threads).map_err(|e| configure(e.into()))?;
     }
