@@ -165,11 +165,7 @@ pub(crate) fn judge_slice(
     // bits as one after the other): the all-position logits at 12B width are 288 M elements a
     // rule, each pass single-threaded (a warm run's comparisons left a core idle for 11 s).
     let (fixed, calibrated) = if actual.len() >= PARALLEL_RULES_FROM && rules.calibrated.is_some() && floor.is_some() {
-        std::thread::scope(|scope| {
-            let fixed = scope.spawn(fixed);
-            let calibrated = calibrated_rule(name, actual, shape, floor, rules);
-            (fixed.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)), calibrated)
-        })
+        rayon::join(fixed, || calibrated_rule(name, actual, shape, floor, rules))
     } else {
         let fixed = fixed();
         (fixed, calibrated_rule(name, actual, shape, floor, rules))
@@ -177,7 +173,8 @@ pub(crate) fn judge_slice(
     Ok(Judged { fixed: fixed.map_err(metric)?, calibrated: calibrated? })
 }
 
-/// Elements from which [`judge_slice`] runs its two rules on two threads.
+/// Elements from which [`judge_slice`] runs its two rules side by side (below, a pool hand-off
+/// costs more than the pass).
 const PARALLEL_RULES_FROM: usize = 1 << 22;
 
 /// The calibrated rule's report of `actual` against `floor`'s truth, when the rule applies.
