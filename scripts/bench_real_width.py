@@ -234,6 +234,9 @@ def measured(cmd: list[str], env: dict | None = None, log_file: Path | None = No
     sampler = GpuPeak(gpu) if gpu is not None else None
     if sampler:
         sampler.__enter__()
+    report = Path(cmd[cmd.index("--report") + 1]) if "--report" in cmd else None
+    if report is not None:
+        report.unlink(missing_ok=True)  # a stale report's peak is not this run's
     proc = subprocess.Popen(cmd, env={**os.environ, **(env or {})}, stdout=out, stderr=subprocess.STDOUT)
     _, status, usage = os.wait4(proc.pid, 0)
     wall = time.monotonic() - t
@@ -242,7 +245,16 @@ def measured(cmd: list[str], env: dict | None = None, log_file: Path | None = No
     if log_file:
         out.close()
     code = os.waitstatus_to_exitcode(status)
-    r = {"cmd": " ".join(map(str, cmd)), "exit": code, "wall_s": round(wall, 1), "peak_rss_gib": round(usage.ru_maxrss / 2**20, 2)}
+    # ru_maxrss is the kernel's high-water mark at exit, which the harness resets at each stage to log that
+    # stage's peak: it is the last stage's peak, not the run's. A run that writes a report gives the peak across
+    # its stages (metadata.peak_rss_gib); the larger of the two is the run's.
+    peak = usage.ru_maxrss / 2**20
+    if report is not None and report.is_file():
+        try:
+            peak = max(peak, json.loads(report.read_text())["metadata"].get("peak_rss_gib") or 0.0)
+        except (ValueError, KeyError):
+            pass
+    r = {"cmd": " ".join(map(str, cmd)), "exit": code, "wall_s": round(wall, 1), "peak_rss_gib": round(peak, 2)}
     if sampler:
         r["gpu_peak_gib"] = sampler.gib()
     return r

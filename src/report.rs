@@ -47,6 +47,9 @@ pub struct RunMetadata {
     pub reference: String,
     pub started_unix_s: u64,
     pub wall_s: f64,
+    /// The process's peak resident memory over the whole run ([`crate::memory::process_peak_bytes`];
+    /// absent where `/proc` is not).
+    pub peak_rss_gib: Option<f64>,
     /// The reference's device, the TF32 switches of both back ends, and the TF32 probe.
     pub gpu: crate::gpu::GpuMetadata,
     /// Which reference-side results came from the reference cache (`crate::reference_cache`).
@@ -75,6 +78,7 @@ impl RunMetadata {
             ),
             started_unix_s: std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0),
             wall_s: 0.0,
+            peak_rss_gib: None,
             gpu,
             reference_cache: crate::reference_cache::usage(),
         }

@@ -307,6 +307,7 @@ pub(crate) fn run(
         }
     }
     meta.wall_s = start.elapsed().as_secs_f64();
+    meta.peak_rss_gib = onnx_parity::memory::process_peak_bytes().map(|b| (b as f64 / (1u64 << 30) as f64 * 100.0).round() / 100.0);
     meta.reference_cache = onnx_parity::reference_cache::usage();
     let report_data = RunReport { cases, metadata: meta };
     write_reports(&report_data, &files)?;
