@@ -101,6 +101,12 @@ pub struct Gemma4 {
 }
 
 impl Gemma4 {
+    /// Keeps collected layer and module outputs and all-position logits in `dtype` as they are
+    /// made ([`TextModel::keep_outputs_in`]): the harness keeps an f64 arbiter's in f32.
+    pub fn keep_outputs_in(&mut self, dtype: DType) {
+        self.text.keep_outputs_in(dtype);
+    }
+
     /// Loads `config.json` and the safetensors weights (single file or sharded) of an HF
     /// checkpoint directory; weights are upcast once to f32.
     pub fn load(checkpoint_dir: &Path) -> Result<Self> {

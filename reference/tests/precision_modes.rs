@@ -142,3 +142,45 @@ fn models_sharing_matrices_compute_the_same_bits() -> Result<()> {
     }
     Ok(())
 }
+
+/// Guards outputs kept in f32 (what the harness asks of an f64 model): the collected layer and
+/// module outputs and the all-position logits come in f32, the bits of the f64 run's converted
+/// afterwards, and the run computes in f64 as before (the same tokens and step logits).
+#[test]
+fn an_f64_run_keeps_its_outputs_in_f32_as_the_same_bits() -> Result<()> {
+    use onnx_parity_reference::GenerateOptions;
+    let bits = |t: &Tensor| -> Result<Vec<u32>> {
+        Ok(t.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?.iter().map(|x| x.to_bits()).collect())
+    };
+    for name in ["unified-vision", "gemma4-text-ple"] {
+        let f = load_fixture(name)?;
+        let dir = fixture_dir(name).join("checkpoint");
+        let whole = Gemma4::load_with_dtype(&dir, DType::F64)?;
+        let mut kept = Gemma4::load_with_dtype(&dir, DType::F64)?;
+        kept.keep_outputs_in(DType::F32);
+        let opts = GenerateOptions {
+            scope: whole.hf_forward_scope(),
+            max_new_tokens: 2,
+            eos: &[],
+            forced: None,
+            all_position_logits: true,
+            layer_outputs: true,
+            final_hidden: false,
+        };
+        let (a, b) = (whole.generate(&f.inputs, &opts)?, kept.generate(&f.inputs, &opts)?);
+        assert_eq!((a.logits.dtype(), b.logits.dtype()), (DType::F64, DType::F32), "{name}");
+        assert_eq!(bits(&b.logits)?, bits(&a.logits)?, "{name}: logits");
+        assert_eq!(a.layers.len(), b.layers.len());
+        for (x, y) in a.layers.iter().zip(&b.layers) {
+            assert_eq!(y.dtype(), DType::F32);
+            assert_eq!(bits(y)?, bits(x)?, "{name}: a layer");
+        }
+        for (x, y) in a.modules.iter().flatten().zip(b.modules.iter().flatten()) {
+            assert_eq!((x.0, y.1.dtype()), (y.0, DType::F32));
+            assert_eq!(bits(&y.1)?, bits(&x.1)?, "{name}: {}", x.0);
+        }
+        assert_eq!(a.generation.tokens, b.generation.tokens, "{name}");
+        assert_eq!(a.generation.step_logits, b.generation.step_logits, "{name}");
+    }
+    Ok(())
+}

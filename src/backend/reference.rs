@@ -79,11 +79,16 @@ impl ReferenceBackend {
     ) -> Result<Self, BackendError> {
         let device = crate::gpu::reference_device()?;
         let shared = SHARED.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone().filter(|s| s.dir() == checkpoint);
-        let model = match (overrides, shared) {
+        let mut model = match (overrides, shared) {
             (Some(o), _) => Gemma4::load_with_overrides(checkpoint, dtype, &device, o.clone())?,
             (None, Some(s)) => Gemma4::load_shared(checkpoint, dtype, &device, &s)?,
             (None, None) => Gemma4::load_on(checkpoint, dtype, &device)?,
         };
+        // What the harness keeps of a run is f32 (`Dense<f32>`): an f64 model's layer and module
+        // outputs and logits are made f32 as they are made, not held in f64 beside their copies.
+        if dtype == candle_core::DType::F64 {
+            model.keep_outputs_in(candle_core::DType::F32);
+        }
         let scope = scope.unwrap_or_else(|| model.hf_forward_scope());
         Ok(Self { model, scope, dequantized: overrides.map_or(0, |o| o.len()), stream_logits: false })
     }
@@ -120,7 +125,7 @@ impl ReferenceBackend {
             streams.push(tensor(s)?);
         }
         let (layers, modules) = self.model.local_layers(&prepared, self.scope, &streams, ple)?;
-        let (layers, modules) = layer_outputs(&layers, &modules).map_err(r)?;
+        let (layers, modules) = layer_outputs(layers, modules).map_err(r)?;
         Ok(LocalLayers { layers, modules })
     }
 }
@@ -155,13 +160,14 @@ impl ReferenceBackend {
     }
 }
 
-/// Each layer's output `[S, hidden]` and its modules' as the export's layout, `[1, S, hidden]`.
-fn layer_outputs(layers: &[Tensor], modules: &[ReferenceModules]) -> candle_core::Result<(Vec<Dense<f32>>, Vec<ModuleOutputs>)> {
-    let d = |t: &Tensor| t.unsqueeze(0).and_then(|t| dense(&t));
-    let layers = layers.iter().map(d).collect::<candle_core::Result<Vec<_>>>()?;
+/// Each layer's output `[S, hidden]` and its modules' as the export's layout, `[1, S, hidden]`;
+/// each tensor is dropped once copied, so the copies never sit beside all of them.
+fn layer_outputs(layers: Vec<Tensor>, modules: Vec<ReferenceModules>) -> candle_core::Result<(Vec<Dense<f32>>, Vec<ModuleOutputs>)> {
+    let d = |t: Tensor| t.unsqueeze(0).and_then(|t| dense(&t));
+    let layers = layers.into_iter().map(d).collect::<candle_core::Result<Vec<_>>>()?;
     let modules = modules
-        .iter()
-        .map(|layer| layer.iter().map(|(name, t)| Ok((name.to_string(), d(t)?))).collect::<candle_core::Result<ModuleOutputs>>())
+        .into_iter()
+        .map(|layer| layer.into_iter().map(|(name, t)| Ok((name.to_string(), d(t)?))).collect::<candle_core::Result<ModuleOutputs>>())
         .collect::<candle_core::Result<Vec<_>>>()?;
     Ok((layers, modules))
 }
@@ -196,11 +202,18 @@ impl Backend for ReferenceBackend {
             layer_outputs: request.layer_outputs,
             final_hidden: self.stream_logits,
         };
-        let mut run = self.model.generate(inputs, &opts)?;
+        let onnx_parity_reference::Run { prepared, logits, layers, modules, step_inputs, generation, final_hidden } =
+            self.model.generate(inputs, &opts)?;
         let d = |t: &Tensor| dense(t).map_err(onnx_parity_reference::Error::from);
-        let streamed = run.final_hidden.take().map(|hidden| Arc::new(StreamedLogits::from_head(hidden, self.model.logits_head())));
-        let mut prefill = Prefill { logits: d(&run.logits)?, streamed, ..Default::default() };
-        let p = &run.prepared;
+        let streamed = final_hidden.map(|hidden| Arc::new(StreamedLogits::from_head(hidden, self.model.logits_head())));
+        // Each tensor copied, then dropped: never two copies of the all-position logits (or of
+        // the layers).
+        let logits = {
+            let all = logits;
+            d(&all)?
+        };
+        let mut prefill = Prefill { logits, streamed, ..Default::default() };
+        let p = &prepared;
         if let Some(f) = &p.image_features {
             prefill.components.insert(Component::ImageFeatures, d(f)?);
         }
@@ -213,21 +226,21 @@ impl Backend for ReferenceBackend {
                 .insert(Component::PerLayerInputs, d(&ple.reshape((b, s, l * w)).map_err(onnx_parity_reference::Error::from)?)?);
         }
         if request.layer_outputs {
-            let (layers, modules) = layer_outputs(&run.layers, &run.modules).map_err(onnx_parity_reference::Error::from)?;
+            let (layers, modules) = layer_outputs(layers, modules).map_err(onnx_parity_reference::Error::from)?;
             prefill.layers = LayerOutputs::Tensors(layers);
             prefill.modules = modules;
         }
-        let mut step_inputs = BTreeMap::new();
-        if let Some((e, p)) = &run.step_inputs {
+        let mut step = BTreeMap::new();
+        if let Some((e, p)) = &step_inputs {
             let e = e.unsqueeze(0).map_err(onnx_parity_reference::Error::from)?;
-            step_inputs.insert(Component::InputsEmbeds, d(&e)?);
+            step.insert(Component::InputsEmbeds, d(&e)?);
             if let Some(p) = p {
                 // [1, L, P] → [1, 1, L·P].
                 let (s, l, w) = p.dims3().map_err(onnx_parity_reference::Error::from)?;
-                step_inputs.insert(Component::PerLayerInputs, d(&p.reshape((1, s, l * w)).map_err(onnx_parity_reference::Error::from)?)?);
+                step.insert(Component::PerLayerInputs, d(&p.reshape((1, s, l * w)).map_err(onnx_parity_reference::Error::from)?)?);
             }
         }
-        let run = Run { prefill, generation: run.generation, step_inputs };
+        let run = Run { prefill, generation, step_inputs: step };
         run.require_finite("the candle reference")?;
         Ok(run)
     }

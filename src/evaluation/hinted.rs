@@ -12,11 +12,13 @@
 //! that run), and a multimodal package's decoder run in isolation on the arbiter's embeddings.
 //! Decode steps are not hinted (one row per matmul; their floors quantize as MLAS does).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use candle_core::DType;
+use onnx_parity_reference::weights::activations::NearTies;
 use onnx_parity_reference::weights::rounding::{Adopted, RoundingHints};
+use onnx_parity_reference::weights::ActivationQuant;
 
 use super::error::SharedError;
 use super::precision::{forced, slot, with_reference, Calibration, RunPair};
@@ -25,7 +27,7 @@ use crate::backend::reference::ReferenceBackend;
 use crate::backend::BackendError;
 use crate::case::Case;
 use crate::inputs::{Dense, ModelInputs};
-use crate::onnx::quantized::QuantizedBuild;
+use crate::onnx::quantized::{QuantizedBuild, QuantizedWeight};
 use crate::outputs::{Isolation, LocalLayers, Run};
 use crate::reference_cache::codec::{Decoder, Encoder};
 use crate::reference_cache::{CacheError, Cached, KeyBuilder};
@@ -130,15 +132,54 @@ impl Hinted {
 }
 
 /// The hints a candidate run's `activations` (by tensor name) give `build`'s matmuls (by weight
-/// key; matmuls sharing an input share its values); `None` when they give none.
-pub(super) fn hints(build: &QuantizedBuild, activations: BTreeMap<String, Dense<f32>>) -> Option<RoundingHints> {
-    let shared: BTreeMap<String, Arc<Vec<f32>>> = activations.into_iter().map(|(n, d)| (n, Arc::new(d.data))).collect();
+/// key; matmuls sharing an input share its values); `None` when they give none. A matmul whose
+/// kernel rounds its input in MLAS's int8 blocks (a MatMulNBits at `accuracy_level` 4, what
+/// the reference on the build's weights models it as) is given only its input's near-ties
+/// ([`NearTies`]: the same steps adopted, a few percent of the memory); a graph's own rounding
+/// (QDQ, dynamic, QOperator) keeps every value (an output requantized from the candidate's rounded
+/// input reads them all).
+pub(super) fn hints(build: &QuantizedBuild, mut activations: BTreeMap<String, Dense<f32>>) -> Option<RoundingHints> {
+    let blocked = |w: &QuantizedWeight| !w.rounding.any() && !w.op.is_table();
+    let all_bytes: usize = activations.values().map(|a| a.data.len() * 4).sum();
     let mut hints = RoundingHints::new(NEAR_TIE_TOLERANCE);
+    let mut near_ties: BTreeMap<(String, usize), Arc<NearTies>> = BTreeMap::new();
+    // The tensors some matmul reads whole.
+    let mut whole: BTreeSet<String> = BTreeSet::new();
     for w in &build.weights {
-        if let Some(values) = w.activation.as_deref().and_then(|a| shared.get(a)) {
+        let Some((name, a)) = w.activation.as_deref().and_then(|n| activations.get_key_value(n)) else { continue };
+        if !blocked(w) {
+            whole.insert(name.clone());
+            continue;
+        }
+        let id = (name.clone(), w.block_size);
+        let found = match near_ties.get(&id) {
+            Some(n) => Some(Arc::clone(n)),
+            None => {
+                let k = a.shape.last().copied().unwrap_or(0);
+                let n = NearTies::new(&a.data, k, &ActivationQuant::Blocks(w.block_size), NEAR_TIE_TOLERANCE).map(Arc::new);
+                if let Some(n) = &n {
+                    near_ties.insert(id, Arc::clone(n));
+                }
+                n
+            }
+        };
+        match found {
+            Some(n) => hints.insert_near_ties(w.key.clone(), n),
+            None => {
+                whole.insert(name.clone());
+            }
+        }
+    }
+    // Moved, not copied: the run's own buffers.
+    let shared: BTreeMap<String, Arc<Vec<f32>>> =
+        whole.into_iter().filter_map(|n| activations.remove(&n).map(|d| (n, Arc::new(d.data)))).collect();
+    for w in &build.weights {
+        if let Some(values) = w.activation.as_deref().and_then(|a| shared.get(a)).filter(|_| !hints.contains(&w.key)) {
             hints.insert(w.key.clone(), Arc::clone(values));
         }
     }
+    let kept: usize = near_ties.values().map(|n| n.bytes()).sum::<usize>() + shared.values().map(|v| v.len() * 4).sum::<usize>();
+    tracing::debug!("rounding hints: {:.1} MB of the candidate's activations held as {:.1} MB", all_bytes as f64 / 1e6, kept as f64 / 1e6);
     (!hints.is_empty()).then_some(hints)
 }
 

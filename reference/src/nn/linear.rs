@@ -78,8 +78,7 @@ impl Linear {
         let hint = key.and_then(active_hint);
         // The candidate's own rounded input is only needed for an output's hint.
         let want = hint.is_some() && self.quant.output.is_some() && self.quant.integer_output.is_some();
-        let (x, candidate) =
-            round_tensor(x, &quant, key.unwrap_or(""), hint.as_ref().map(|(h, t)| (Hint::Values(h.as_slice()), *t)), want)?;
+        let (x, candidate) = round_tensor(x, &quant, key.unwrap_or(""), hint.as_ref().map(|(h, t)| (h.hint(), *t)), want)?;
         Ok(LinearInput { x, candidate })
     }
 

@@ -163,6 +163,9 @@ pub struct TextModel {
     vocab_size: usize,
     dtype: DType,
     device: Device,
+    /// The dtype collected layer and module outputs and all-position logits are kept in, when
+    /// not the compute dtype ([`TextModel::keep_outputs_in`]).
+    outputs_dtype: Option<DType>,
 }
 
 impl TextModel {
@@ -220,6 +223,24 @@ impl TextModel {
             vocab_size: v,
             dtype: w.dtype(),
             device: w.device().clone(),
+            outputs_dtype: None,
+        })
+    }
+
+    /// Keeps collected layer and module outputs and all-position logits in `dtype` as they are
+    /// made, not in the compute dtype: an f64 run whose caller keeps f32 copies of them (the
+    /// harness) otherwise holds the f64 tensors and the f32 copies at once (at full E2B size and
+    /// 600 positions 1.3 GB of f64 logits and 1.9 GB of module outputs). The values are the same
+    /// bits as converting afterwards.
+    pub fn keep_outputs_in(&mut self, dtype: DType) {
+        self.outputs_dtype = (dtype != self.dtype).then_some(dtype);
+    }
+
+    /// `t` in the dtype outputs are kept in.
+    fn kept(&self, t: Tensor) -> Result<Tensor> {
+        Ok(match self.outputs_dtype {
+            Some(d) => t.to_dtype(d)?,
+            None => t,
         })
     }
 
@@ -378,8 +399,10 @@ impl TextModel {
             }
             x = layer.forward(&x, ple_i.as_ref(), (cos, sin), mask.as_ref(), cache, modules.as_mut())?;
             if let Some(c) = collect.as_deref_mut() {
-                c.states.push(x.clone());
-                c.modules.extend(modules);
+                c.states.push(self.kept(x.clone())?);
+                if let Some(m) = modules {
+                    c.modules.push(m.into_iter().map(|(name, t)| Ok((name, self.kept(t)?))).collect::<Result<_>>()?);
+                }
             }
         }
         cache.advance();
@@ -396,7 +419,8 @@ impl TextModel {
         }
     }
 
-    /// `lm_head` and final logit softcapping `tanh(x / c) · c`: `[seq, vocab]`.
+    /// `lm_head` and final logit softcapping `tanh(x / c) · c`: `[seq, vocab]` (in the dtype
+    /// outputs are kept in, [`TextModel::keep_outputs_in`]).
     ///
     /// The logits are the largest activation of a prefill (`seq × vocab`). For more than a few
     /// rows they are computed in vocabulary slices of [`VOCAB_SLICE`] columns written into one
@@ -416,12 +440,12 @@ impl TextModel {
         let upcast = self.lm_head.weight_dtype() != hidden.dtype();
         if (seq < 16 && !upcast) || vocab <= VOCAB_SLICE || !self.device.is_cpu() {
             let logits = self.lm_head.forward(hidden)?;
-            return match self.softcap {
-                Some(c) => softcap(logits, c),
-                None => Ok(logits),
-            };
+            return self.kept(match self.softcap {
+                Some(c) => softcap(logits, c)?,
+                None => logits,
+            });
         }
-        let out = Tensor::zeros((seq, vocab), self.dtype, &self.device)?;
+        let out = Tensor::zeros((seq, vocab), self.outputs_dtype.unwrap_or(self.dtype), &self.device)?;
         let x = self.lm_head.input(hidden)?;
         for start in (0..vocab).step_by(VOCAB_SLICE) {
             let cols = VOCAB_SLICE.min(vocab - start);
@@ -430,7 +454,7 @@ impl TextModel {
                 Some(c) => softcap(part, c)?,
                 None => part,
             };
-            out.slice_set(&part, 1, start)?;
+            out.slice_set(&self.kept(part)?, 1, start)?;
         }
         Ok(out)
     }

@@ -201,18 +201,94 @@ fn groups<T: ActFloat>(x: &[T], k: usize, quant: &ActivationQuant) -> Vec<(usize
 
 /// The candidate's values of a tensor the reference rounds: the float values its kernel rounds
 /// (`Values`), or, where its kernel scales an integer result straight onto the grid (a
-/// QLinearMatMul's output), the scaled values themselves (`Scaled`).
+/// QLinearMatMul's output), the scaled values themselves (`Scaled`), or only the scaled values
+/// that can be near-ties ([`NearTies`]).
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Hint<'a> {
     Values(&'a [f32]),
     Scaled(&'a [f32]),
+    NearTies(&'a NearTies),
 }
 
 impl<'a> Hint<'a> {
-    fn values(&self) -> &'a [f32] {
+    /// Every value (`None` for [`Hint::NearTies`]).
+    fn values(&self) -> Option<&'a [f32]> {
         match self {
-            Hint::Values(v) | Hint::Scaled(v) => v,
+            Hint::Values(v) | Hint::Scaled(v) => Some(v),
+            Hint::NearTies(_) => None,
         }
+    }
+
+    /// How many values it stands for (a prefill's: a decode step's one row is not hinted).
+    pub(crate) fn len(&self) -> usize {
+        match self {
+            Hint::Values(v) | Hint::Scaled(v) => v.len(),
+            Hint::NearTies(n) => n.len,
+        }
+    }
+
+    /// Whether it is a hint for `len` values rounded `k` wide as `quant` rounds them, with a
+    /// near-tie tolerance of at most `tolerance`.
+    pub(crate) fn fits(&self, len: usize, k: usize, quant: &ActivationQuant, tolerance: f64) -> bool {
+        match self {
+            Hint::Values(v) | Hint::Scaled(v) => v.len() == len,
+            Hint::NearTies(n) => n.len == len && n.k == k && n.quant == *quant && tolerance <= n.tolerance,
+        }
+    }
+}
+
+/// The candidate's scaled values of a tensor (`a · 127 / amax` for MLAS's blocks), kept only
+/// where one can be a near-tie: at full E2B size the values of every quantized matmul's input at
+/// 600 positions are 1.4 GB per run of the candidate, of which about 1 % lie near a half step.
+///
+/// Kept: each scaled value `c` within `2 · tolerance · max(1, |c|)` of a half-integer. A value
+/// left out is never adopted: adopting needs the reference's scaled value `a` to round to the
+/// step next to `c`'s, so a half-integer `b` lies between them and `|c − b| ≤ |c − a| ≤
+/// tolerance · max(1, |a|) ≤ tolerance · max(1, |c|) / (1 − tolerance)`, inside the bound for
+/// any tolerance up to ½. The candidate's values are scaled as [`round`] scales them (in f32,
+/// on its own grid), so a kept value is the bit [`round`] would compute.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NearTies {
+    len: usize,
+    k: usize,
+    quant: ActivationQuant,
+    tolerance: f64,
+    /// Ascending element indices, and the scaled value at each.
+    index: Vec<u32>,
+    scaled: Vec<f32>,
+}
+
+impl NearTies {
+    /// `values` (`rows × k`, row-major, as the candidate computed them) rounded as `quant`
+    /// rounds them, kept where a near-tie within `tolerance` can be (see the type's doc);
+    /// `None` where the bound does not hold (a tolerance over ½, more than `u32::MAX` values).
+    pub fn new(values: &[f32], k: usize, quant: &ActivationQuant, tolerance: f64) -> Option<Self> {
+        if !(0.0..=0.5).contains(&tolerance) || u32::try_from(values.len()).is_err() {
+            return None;
+        }
+        let (mut index, mut scaled) = (Vec::new(), Vec::new());
+        for (start, len, grid) in groups(values, k, quant) {
+            for (i, &v) in values.iter().enumerate().skip(start).take(len) {
+                let c = grid.scaled(v);
+                let c64 = c as f64;
+                let half = c64.floor() + 0.5;
+                if (c64 - half).abs() <= 2.0 * tolerance * c64.abs().max(1.0) {
+                    index.push(i as u32);
+                    scaled.push(c);
+                }
+            }
+        }
+        Some(NearTies { len: values.len(), k, quant: *quant, tolerance, index, scaled })
+    }
+
+    /// How many values are kept.
+    pub fn kept(&self) -> usize {
+        self.index.len()
+    }
+
+    /// Bytes held.
+    pub fn bytes(&self) -> usize {
+        self.index.len() * 8
     }
 }
 
@@ -239,23 +315,42 @@ pub(crate) fn round<T: ActFloat>(
     candidate_values: bool,
     mut adopt: impl FnMut(NearTie),
 ) -> Option<Vec<f32>> {
-    let hint = hint.filter(|(h, _)| h.values().len() == x.len());
-    let cand_groups = hint.map(|(h, _)| groups(h.values(), k, quant));
-    let mut cand_out = (candidate_values && hint.is_some()).then(|| vec![0f32; x.len()]);
+    let hint = hint.filter(|(h, tol)| h.fits(x.len(), k, quant, *tol));
+    // Every candidate value given: its groups' grids; only its near-ties: the scaled values.
+    let dense = hint.and_then(|(h, tol)| h.values().map(|v| (matches!(h, Hint::Scaled(_)), v, tol, groups(v, k, quant))));
+    let near_ties = match hint {
+        Some((Hint::NearTies(n), tol)) => Some((n, tol)),
+        _ => None,
+    };
+    let mut cursor = 0;
+    let mut cand_out = (candidate_values && dense.is_some()).then(|| vec![0f32; x.len()]);
     for (gi, (start, len, grid)) in groups(x, k, quant).into_iter().enumerate() {
-        let cand = hint.zip(cand_groups.as_ref()).and_then(|((h, tol), cg)| cg.get(gi).map(|(_, _, g)| (h, tol, *g)));
+        let cand = dense.as_ref().and_then(|(scaled, v, tol, cg)| cg.get(gi).map(|(_, _, g)| (*scaled, *v, *tol, *g)));
         for i in start..start + len {
             let own = grid.scaled(x[i]);
             let mut q = own.round_even();
-            if let Some((h, tol, cgrid)) = cand {
-                let cand_scaled = match h {
-                    Hint::Values(v) => cgrid.scaled(v[i]),
-                    Hint::Scaled(v) => v[i].fmax(cgrid.lo).fmin(cgrid.hi),
-                };
-                let cand_q = cand_scaled.round_even();
-                if let Some(out) = cand_out.as_mut() {
-                    out[i] = cand_q * cgrid.scale;
+            // The candidate's scaled value (in f32, as its kernel computes it) and the tolerance.
+            let candidate = match (cand, near_ties) {
+                (Some((scaled, v, tol, cgrid)), _) => {
+                    let cand_scaled = match scaled {
+                        false => cgrid.scaled(v[i]),
+                        true => v[i].fmax(cgrid.lo).fmin(cgrid.hi),
+                    };
+                    if let Some(out) = cand_out.as_mut() {
+                        out[i] = cand_scaled.round_even() * cgrid.scale;
+                    }
+                    Some((cand_scaled, tol))
                 }
+                (None, Some((n, tol))) => {
+                    while n.index.get(cursor).is_some_and(|&j| (j as usize) < i) {
+                        cursor += 1;
+                    }
+                    n.index.get(cursor).filter(|&&j| j as usize == i).map(|_| (n.scaled[cursor], tol))
+                }
+                (None, None) => None,
+            };
+            if let Some((cand_scaled, tol)) = candidate {
+                let cand_q = cand_scaled.round_even();
                 let (own64, cand64) = (own.to_f64(), cand_scaled.to_f64());
                 let one_step = (q.to_f64() - cand_q.to_f64()).abs() == 1.0;
                 if one_step && (own64 - cand64).abs() <= tol * own64.abs().max(1.0) {
@@ -340,5 +435,76 @@ mod tests {
         let mut y = vec![0.26f64, 1e9];
         round_activations(&mut y, 2, &ActivationQuant::Static(u16));
         assert_eq!(y, vec![0.5, 32767.0 * 0.5]);
+    }
+
+    /// An adopted near-tie: row, column, and the two scaled values' bits.
+    type Taken = (usize, usize, u64, u64);
+
+    /// Rounds `x` in `T` with `hint`, returning the values and each adopted near-tie.
+    fn rounded<T: ActFloat>(x: &[f32], k: usize, quant: &ActivationQuant, hint: Hint<'_>) -> (Vec<f64>, Vec<Taken>) {
+        let mut v: Vec<T> = x.iter().map(|&a| T::from_f64(a as f64)).collect();
+        let mut taken = Vec::new();
+        round(&mut v, k, quant, Some((hint, 1e-4)), false, |t| taken.push((t.row, t.col, t.own.to_bits(), t.candidate.to_bits())));
+        (v.iter().map(|a| a.to_f64()).collect(), taken)
+    }
+
+    /// Guards the near-ties' bound: kept only where a near-tie can be (a few percent of the
+    /// values), they round every value of both precisions and adopt every step exactly as all
+    /// the candidate's values do, on every grid, with near-ties up to 0.9 of the tolerance away
+    /// (a bound of half the tolerance loses those and fails here).
+    #[test]
+    fn near_ties_alone_round_as_all_values_do() {
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        let mut uniform = move || {
+            seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            (seed >> 11) as f64 / (1u64 << 53) as f64
+        };
+        let (k, rows) = (96, 40);
+        // Every block of 32 holds 3 and −3 (amax 3, range [−3, 3]): each grid's step is known.
+        let grids = [
+            (ActivationQuant::Blocks(32), 3.0 / 127.0),
+            (ActivationQuant::Dynamic, 6.0 / 255.0),
+            (ActivationQuant::Static(StaticGrid { scale: 3.0 / 127.0, zero_point: 0, qmin: -128, qmax: 127 }), 3.0 / 127.0),
+        ];
+        let mut cand = Vec::new();
+        for (quant, step) in grids {
+            let (mut own, mut c) = (Vec::with_capacity(k * rows), Vec::with_capacity(k * rows));
+            for i in 0..k * rows {
+                let a = (uniform() * 2.0 - 1.0) * 3.0;
+                // A third on a half step: the reference's just on one side, the candidate's up to
+                // 0.9 of the tolerance (of the scaled value) on the other; the others within an
+                // f32 rounding.
+                let (o, x) = match i % 32 {
+                    0 => (3.0, 3.0),
+                    1 => (-3.0, -3.0),
+                    _ if uniform() < 0.33 => {
+                        let half = (a / step).floor() + 0.5;
+                        let d = half.abs().max(1.0) * 0.9e-4 * uniform();
+                        let side = if uniform() < 0.5 { 1.0 } else { -1.0 };
+                        ((half + side * 1e-3 * d) * step, (half - side * d) * step)
+                    }
+                    _ => (a, a * (1.0 + 1e-7 * (uniform() - 0.5))),
+                };
+                own.push(o as f32);
+                c.push(x as f32);
+            }
+            let near = NearTies::new(&c, k, &quant, 1e-4).expect("a tolerance under ½");
+            assert!(near.kept() < own.len() / 2 && near.kept() > 0, "{quant:?}: {} of {} kept", near.kept(), own.len());
+            let all = rounded::<f32>(&own, k, &quant, Hint::Values(&c));
+            assert!(all.1.len() > 50, "{quant:?}: {} near-ties adopted", all.1.len());
+            assert_eq!(rounded::<f32>(&own, k, &quant, Hint::NearTies(&near)), all, "{quant:?} f32");
+            let all64 = rounded::<f64>(&own, k, &quant, Hint::Values(&c));
+            assert!(!all64.1.is_empty(), "{quant:?}: f64 adopts too");
+            assert_eq!(rounded::<f64>(&own, k, &quant, Hint::NearTies(&near)), all64, "{quant:?} f64");
+            cand = c;
+        }
+        // Another grid, width or a larger tolerance than they were kept for: not used.
+        let near = NearTies::new(&cand, k, &ActivationQuant::Blocks(32), 1e-4).expect("bound");
+        let len = cand.len();
+        assert!(!Hint::NearTies(&near).fits(len, k, &ActivationQuant::Blocks(16), 1e-4));
+        assert!(!Hint::NearTies(&near).fits(len, k / 2, &ActivationQuant::Blocks(32), 1e-4));
+        assert!(!Hint::NearTies(&near).fits(len, k, &ActivationQuant::Blocks(32), 1e-3));
+        assert!(Hint::NearTies(&near).fits(len, k, &ActivationQuant::Blocks(32), 1e-4));
+        assert!(NearTies::new(&cand, k, &ActivationQuant::Blocks(32), 0.6).is_none());
     }
 }

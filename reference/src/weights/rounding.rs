@@ -18,14 +18,30 @@
 use std::cell::RefCell;
 use std::collections::HashMap;
 
-use super::activations::{ActFloat, ActivationQuant, Hint};
+use super::activations::{ActFloat, ActivationQuant, Hint, NearTies};
+
+/// The candidate's activations for one matmul: all of them, or only its near-ties.
+#[derive(Debug, Clone)]
+pub enum HintValues {
+    Dense(std::sync::Arc<Vec<f32>>),
+    NearTies(std::sync::Arc<NearTies>),
+}
+
+impl HintValues {
+    pub(crate) fn hint(&self) -> Hint<'_> {
+        match self {
+            HintValues::Dense(v) => Hint::Values(v),
+            HintValues::NearTies(n) => Hint::NearTies(n),
+        }
+    }
+}
 
 /// The candidate's activations per quantized matmul, by the parameter key of its weight
 /// (`layers.5.self_attn.q_proj.weight`), row-major `[rows, k]` as the reference's input to that
 /// matmul.
 #[derive(Debug, Clone, Default)]
 pub struct RoundingHints {
-    by_key: HashMap<String, std::sync::Arc<Vec<f32>>>,
+    by_key: HashMap<String, HintValues>,
     /// How close the two scaled values must be to adopt the candidate's step, relative to the
     /// larger of 1 and the scaled value (a step is 1).
     pub tolerance: f64,
@@ -40,11 +56,23 @@ impl RoundingHints {
     /// (Matmuls that share an input, q/k/v, share one buffer: the candidate's run's own, moved
     /// into an `Arc`, not copied.)
     pub fn insert(&mut self, key: impl Into<String>, values: std::sync::Arc<Vec<f32>>) {
-        self.by_key.insert(key.into(), values);
+        self.by_key.insert(key.into(), HintValues::Dense(values));
+    }
+
+    /// The candidate's near-ties for the matmul of `key` ([`NearTies`]: what a matmul whose
+    /// candidate's rounded values are not needed — no output requantized from them — reads of
+    /// its activations, at a few percent of their size).
+    pub fn insert_near_ties(&mut self, key: impl Into<String>, near_ties: std::sync::Arc<NearTies>) {
+        self.by_key.insert(key.into(), HintValues::NearTies(near_ties));
     }
 
     pub fn is_empty(&self) -> bool {
         self.by_key.is_empty()
+    }
+
+    /// Whether the matmul of `key` has hints.
+    pub fn contains(&self, key: &str) -> bool {
+        self.by_key.contains_key(key)
     }
 }
 
@@ -86,8 +114,8 @@ pub fn with_rounding_hints<T>(hints: RoundingHints, f: impl FnOnce() -> T) -> (T
 
 /// The candidate's activations for the matmul of `key`, when hints for it are active on this
 /// thread.
-pub(crate) fn active_hint(key: &str) -> Option<(std::sync::Arc<Vec<f32>>, f64)> {
-    ACTIVE.with(|a| a.borrow().as_ref().and_then(|(hints, _)| hints.by_key.get(key).map(|h| (std::sync::Arc::clone(h), hints.tolerance))))
+pub(crate) fn active_hint(key: &str) -> Option<(HintValues, f64)> {
+    ACTIVE.with(|a| a.borrow().as_ref().and_then(|(hints, _)| hints.by_key.get(key).map(|h| (h.clone(), hints.tolerance))))
 }
 
 /// `x` (`rows × k`) rounded as `quant` rounds it ([`super::activations`]), taking the candidate's
@@ -102,6 +130,17 @@ pub(crate) fn round_hinted<T: ActFloat>(
     hint: Option<(Hint<'_>, f64)>,
     candidate_values: bool,
 ) -> Option<Vec<f32>> {
+    if let Some((_, tol)) = hint.filter(|(h, tol)| h.len() == x.len() && !h.fits(x.len(), k, quant, *tol)) {
+        // Near-ties kept for another grid: a harness error, never the candidate's; the floor
+        // then keeps its own steps (stricter). (A decode step's row is not hinted: another length.)
+        tracing::warn!(
+            "rounding hints for `{key}` do not fit its matmul ({} values {k} wide, {quant:?}, tolerance {tol}): not used",
+            x.len()
+        );
+    }
+    if candidate_values && matches!(hint, Some((Hint::NearTies(_), _))) {
+        tracing::warn!("rounding hints for `{key}`: the candidate's rounded values are needed, and only its near-ties are given");
+    }
     let mut taken = Vec::new();
     let out = super::activations::round(x, k, quant, hint, candidate_values, |t| taken.push(t));
     if !taken.is_empty() {
@@ -127,7 +166,7 @@ mod tests {
     /// `x` rounded as `quant` rounds it, with the active hints for `key` (if any).
     fn round_with_active_hints<T: ActFloat>(key: Option<&str>, x: &mut [T], k: usize, quant: &ActivationQuant) {
         let hint = key.and_then(active_hint);
-        round_hinted(key.unwrap_or(""), x, k, quant, hint.as_ref().map(|(h, t)| (Hint::Values(h.as_slice()), *t)), false);
+        round_hinted(key.unwrap_or(""), x, k, quant, hint.as_ref().map(|(h, t)| (h.hint(), *t)), false);
     }
 
     /// Guards the rule on the graph's own grids: a dynamic tensor's candidate grid comes from the
