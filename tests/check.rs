@@ -153,6 +153,40 @@ fn verdicts_are_identical_with_and_without_the_cache() {
     }
 }
 
+/// Guards the cheapest path of a build whose kernel rounds activations to int8: its local floors
+/// conditioned on its own steps replace the unconditioned one, which is then not made (at full
+/// E2B size 42 s); a float build's evaluation still makes its floor. Read from a warm run's cache
+/// hits, one evaluation's results after another (each begins with its reference).
+#[test]
+fn conditioned_local_floors_leave_no_unconditioned_one_to_make() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let report = dir.path().join("r.json");
+    let args = ["run", "cases/causal-lm/gemma4-text-dense.yaml", "--levels", "L3", "--report", report.to_str().expect("utf-8")];
+    for _ in 0..2 {
+        let o = cli_in(dir.path(), &args);
+        assert!(o.status.code().is_some_and(|c| c <= 1), "{}", text(&o));
+    }
+    let v: Value = serde_json::from_str(&std::fs::read_to_string(&report).expect("report")).expect("json");
+    let hits: Vec<String> = v["metadata"]["reference_cache"]["hits"]
+        .as_array()
+        .expect("hits")
+        .iter()
+        .filter_map(|h| h.as_str().and_then(|h| h.split(": ").nth(1)).map(str::to_string))
+        .collect();
+    let mut evaluations: Vec<Vec<&str>> = Vec::new();
+    for h in &hits {
+        match h.as_str() {
+            "reference" => evaluations.push(vec!["reference"]),
+            other => evaluations.last_mut().expect("a reference first").push(other),
+        }
+    }
+    let conditioned = evaluations.iter().filter(|e| e.contains(&"conditioned local layers")).count();
+    assert!(conditioned >= 2, "the int4 accuracy-level-4 builds' evaluations: {evaluations:?}");
+    for e in &evaluations {
+        assert_eq!(e.contains(&"floor"), !e.contains(&"conditioned local layers"), "{e:?}");
+    }
+}
+
 /// Guards issue 45's EP axis: `list --ep` and `run --ep` plan the trials on the EPs named (over
 /// `ONNX_PARITY_EP`), and an unknown one is refused (exit 2).
 #[test]
