@@ -33,6 +33,14 @@ pub fn process_peak_bytes() -> Option<u64> {
     peak_rss_bytes().map(|b| b.max(folded)).or((folded > 0).then_some(folded))
 }
 
+/// `MemAvailable` of `/proc/meminfo` (Linux), in bytes.
+pub fn available_bytes() -> Option<u64> {
+    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = info.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    let kib: u64 = line.trim_start_matches("MemAvailable:").trim().trim_end_matches("kB").trim().parse().ok()?;
+    Some(kib * 1024)
+}
+
 /// Bytes as GiB with two decimals, for logs.
 pub fn gib(bytes: u64) -> String {
     format!("{:.2} GiB", bytes as f64 / (1u64 << 30) as f64)

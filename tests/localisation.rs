@@ -199,3 +199,49 @@ fn the_arbiter_streams_its_all_position_logits() {
     assert_eq!(covered, shape.iter().product::<usize>());
     assert!(worst > 0.0 && worst < 1e-4, "f64 vs f32 logits {worst:e}");
 }
+
+/// Guards the cut opened beside the runs (a small decoder's, `prepare_local_layers`): the local
+/// layer runs and their module outputs are the bits of the cut opened after the decoder is
+/// released (the path of a decoder too large for two copies), on a text-only export and a
+/// multimodal one.
+#[test]
+fn a_cut_opened_ahead_runs_the_layers_as_one_opened_after() {
+    use onnx_parity::backend::reference::ReferenceBackend;
+    use onnx_parity::backend::{Backend, GenerationRequest};
+    use onnx_parity::outputs::LayerOutputs;
+    use onnx_parity::runtime::pipeline::{DecoderGraph, OnnxPipeline};
+    use onnx_parity::runtime::session::SessionOptions;
+
+    let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    for fixture in ["gemma4-text-ple", "unified-vision"] {
+        let dir = root().join("fixtures").join(fixture);
+        let inputs = onnx_parity::inputs::load_safetensors(&dir.join("inputs.safetensors")).expect("inputs");
+        let request = GenerationRequest { max_new_tokens: 2, eos: &[], forced: None, all_position_logits: true, layer_outputs: true };
+        let reference = ReferenceBackend::load(&dir.join("checkpoint"), None).expect("reference").run(&inputs, &request).expect("runs");
+        let local = |ahead: bool| {
+            let mut p =
+                OnnxPipeline::open_with(&dir.join("onnx"), &SessionOptions::default(), DecoderGraph::WithLayerOutputs).expect("opens");
+            if ahead {
+                p.prepare_local_layers();
+                assert!(p.cut_ahead(), "{fixture}: a fixture's decoder is small");
+            }
+            p.greedy(&inputs, 2, &[], Some(&reference.generation.tokens), true).expect("runs");
+            p.isolate(&inputs, &reference, None).expect("isolates")
+        };
+        let (after, ahead) = (local(false), local(true));
+        let (LayerOutputs::Tensors(a), LayerOutputs::Tensors(b)) = (&after.local, &ahead.local) else {
+            panic!("{fixture}: local layers {:?} / {:?}", after.local, ahead.local)
+        };
+        assert!(a.len() >= 2 && a.len() == b.len(), "{fixture}");
+        for (x, y) in a.iter().zip(b) {
+            assert_eq!(bits(&x.data), bits(&y.data), "{fixture}: a local layer");
+        }
+        assert_eq!(after.modules.len(), ahead.modules.len());
+        for (x, y) in after.modules.iter().zip(&ahead.modules) {
+            assert_eq!(x.keys().collect::<Vec<_>>(), y.keys().collect::<Vec<_>>(), "{fixture}");
+            for (k, v) in x {
+                assert_eq!(bits(&v.data), bits(&y[k].data), "{fixture}: {k}");
+            }
+        }
+    }
+}

@@ -89,6 +89,10 @@ pub trait Backend {
         None
     }
 
+    /// [`Backend::isolated`] will be called after this back end's runs: it may start preparing
+    /// what that needs (the ONNX pipeline's decoder cut, when small) beside them.
+    fn will_isolate(&mut self) {}
+
     /// Each sub-model judged on the reference's own inputs for it (`reference`: the
     /// reference's run of `inputs`, with layer outputs; `own`: this back end's teacher-forced
     /// run of them, reused where the isolated run would be the same), so L3 blames the component

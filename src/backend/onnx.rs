@@ -29,6 +29,10 @@ impl Backend for OnnxPipeline {
         Ok(Run { prefill, generation, step_inputs: Default::default() })
     }
 
+    fn will_isolate(&mut self) {
+        self.prepare_local_layers();
+    }
+
     fn isolated(&mut self, inputs: &ModelInputs, reference: &Run, own: &Run) -> Result<Isolation, BackendError> {
         Ok(Isolation::Done(Box::new(self.isolate(inputs, reference, Some(own))?)))
     }

@@ -648,6 +648,9 @@ fn candidate_runs(
     let eos = eos_ids(case);
     let max_new = max_new_tokens(case);
     let forced = reference.map(|r| r.generation.tokens.as_slice());
+    if reference.is_some() && case.levels.contains(&Level::L3) {
+        backend.will_isolate();
+    }
     let forced_run = backend.run(inputs, &request(case, &eos, forced))?;
     let (Some(f), Some(reference)) = (forced, reference) else {
         // Without reference tokens the run above already decoded freely.

@@ -5,8 +5,10 @@
 //! reference's residual stream entering it ([`crate::onnx::cut`]).
 //!
 //! The local layer runs need the cut graph in a session of its own; the decoder session is
-//! released before it opens, so one copy of the decoder's weights is in memory at a time. That
-//! makes [`OnnxPipeline::isolate`] the pipeline's last call.
+//! released before it opens, so one copy of the decoder's weights is in memory at a time (a
+//! decoder small against the memory is cut and opened beside the runs instead:
+//! [`OnnxPipeline::prepare_local_layers`]). That makes [`OnnxPipeline::isolate`] the pipeline's
+//! last call.
 
 use std::collections::BTreeMap;
 
@@ -18,7 +20,8 @@ use crate::onnx::cut::{self, CutModel, CutUnavailable};
 use crate::onnx::feed::{FeedData, FeedTensor, FloatType};
 use crate::onnx::proto::elem_type_name;
 use crate::outputs::{Component, Dense, Isolated, LayerOutputs, ModuleOutputs, Run};
-use crate::runtime::session::{self, ModelSource, SessionError};
+use crate::runtime::pipeline::local_cut::{cut_dir, cut_source, decoder_cut, local_cut, CutFailure};
+use crate::runtime::session::{self, SessionError};
 
 impl OnnxPipeline {
     /// Runs each sub-model on the reference's inputs for it (see the module doc). `reference`
@@ -101,36 +104,38 @@ impl OnnxPipeline {
     }
 
     /// Every layer fed the reference's stream: the decoder session is released, the cut opened
-    /// in its place, run once at prefill and dropped. A decoder that cannot be cut, or whose cut
-    /// ORT refuses, leaves the local outputs unavailable with the reason.
+    /// in its place (or taken from [`OnnxPipeline::prepare_local_layers`]), run once at prefill
+    /// and dropped. A decoder that cannot be cut, or whose cut ORT refuses, leaves the local
+    /// outputs unavailable with the reason.
     fn local_layers(&mut self, ids: &[i64], reference: &Run, iso: &mut Isolated) -> Result<(), PipelineError> {
         if !matches!(reference.prefill.layers, LayerOutputs::Tensors(_)) {
             iso.local = LayerOutputs::Unavailable("the reference returned no layer outputs".into());
             return Ok(());
         }
-        let mut cut = match self.cut(None) {
-            Ok(c) => c,
-            Err(why) => {
-                iso.local = LayerOutputs::Unavailable(why.to_string());
+        let role = self.decoder_role;
+        let t = std::time::Instant::now();
+        let ahead = match self.cut_ahead.take().map(std::thread::JoinHandle::join) {
+            Some(Ok(ready)) => Some(ready),
+            Some(Err(_)) => return Err(PipelineError::Contract { role, message: "the thread opening the decoder cut panicked".into() }),
+            None => None,
+        };
+        let (cut, activations, session) = match ahead.unwrap_or_else(|| local_cut(&self.decoder_path, &self.activations)) {
+            Ok(ready) => ready,
+            Err(CutFailure::Unavailable(why)) => {
+                iso.local = LayerOutputs::Unavailable(why);
                 return Ok(());
             }
+            Err(CutFailure::Expose(e)) => {
+                return Err(PipelineError::Contract { role, message: format!("exposing the quantized matmuls' inputs: {e}") })
+            }
         };
-        // The activations of the quantized matmuls whose kernel rounds them to int8 here (those
-        // the instrumented decoder exposes, found when it opened), exposed as outputs of the cut:
-        // the reference takes the candidate's step at their near-ties.
-        let activations = activations::computed_by(self.activations.clone(), &self.decoder_path, &cut.bytes);
-        if !activations.is_empty() {
-            cut.bytes = activations::expose(&cut.bytes, &activations).map_err(|e| PipelineError::Contract {
-                role: self.decoder_role,
-                message: format!("exposing the quantized matmuls' inputs: {e}"),
-            })?;
-        }
         let feed = self.local_feed(&cut.inputs, &cut.stream_types, ids, reference)?;
         self.decoder = None;
-        let t = std::time::Instant::now();
-        let dir = self.decoder_path.parent().map(std::path::Path::to_path_buf).unwrap_or_default();
-        let source = ModelSource::Memory { path: &self.decoder_path, bytes: &cut.bytes, external_data_dir: &dir };
-        let mut session = match session::open(source, &self.opts) {
+        let session = match session {
+            Some(opened) => opened,
+            None => session::open(cut_source(&self.decoder_path, &cut.bytes, &cut_dir(&self.decoder_path)), &self.opts),
+        };
+        let mut session = match session {
             Ok(s) => s,
             Err(e @ SessionError::Load { .. }) => {
                 iso.local = LayerOutputs::Unavailable(format!("the decoder cut at its layers does not load: {e}"));
@@ -138,7 +143,6 @@ impl OnnxPipeline {
             }
             Err(e) => return Err(e.into()),
         };
-        let role = self.decoder_role;
         let run = |source| PipelineError::Run { role, source };
         let values: Vec<(String, DynValue)> =
             feed.iter().map(|(n, t)| t.to_value().map(|v| (n.clone(), v))).collect::<Result<_, _>>().map_err(run)?;
@@ -163,14 +167,37 @@ impl OnnxPipeline {
         Ok(())
     }
 
+    /// Whether the decoder cut is being made beside the runs ([`OnnxPipeline::prepare_local_layers`]).
+    pub fn cut_ahead(&self) -> bool {
+        self.cut_ahead.is_some()
+    }
+
+    /// The local layer runs will follow this pipeline's runs ([`OnnxPipeline::isolate`]): where
+    /// a second copy of the decoder's weights is small against the memory available (a small
+    /// model: its graph and external data at most a quarter of it), the decoder is cut and the
+    /// cut's session opened now on another thread, beside the runs, instead of after them (at
+    /// fixture scale ONNX Runtime opening the cuts was 3.2 s of a warm `run cases`). A real
+    /// checkpoint's decoder is cut after its session is released, one copy at a time.
+    pub fn prepare_local_layers(&mut self) {
+        let Some(available) = crate::memory::available_bytes() else { return };
+        let dir = cut_dir(&self.decoder_path);
+        let bytes: u64 = std::fs::read_dir(&dir)
+            .map(|d| d.filter_map(|e| e.ok()?.metadata().ok()).filter(|m| m.is_file()).map(|m| m.len()).sum())
+            .unwrap_or(u64::MAX);
+        if self.cut_ahead.is_some() || bytes.saturating_mul(4) > available {
+            return;
+        }
+        let (path, activations, opts) = (self.decoder_path.clone(), self.activations.clone(), self.opts.clone());
+        self.cut_ahead = Some(std::thread::spawn(move || {
+            let (cut, activations, _) = local_cut(&path, &activations)?;
+            let session = session::open(cut_source(&path, &cut.bytes, &dir), &opts);
+            Ok((cut, activations, Some(session)))
+        }));
+    }
+
     /// The decoder cut at its layers ([`cut::local_model`]: all of them, or `only`), or why not.
     pub fn cut(&self, only: Option<usize>) -> Result<CutModel, CutUnavailable> {
-        let path = &self.decoder_path;
-        let bytes = std::fs::read(path).map_err(|source| CutUnavailable::Read { path: path.clone(), source })?;
-        // Named as in the instrumented decoder, so the layers found are the same.
-        let bytes =
-            crate::onnx::layers::with_fused_sums_named(&bytes).map_err(|e| CutUnavailable::Cut { path: path.clone(), source: e.into() })?;
-        cut::local_model(&bytes, only).map_err(|source| CutUnavailable::Cut { path: path.clone(), source })
+        decoder_cut(&self.decoder_path, only)
     }
 
     /// The decoder graph file.

@@ -21,6 +21,7 @@ mod activations;
 mod error;
 mod isolation;
 mod kv;
+mod local_cut;
 mod step;
 mod values;
 
@@ -87,6 +88,9 @@ pub struct OnnxPipeline {
     /// Sub-models whose compute nodes ONNX Runtime put partly on the CPU EP although the
     /// session's EP was another (what a user of the build on that EP gets: L3–L5 say so).
     partitions: Vec<Partition>,
+    /// The decoder cut and its session, being made beside the runs
+    /// ([`OnnxPipeline::prepare_local_layers`]).
+    cut_ahead: Option<std::thread::JoinHandle<Result<local_cut::LocalCut, local_cut::CutFailure>>>,
 }
 
 /// Why a pipeline's decoder exposes no layer outputs.
@@ -195,6 +199,7 @@ impl OnnxPipeline {
             embeddings_output,
             activations,
             partitions,
+            cut_ahead: None,
         })
     }
 

@@ -252,10 +252,7 @@ fn folder_bytes(dir: &Path) -> u64 {
 
 /// `MemAvailable` of `/proc/meminfo` (Linux), in bytes.
 fn available_memory() -> Option<u64> {
-    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
-    let line = info.lines().find(|l| l.starts_with("MemAvailable:"))?;
-    let kib: u64 = line.trim_start_matches("MemAvailable:").trim().trim_end_matches("kB").trim().parse().ok()?;
-    Some(kib * 1024)
+    crate::memory::available_bytes()
 }
 
 #[cfg(test)]
