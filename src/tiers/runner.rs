@@ -106,11 +106,12 @@ fn run_l3(case: &Case, candidate: &Candidate, eval: &CaseEvaluation) -> TierOutc
     // f32 build's, when not cached, was already made before them (`evaluation::sharing`).
     let candidates = eval.candidates(case, candidate);
     // Candidates whose local floors are all conditioned on their own int8 steps need no other.
-    let mut ran = candidates.iter().filter_map(|c| c.as_ref().ok()).peekable();
-    let conditioned = match ran.peek().is_some() && ran.clone().all(|c| c.hinted.as_ref().is_some_and(|h| h.local.is_some())) {
-        true => ran.next().and_then(|c| c.hinted.as_ref()).and_then(|h| h.local.as_ref()).map(|l| &l.floor),
-        false => None,
-    };
+    let conditioned: Option<Vec<_>> = candidates
+        .iter()
+        .filter_map(|c| c.as_ref().ok())
+        .map(|c| c.hinted.as_ref().and_then(|h| h.local.as_ref()).map(|l| &l.floor))
+        .collect();
+    let conditioned = conditioned.and_then(|all| all.first().copied());
     let calibration = match candidates.iter().any(Result::is_ok) {
         true => match eval.calibration_with(case, conditioned).transpose() {
             Ok(c) => c,

@@ -119,7 +119,11 @@ impl OnnxPipeline {
             Some(Err(_)) => return Err(PipelineError::Contract { role, message: "the thread opening the decoder cut panicked".into() }),
             None => None,
         };
-        let (cut, activations, session) = match ahead.unwrap_or_else(|| local_cut(&self.decoder_path, &self.activations)) {
+        let made = match ahead {
+            Some(opened) => opened.map(|(cut, session)| (cut, Some(session))),
+            None => local_cut(&self.decoder_path, &self.activations).map(|cut| (cut, None)),
+        };
+        let ((cut, activations), session) = match made {
             Ok(ready) => ready,
             Err(CutFailure::Unavailable(why)) => {
                 iso.local = LayerOutputs::Unavailable(why);
@@ -189,9 +193,9 @@ impl OnnxPipeline {
         }
         let (path, activations, opts) = (self.decoder_path.clone(), self.activations.clone(), self.opts.clone());
         self.cut_ahead = Some(std::thread::spawn(move || {
-            let (cut, activations, _) = local_cut(&path, &activations)?;
-            let session = session::open(cut_source(&path, &cut.bytes, &dir), &opts);
-            Ok((cut, activations, Some(session)))
+            let cut = local_cut(&path, &activations)?;
+            let session = session::open(cut_source(&path, &cut.0.bytes, &dir), &opts);
+            Ok((cut, session))
         }));
     }
 

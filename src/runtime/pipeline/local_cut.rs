@@ -16,9 +16,11 @@ pub(crate) enum CutFailure {
     Expose(String),
 }
 
-/// The decoder cut at its layers, the quantized activations it exposes, and its session when
-/// opened ahead ([`OnnxPipeline::prepare_local_layers`]).
-pub(crate) type LocalCut = (CutModel, Vec<(String, i32)>, Option<Result<ort::session::Session, SessionError>>);
+/// The decoder cut at its layers and the quantized activations it exposes ([`local_cut`]).
+pub(crate) type LocalCut = (CutModel, Vec<(String, i32)>);
+
+/// A [`LocalCut`] and its session, opened ahead ([`super::OnnxPipeline::prepare_local_layers`]).
+pub(crate) type OpenedCut = (LocalCut, Result<ort::session::Session, SessionError>);
 
 /// The decoder at `path` cut at its layers, with those of `activations` (the quantized matmuls'
 /// inputs the instrumented decoder exposes, whose kernel rounds them to int8 here) that it computes
@@ -29,7 +31,7 @@ pub(super) fn local_cut(path: &Path, activations: &[(String, i32)]) -> Result<Lo
     if !activations.is_empty() {
         cut.bytes = activations::expose(&cut.bytes, &activations).map_err(|e| CutFailure::Expose(e.to_string()))?;
     }
-    Ok((cut, activations, None))
+    Ok((cut, activations))
 }
 
 /// The folder a decoder's external data is resolved in.

@@ -90,7 +90,7 @@ pub struct OnnxPipeline {
     partitions: Vec<Partition>,
     /// The decoder cut and its session, being made beside the runs
     /// ([`OnnxPipeline::prepare_local_layers`]).
-    cut_ahead: Option<std::thread::JoinHandle<Result<local_cut::LocalCut, local_cut::CutFailure>>>,
+    cut_ahead: Option<std::thread::JoinHandle<Result<local_cut::OpenedCut, local_cut::CutFailure>>>,
 }
 
 /// Why a pipeline's decoder exposes no layer outputs.

@@ -41,7 +41,7 @@ const MAX_SHARE_OF_AVAILABLE: f64 = 0.8;
 /// Whether a load that reads `bytes` into memory fits this machine; `None` when it does, else why
 /// the package is not loaded.
 fn too_large(bytes: u64) -> Option<String> {
-    let available = available_memory()?;
+    let available = crate::memory::available_bytes()?;
     (bytes as f64 > MAX_SHARE_OF_AVAILABLE * available as f64).then(|| {
         format!(
             "not loaded by ONNX Runtime: loading it reads {} and this machine has {} available",
@@ -250,11 +250,6 @@ fn folder_bytes(dir: &Path) -> u64 {
     crate::files::walk(dir, &|_| true).into_iter().flatten().filter_map(|p| p.metadata().ok()).map(|m| m.len()).sum()
 }
 
-/// `MemAvailable` of `/proc/meminfo` (Linux), in bytes.
-fn available_memory() -> Option<u64> {
-    crate::memory::available_bytes()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -263,7 +258,7 @@ mod tests {
     /// saying how much; a small one is.
     #[test]
     fn a_load_larger_than_the_memory_is_not_made() {
-        let Some(available) = available_memory() else { return };
+        let Some(available) = crate::memory::available_bytes() else { return };
         let why = too_large(available.saturating_mul(2)).expect("twice the available memory is too large");
         assert!(why.starts_with("not loaded by ONNX Runtime: loading it reads"), "{why}");
         assert_eq!(too_large(1 << 20), None);
