@@ -193,6 +193,43 @@ fn corrupt_and_truncated_entries_are_misses() {
     assert!(store.get::<Run>("reference", "t", &key(9)).is_none());
 }
 
+/// Guards: a value held in its entry reads back bit for bit when first used, through the handle
+/// opened when it was stored (the entry evicted meanwhile); one the bound leaves no entry for
+/// stays in memory.
+#[test]
+fn a_held_value_is_read_back_from_its_entry_even_once_evicted() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = Store::new(tmp.path().to_path_buf(), 1 << 30);
+    let run = sample_run();
+    let held = store.put_held("conditioned prefill (floor)", "t", &key(1), run.clone());
+    assert!(held.is_on_disk(), "held in its entry, not in memory");
+    for path in entries(tmp.path()) {
+        std::fs::remove_file(path).unwrap();
+    }
+    assert_eq!(held.get().expect("read back"), &run);
+    assert!(!held.is_on_disk());
+    let tiny = Store::new(tmp.path().join("tiny"), 1);
+    let kept = tiny.put_held("conditioned prefill (floor)", "t", &key(2), run.clone());
+    assert!(!kept.is_on_disk(), "no entry left by the bound: kept in memory");
+    assert_eq!(kept.get().unwrap(), &run);
+}
+
+/// Guards: a held entry altered before it is read is an error naming it, never a value.
+#[test]
+fn an_altered_held_entry_is_an_error_not_a_value() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = Store::new(tmp.path().to_path_buf(), 1 << 30);
+    let held = store.put_held("conditioned local layers (f64)", "t", &key(1), sample_run());
+    let path = entries(tmp.path()).pop().unwrap();
+    let mut bytes = std::fs::read(&path).unwrap();
+    let i = bytes.len() / 2;
+    bytes[i] ^= 0x10;
+    // Rewritten in place: the held handle reads the altered bytes.
+    std::fs::write(&path, bytes).unwrap();
+    let err = held.get().expect_err("an altered entry is not a value").to_string();
+    assert!(err.contains(&path.display().to_string()) && err.contains("is corrupt"), "{err}");
+}
+
 /// `run` with all-position logits streamed from a file of `rows` x `vocab` values
 /// (`1000 + i`), as the f64 arbiter's are once stored.
 fn with_streamed_logits(mut run: Run, dir: &Path, rows: usize, vocab: usize) -> Run {

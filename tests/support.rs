@@ -146,7 +146,8 @@ pub fn near_ties(variant: &str, layer: usize, delta: f32) -> NearTies {
     let judge = |isolation: &Isolation, cal: &Calibration<'_>| {
         l3::compare(&reference.run, &run.forced, isolation, reference.scope, &tol, Some(cal))
     };
-    let with_hints = Calibration { local: &hinted.floor, local_truth: Some(&hinted.truth), ..plain };
+    let (floor, truth) = hinted.read().expect("the conditioned local floors read");
+    let with_hints = Calibration { local: &floor.output, local_truth: Some(&truth.output), ..plain };
     let Isolation::Done(iso) = &run.isolation else { panic!("isolation ran") };
     let mut broken = iso.clone();
     let onnx_parity::outputs::LayerOutputs::Tensors(local) = &mut broken.local else { panic!("local layers ran") };

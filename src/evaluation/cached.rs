@@ -18,7 +18,7 @@ use crate::inputs::ModelInputs;
 use crate::metrics::WeightError;
 use crate::onnx::protocol;
 use crate::reference_cache::codec::{Decoder, Encoder};
-use crate::reference_cache::{CacheError, Cached, KeyBuilder, Store, CODE_VERSION};
+use crate::reference_cache::{CacheError, Cached, Held, KeyBuilder, Store, CODE_VERSION};
 use crate::runtime::kernels::MatMulNBitsModel;
 
 /// The process's reference cache, `None` when it is off.
@@ -133,6 +133,24 @@ pub fn through<T: Cached>(
         }
     }
     Ok(value)
+}
+
+/// [`through`] for a result the judge reads only after more models have run: once computed and
+/// stored it is held in its entry, not in memory ([`Held`]); found in the cache, or with the cache
+/// off, it is in memory.
+pub fn through_held<T: Cached>(
+    case: &Case,
+    identity: Option<&KeyBuilder>,
+    what: &str,
+    extra: impl FnOnce(&mut KeyBuilder),
+    compute: impl FnOnce() -> Result<T, SharedError>,
+) -> Result<Held<T>, SharedError> {
+    let (Some(store), Some(identity)) = (store(), identity) else { return compute().map(Held::Memory) };
+    let key = entry_key(identity, what, extra);
+    if let Some(v) = store.get(what, &case.name, &key) {
+        return Ok(Held::Memory(v));
+    }
+    Ok(store.put_held(what, &case.name, &key, compute()?))
 }
 
 impl Cached for Vec<WeightError> {

@@ -25,6 +25,9 @@ pub enum EvalError {
     /// A quantized build (`dtype: int4` / `int8`) whose weights cannot be read, or that has none.
     #[error("the quantized build's weights: {0}")]
     Quantized(String),
+    /// A result held in its reference-cache entry that could not be read back.
+    #[error("a result held in the reference cache could not be read back: {0}")]
+    Held(Arc<crate::reference_cache::CacheError>),
     #[error("{label} ({}): {source}", dir.display())]
     Run {
         label: &'static str,

@@ -20,7 +20,8 @@ use onnx_parity_reference::weights::activations::NearTies;
 use onnx_parity_reference::weights::rounding::{Adopted, RoundingHints};
 use onnx_parity_reference::weights::ActivationQuant;
 
-use super::error::SharedError;
+use super::cached::through_held;
+use super::error::{EvalError, SharedError};
 use super::precision::{forced, slot, with_reference, Calibration, RunPair};
 use super::request::eos_ids;
 use crate::backend::reference::ReferenceBackend;
@@ -30,7 +31,7 @@ use crate::inputs::{Dense, ModelInputs};
 use crate::onnx::quantized::{QuantizedBuild, QuantizedWeight};
 use crate::outputs::{Isolation, LocalLayers, Run};
 use crate::reference_cache::codec::{Decoder, Encoder};
-use crate::reference_cache::{CacheError, Cached, KeyBuilder};
+use crate::reference_cache::{CacheError, Cached, Held, KeyBuilder};
 use onnx_parity_reference::model::LocalPle;
 
 /// How close (relative to the scaled value, at least one step) the reference's and the
@@ -41,15 +42,33 @@ use onnx_parity_reference::model::LocalPle;
 /// too (gemma4-text-ple@int4-acc4, layer 2): not rounding, so not adopted.
 pub const NEAR_TIE_TOLERANCE: f64 = 1e-4;
 
+/// One conditioned run's output and the near-ties where it took the candidate's step.
+#[derive(Debug)]
+pub struct HintedOutput<T> {
+    pub output: T,
+    pub adopted: Vec<Adopted>,
+}
+
 /// A floor and its truth (the reference at the candidate's precision and the f64 arbiter) run
-/// with the candidate's activations as rounding hints, and the near-ties where each took the
-/// candidate's step.
-#[derive(Debug, Clone)]
+/// with the candidate's activations as rounding hints. Each is held in its cache entry once made
+/// (read when the judge asks): the floor is not beside the f64 model that makes the truth, nor
+/// either beside the runs conditioned after them.
+#[derive(Debug)]
 pub struct Conditioned<T> {
-    pub floor: T,
-    pub truth: T,
-    pub floor_adopted: Vec<Adopted>,
-    pub truth_adopted: Vec<Adopted>,
+    pub floor: Held<HintedOutput<T>>,
+    pub truth: Held<HintedOutput<T>>,
+}
+
+impl<T: Cached> Conditioned<T> {
+    /// The floor and the truth, read from their entries where they are held.
+    pub fn read(&self) -> Result<(&HintedOutput<T>, &HintedOutput<T>), SharedError> {
+        Ok((read(&self.floor)?, read(&self.truth)?))
+    }
+}
+
+/// A held value, its read failure as the evaluation's error.
+fn read<T: Cached>(held: &Held<T>) -> Result<&T, SharedError> {
+    held.get().map_err(|e| Arc::new(EvalError::Held(e)))
 }
 
 /// The local floors conditioned on the candidate's local run: each layer fed the arbiter's stream.
@@ -85,7 +104,7 @@ impl CandidateActivations {
 }
 
 /// Every floor of one candidate conditioned on its int8 steps (see the module doc).
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Default)]
 pub struct Hinted {
     pub local: Option<HintedLocal>,
     /// The forced run's prefill (a text-only package's isolated decoder run too).
@@ -97,11 +116,11 @@ pub struct Hinted {
 impl Hinted {
     /// Each near-tie adopted, with the run whose floors took it (`local`, `prefill`,
     /// `isolated decoder`) and which of them (`floor`, `f64`).
-    pub fn adopted(&self) -> Vec<(&'static str, &'static str, &Adopted)> {
+    pub fn adopted(&self) -> Result<Vec<(&'static str, &'static str, &Adopted)>, SharedError> {
         let runs = [
-            ("local", self.local.as_ref().map(|l| (&l.floor_adopted, &l.truth_adopted))),
-            ("prefill", self.prefill.as_ref().map(|p| (&p.floor_adopted, &p.truth_adopted))),
-            ("isolated decoder", self.isolated.as_ref().map(|i| (&i.floor_adopted, &i.truth_adopted))),
+            ("local", self.local.as_ref().map(|l| l.read().map(|(f, t)| (&f.adopted, &t.adopted))).transpose()?),
+            ("prefill", self.prefill.as_ref().map(|p| p.read().map(|(f, t)| (&f.adopted, &t.adopted))).transpose()?),
+            ("isolated decoder", self.isolated.as_ref().map(|i| i.read().map(|(f, t)| (&f.adopted, &t.adopted))).transpose()?),
         ];
         let mut out = Vec::new();
         for (run, lists) in runs {
@@ -110,24 +129,32 @@ impl Hinted {
                 out.extend(truth.iter().map(|a| (run, "f64", a)));
             }
         }
-        out
+        Ok(out)
+    }
+
+    /// The conditioned local floor, when the local layers are conditioned.
+    pub fn local_floor(&self) -> Option<Result<&LocalLayers, SharedError>> {
+        self.local.as_ref().map(|l| read(&l.floor).map(|f| &f.output))
     }
 
     /// `cal` with every floor these runs condition replaced by its conditioned run.
-    pub fn calibration<'a>(&'a self, cal: Calibration<'a>) -> Calibration<'a> {
+    pub fn calibration<'a>(&'a self, cal: Calibration<'a>) -> Result<Calibration<'a>, SharedError> {
         let mut out = cal;
         if let Some(l) = &self.local {
-            out.local = &l.floor;
-            out.local_truth = Some(&l.truth);
+            let (floor, truth) = l.read()?;
+            out.local = &floor.output;
+            out.local_truth = Some(&truth.output);
         }
         if let Some(p) = &self.prefill {
-            out.floor = &p.floor;
-            out.truth = &p.truth;
+            let (floor, truth) = p.read()?;
+            out.floor = &floor.output;
+            out.truth = &truth.output;
         }
         if let Some(i) = &self.isolated {
-            out.isolated = Some(RunPair { floor: &i.floor, truth: &i.truth });
+            let (floor, truth) = i.read()?;
+            out.isolated = Some(RunPair { floor: &floor.output, truth: &truth.output });
         }
-        out
+        Ok(out)
     }
 }
 
@@ -183,30 +210,45 @@ pub(super) fn hints(build: &QuantizedBuild, mut activations: BTreeMap<String, De
     (!hints.is_empty()).then_some(hints)
 }
 
+/// Where a conditioned floor is cached: the case's identity, the result's name (`floor` or
+/// `f64` is added to it) and what the key adds (the candidate's activations).
+pub(super) struct Entry<'a> {
+    pub identity: Option<&'a KeyBuilder>,
+    pub what: &'static str,
+    pub key: &'a dyn Fn(&mut KeyBuilder),
+}
+
 /// `run` on the reference at `case`'s precision and on the f64 arbiter, each on `build`'s
-/// weights with `hints` active.
-fn conditioned<T>(
+/// weights with `hints` active, each cached and held in its entry before the next model loads.
+fn conditioned<T: Cached>(
     case: &Case,
+    entry: &Entry<'_>,
     build: &QuantizedBuild,
     hints: &RoundingHints,
     run: impl Fn(&mut ReferenceBackend, RoundingHints) -> Result<(T, Vec<Adopted>), BackendError>,
 ) -> Result<Conditioned<T>, SharedError> {
     let compute = slot(case.dtype).map_or(DType::F32, |(_, d)| d);
-    let (floor, floor_adopted) = with_reference(case, compute, Some(build), |b| run(b, hints.clone()))?;
-    let (truth, truth_adopted) = with_reference(case, DType::F64, Some(build), |b| run(b, hints.clone()))?;
-    Ok(Conditioned { floor, truth, floor_adopted, truth_adopted })
+    let made = |dtype: DType, which: &str| {
+        through_held(case, entry.identity, &format!("{} ({which})", entry.what), entry.key, || {
+            let (output, adopted) = with_reference(case, dtype, Some(build), |b| run(b, hints.clone()))?;
+            Ok(HintedOutput { output, adopted })
+        })
+    };
+    Ok(Conditioned { floor: made(compute, "floor")?, truth: made(DType::F64, "f64")? })
 }
 
 /// [`HintedLocal`] of `case`'s build on its weights `build`, fed `arbiter`'s streams.
+#[allow(clippy::too_many_arguments)]
 pub(super) fn local(
     case: &Case,
+    entry: &Entry<'_>,
     inputs: &ModelInputs,
     arbiter: &Run,
     build: &QuantizedBuild,
     ple: LocalPle,
     hints: &RoundingHints,
 ) -> Result<HintedLocal, SharedError> {
-    conditioned(case, build, hints, |b, h| b.local_layers_hinted(inputs, arbiter, ple, h))
+    conditioned(case, entry, build, hints, |b, h| b.local_layers_hinted(inputs, arbiter, ple, h))
 }
 
 /// [`HintedRuns`] of `case`'s build on its weights `build`, teacher-forced with `tokens`. The f64
@@ -214,6 +256,7 @@ pub(super) fn local(
 /// active), one more `[S, vocab]` tensor for such a build only.
 pub(super) fn runs(
     case: &Case,
+    entry: &Entry<'_>,
     inputs: &ModelInputs,
     tokens: &[i64],
     build: &QuantizedBuild,
@@ -221,7 +264,7 @@ pub(super) fn runs(
 ) -> Result<HintedRuns, SharedError> {
     let eos = eos_ids(case);
     let request = forced(case, &eos, tokens);
-    conditioned(case, build, hints, |b, h| b.run_hinted(inputs, &request, h))
+    conditioned(case, entry, build, hints, |b, h| b.run_hinted(inputs, &request, h))
 }
 
 /// The digest of a candidate's activations (name, shape, values, bit exact) and the near-tie
@@ -235,20 +278,13 @@ pub fn activations_digest(activations: &BTreeMap<String, Dense<f32>>) -> [u8; 16
     key.finish().0
 }
 
-impl<T: Cached> Cached for Conditioned<T> {
+impl<T: Cached> Cached for HintedOutput<T> {
     fn encode(&self, e: &mut Encoder) -> std::io::Result<()> {
-        self.floor.encode(e)?;
-        self.truth.encode(e)?;
-        self.floor_adopted.encode(e)?;
-        self.truth_adopted.encode(e)
+        self.output.encode(e)?;
+        self.adopted.encode(e)
     }
 
     fn decode(d: &mut Decoder) -> Result<Self, CacheError> {
-        Ok(Conditioned {
-            floor: T::decode(d)?,
-            truth: T::decode(d)?,
-            floor_adopted: <Vec<Adopted>>::decode(d)?,
-            truth_adopted: <Vec<Adopted>>::decode(d)?,
-        })
+        Ok(HintedOutput { output: T::decode(d)?, adopted: <Vec<Adopted>>::decode(d)? })
     }
 }

@@ -71,7 +71,7 @@ impl Cached for ReferenceRun {
 }
 
 /// What a candidate implementation computed for a case.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct CandidateRun {
     /// Its label ([`Implementation::label`], with `@<variant>` for a variant's export).
     pub label: String,
@@ -472,25 +472,25 @@ impl CaseEvaluation {
         if let Some(h) = local {
             let arbiter = self.precision.arbiter(case, id, inputs, reference, Some(build))?;
             let ple = local_ple(case);
-            let extra = |k: &mut KeyBuilder| {
+            let key = |k: &mut KeyBuilder| {
                 k.add("activations", &local_digest).text("ple", &format!("{ple:?}"));
             };
-            out.local = Some(cached::through(case, id, "conditioned local layers", extra, || {
-                hinted::local(case, inputs, arbiter, build, ple, &h)
-            })?);
+            let entry = hinted::Entry { identity: id, what: "conditioned local layers", key: &key };
+            out.local = Some(hinted::local(case, &entry, inputs, arbiter, build, ple, &h)?);
         }
         if let Some(h) = isolated {
-            let extra = |k: &mut KeyBuilder| {
+            let key = |k: &mut KeyBuilder| {
                 k.add("activations", &isolated_digest);
             };
-            out.isolated =
-                Some(cached::through(case, id, "conditioned isolated decoder", extra, || hinted::runs(case, inputs, tokens, build, &h))?);
+            let entry = hinted::Entry { identity: id, what: "conditioned isolated decoder", key: &key };
+            out.isolated = Some(hinted::runs(case, &entry, inputs, tokens, build, &h)?);
         }
         if let Some(h) = forced {
-            let extra = |k: &mut KeyBuilder| {
+            let key = |k: &mut KeyBuilder| {
                 k.add("activations", &forced_digest);
             };
-            out.prefill = Some(cached::through(case, id, "conditioned prefill", extra, || hinted::runs(case, inputs, tokens, build, &h))?);
+            let entry = hinted::Entry { identity: id, what: "conditioned prefill", key: &key };
+            out.prefill = Some(hinted::runs(case, &entry, inputs, tokens, build, &h)?);
         }
         Ok((out.local.is_some() || out.prefill.is_some() || out.isolated.is_some()).then_some(out))
     }

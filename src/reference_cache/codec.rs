@@ -124,13 +124,18 @@ impl Decoder {
     /// Opens `path`, checks its header (`what`, `key`), and leaves the reader at the value's
     /// first field; the digest is checked by [`Decoder::finish`]. `Ok(None)`: no such entry.
     pub fn open(path: &Path, what: &str, key: &Key) -> Result<Option<Self>, CacheError> {
+        match File::open(path) {
+            Ok(file) => Self::of_file(file, path, what, key).map(Some),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(source) => Err(CacheError::Io { path: path.to_path_buf(), source }),
+        }
+    }
+
+    /// [`Decoder::open`] on a handle opened on `path` before (at its start): an entry held by a
+    /// value read later, still readable if the entry was evicted or replaced meanwhile.
+    pub fn of_file(file: File, path: &Path, what: &str, key: &Key) -> Result<Self, CacheError> {
         let corrupt = |why: String| CacheError::Corrupt { path: path.to_path_buf(), why };
         let io = |source| CacheError::Io { path: path.to_path_buf(), source };
-        let file = match File::open(path) {
-            Ok(f) => f,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(io(e)),
-        };
         let len = file.metadata().map_err(io)?.len();
         if len < DIGEST + MAGIC.len() as u64 {
             return Err(corrupt(format!("{len} bytes: shorter than a header and its digest")));
@@ -151,7 +156,7 @@ impl Decoder {
         if holds != what || stored_key != key.0 {
             return Err(corrupt(format!("holds `{holds}` under another key, not `{what}` under {key}")));
         }
-        Ok(Some(d))
+        Ok(d)
     }
 
     fn corrupt(&self, why: impl Into<String>) -> CacheError {

@@ -14,6 +14,7 @@
 
 pub mod codec;
 mod error;
+pub mod held;
 pub mod key;
 pub mod values;
 
@@ -23,6 +24,7 @@ use std::sync::Mutex;
 use serde::Serialize;
 
 pub use error::CacheError;
+pub use held::Held;
 pub use key::{FileDigests, Key, KeyBuilder, CODE_VERSION, FORMAT};
 pub use values::Cached;
 
@@ -143,6 +145,19 @@ impl Store {
                 false
             }
         }
+    }
+
+    /// Stores `value` under `key` and returns it held in its entry ([`Held`]: read back when
+    /// first used), or in memory when it could not be stored.
+    pub fn put_held<T: Cached>(&self, what: &str, label: &str, key: &Key, value: T) -> Held<T> {
+        if self.put(what, label, key, &value) {
+            let path = self.path(key);
+            match std::fs::File::open(&path) {
+                Ok(file) => return Held::entry(file, &path, what, *key),
+                Err(e) => tracing::warn!("{label}: {what} kept in memory ({}: {e})", path.display()),
+            }
+        }
+        Held::Memory(value)
     }
 
     /// Removes the least recently used entries until the folder is within its bound (`keep`,

@@ -7,12 +7,13 @@ use super::skip::tier_case;
 use super::{l1, l2, l3, l4, l5};
 use crate::artifacts::Artifacts;
 use crate::case::{Candidate, Case, Level};
-use crate::evaluation::hinted::{Hinted, NEAR_TIE_TOLERANCE};
+use crate::evaluation::hinted::NEAR_TIE_TOLERANCE;
 use crate::evaluation::{CandidateRun, CaseEvaluation, CaseEvaluations, Dequantized, ReferenceRun, SharedError};
 use crate::golden::{golden_paths, GenerationGolden, Golden};
 use crate::outputs::Run;
 use crate::tier_metrics::AdoptedStep;
 use crate::tolerance::{L4Tolerance, Thresholds, Tolerances};
+use onnx_parity_reference::weights::rounding::Adopted;
 
 /// One tier of one case, its verdict decided ([`super::verdict::decide`] of [`tier_result`] and
 /// the case's expectation; a skip stays a skip).
@@ -105,22 +106,9 @@ fn run_l3(case: &Case, candidate: &Candidate, eval: &CaseEvaluation) -> TierOutc
     // precision is judged with only when one of them ran (a graph ORT rejects needs none); an
     // f32 build's, when not cached, was already made before them (`evaluation::sharing`).
     let candidates = eval.candidates(case, candidate);
-    // Candidates whose local floors are all conditioned on their own int8 steps need no other.
-    let conditioned: Option<Vec<_>> = candidates
-        .iter()
-        .filter_map(|c| c.as_ref().ok())
-        .map(|c| c.hinted.as_ref().and_then(|h| h.local.as_ref()).map(|l| &l.floor))
-        .collect();
-    let conditioned = conditioned.and_then(|all| all.first().copied());
-    let calibration = match candidates.iter().any(Result::is_ok) {
-        true => match eval.calibration_with(case, conditioned).transpose() {
-            Ok(c) => c,
-            Err(e) => return TierOutcome::fail(format!("the calibrated rule's runs: {e}")),
-        },
-        false => None,
-    };
     // A quantized build: its weights against the checkpoint's, and its cost against the float
-    // reference (`l3::quantization`).
+    // reference (`l3::quantization`); run before the conditioned floors held in the cache are
+    // read back, so the float model is not beside them.
     let quantized = match eval.dequantized(case) {
         Ok(d) => d,
         Err(e) => return TierOutcome::fail(e.to_string()),
@@ -129,15 +117,35 @@ fn run_l3(case: &Case, candidate: &Candidate, eval: &CaseEvaluation) -> TierOutc
         Ok(f) => f,
         Err(e) => return TierOutcome::fail(format!("the float reference (the quantization's cost): {e}")),
     };
+    // Candidates whose local floors are all conditioned on their own int8 steps need no other.
+    let conditioned: Option<Vec<_>> =
+        candidates.iter().filter_map(|c| c.as_ref().ok()).map(|c| c.hinted.as_ref().and_then(|h| h.local_floor())).collect();
+    let conditioned = match conditioned.and_then(|all| all.into_iter().next()).transpose() {
+        Ok(c) => c,
+        Err(e) => return TierOutcome::fail(format!("the conditioned local floor: {e}")),
+    };
+    let calibration = match candidates.iter().any(Result::is_ok) {
+        true => match eval.calibration_with(case, conditioned).transpose() {
+            Ok(c) => c,
+            Err(e) => return TierOutcome::fail(format!("the calibrated rule's runs: {e}")),
+        },
+        false => None,
+    };
     let mut out = per_candidate(candidates, |c| {
         // A build quantizing activations to int8: its local floors take its own steps at near-ties.
         let hinted = match (&c.hinted, calibration) {
-            (Some(h), Some(cal)) => Some(h.calibration(cal)),
+            (Some(h), Some(cal)) => match h.calibration(cal) {
+                Ok(cal) => Some(cal),
+                Err(e) => return TierOutcome::fail(format!("the floors conditioned on the candidate's int8 steps: {e}")),
+            },
             _ => calibration,
         };
         let mut out = l3::compare(&reference.run, &c.forced, &c.isolation, reference.scope, &tol, hinted.as_ref());
         if let Some(h) = &c.hinted {
-            out = adopted_steps(out, h);
+            out = match h.adopted() {
+                Ok(adopted) => adopted_steps(out, &adopted),
+                Err(e) => return TierOutcome::fail(format!("the floors conditioned on the candidate's int8 steps: {e}")),
+            };
         }
         match quantized {
             Some(q) => quantized_verdict(out, q, float, &c.forced, candidate.ep),
@@ -156,8 +164,7 @@ fn run_l3(case: &Case, candidate: &Candidate, eval: &CaseEvaluation) -> TierOutc
 /// Reports the near-ties where the floors took the candidate's int8 step: how many, and the
 /// first few (run, floor or f64, key, position, channel, both scaled values), so a reader sees
 /// what was adopted.
-fn adopted_steps(mut out: TierOutcome, h: &Hinted) -> TierOutcome {
-    let adopted = h.adopted();
+fn adopted_steps(mut out: TierOutcome, adopted: &[(&str, &str, &Adopted)]) -> TierOutcome {
     let first: Vec<AdoptedStep> = adopted
         .iter()
         .take(12)

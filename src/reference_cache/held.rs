@@ -1,0 +1,81 @@
+//! A result kept in the entry it was just stored in instead of in memory, read back when first
+//! used. The floors a quantized build's int8 steps condition are made one model after another,
+//! each beside the results made before it: holding the finished ones on disk until the judge
+//! reads them keeps them out of the peak of the models that follow (at full E2B size the
+//! conditioned local layers, 1.8 GB, sat beside the f64 conditioned prefill).
+//!
+//! The entry's file is opened when it is stored and the handle kept, so an entry evicted or
+//! replaced meanwhile is still read whole; it is read through its digest like any entry
+//! ([`super::codec::Decoder`]): an altered one is an error naming it, never a value.
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use super::codec::Decoder;
+use super::{CacheError, Cached, Key};
+
+/// A value in memory, or in its cache entry until first read.
+pub enum Held<T> {
+    Memory(T),
+    Entry(HeldEntry<T>),
+}
+
+/// An entry holding a value, and the value once read.
+pub struct HeldEntry<T> {
+    file: Mutex<Option<File>>,
+    path: PathBuf,
+    what: String,
+    key: Key,
+    value: OnceLock<Result<T, Arc<CacheError>>>,
+}
+
+impl<T> Held<T> {
+    /// `what` under `key`, stored at `path`, read through `file` (opened at its start).
+    pub fn entry(file: File, path: &Path, what: &str, key: Key) -> Self {
+        Held::Entry(HeldEntry {
+            file: Mutex::new(Some(file)),
+            path: path.to_path_buf(),
+            what: what.to_string(),
+            key,
+            value: OnceLock::new(),
+        })
+    }
+
+    /// Whether the value waits in its entry (not read yet).
+    pub fn is_on_disk(&self) -> bool {
+        matches!(self, Held::Entry(e) if e.value.get().is_none())
+    }
+}
+
+impl<T: Cached> Held<T> {
+    /// The value: read from its entry on first use (then kept).
+    pub fn get(&self) -> Result<&T, Arc<CacheError>> {
+        let e = match self {
+            Held::Memory(v) => return Ok(v),
+            Held::Entry(e) => e,
+        };
+        e.value
+            .get_or_init(|| {
+                let file = e.file.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take();
+                let file =
+                    file.ok_or_else(|| CacheError::Corrupt { path: e.path.clone(), why: "its handle was taken by a failed read".into() })?;
+                let mut d = Decoder::of_file(file, &e.path, &e.what, &e.key)?;
+                let value = T::decode(&mut d)?;
+                d.finish()?;
+                tracing::debug!("{} read back from {}", e.what, e.path.display());
+                Ok(value)
+            })
+            .as_ref()
+            .map_err(Arc::clone)
+    }
+}
+
+impl<T> std::fmt::Debug for Held<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Held::Memory(_) => f.write_str("Held::Memory"),
+            Held::Entry(e) => write!(f, "Held::Entry({}, {})", e.what, e.path.display()),
+        }
+    }
+}
