@@ -214,6 +214,37 @@ fn a_held_value_is_read_back_from_its_entry_even_once_evicted() {
     assert_eq!(kept.get().unwrap(), &run);
 }
 
+/// Guards: a candidate's runs spilled to a temporary file while other models run come back bit
+/// for bit, every part of an isolation included.
+#[test]
+fn a_spilled_run_and_isolation_come_back_bit_for_bit() {
+    use onnx_parity::outputs::{Isolated, Isolation};
+    use onnx_parity::reference_cache::Held;
+    let run = sample_run();
+    let spilled = Held::spill("the candidate's forced run", run.clone());
+    assert!(spilled.is_on_disk());
+    assert_eq!(spilled.into_inner().unwrap(), run);
+    let mut unidentified = BTreeMap::new();
+    unidentified.insert((3, "mlp".to_string()), "no node named so".to_string());
+    let isolated = Isolated {
+        image_features: Some(dense(&[1, 2, 3], 1.0)),
+        embedding: [(Component::InputsEmbeds, dense(&[1, 2, 4], 2.0))].into_iter().collect(),
+        logits: None,
+        step_logits: Some(vec![-0.0, f32::MIN_POSITIVE / 2.0, 7.5]),
+        layers: LayerOutputs::Unavailable("not asked".into()),
+        activations: BTreeMap::new(),
+        local: LayerOutputs::Tensors(vec![dense(&[1, 2, 4], 3.0)]),
+        modules: vec![[("attn".to_string(), dense(&[1, 2, 4], 4.0))].into_iter().collect()],
+        unidentified,
+        local_activations: [("a".to_string(), dense(&[2, 2], 5.0))].into_iter().collect(),
+        text_only: true,
+    };
+    for isolation in [Isolation::NotRun, Isolation::Failed("the cut failed".into()), Isolation::Done(Box::new(isolated))] {
+        let back = Held::spill("the candidate's isolation", isolation.clone()).into_inner().unwrap();
+        assert_eq!(back, isolation);
+    }
+}
+
 /// Guards: a held entry altered before it is read is an error naming it, never a value.
 #[test]
 fn an_altered_held_entry_is_an_error_not_a_value() {

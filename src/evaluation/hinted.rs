@@ -92,6 +92,11 @@ pub struct CandidateActivations {
 }
 
 impl CandidateActivations {
+    /// Whether no run exposed any.
+    pub fn is_empty(&self) -> bool {
+        self.forced.is_empty() && self.isolated.is_empty() && self.local.is_empty()
+    }
+
     /// Moves them out of a candidate's `forced` run and its `isolation`.
     pub fn take(forced: &mut Run, isolation: &mut Isolation) -> Self {
         let mut out = CandidateActivations { forced: std::mem::take(&mut forced.prefill.activations), ..Default::default() };

@@ -6,8 +6,11 @@ use std::path::Path;
 use std::sync::Arc;
 
 use super::error::{EvalError, SharedError};
+use super::implementations::{self, Implementation};
+use crate::artifacts::Artifacts;
 use crate::backend::{Backend, BackendError};
 use crate::case::Case;
+use crate::eps::RunEp;
 use onnx_parity_reference::BidirectionalScope;
 
 /// What is kept of a back end after its run.
@@ -46,4 +49,26 @@ pub(super) fn run_loaded<B: Backend + ?Sized, T>(
         crate::memory::stage_peak()
     );
     Ok((out, opened))
+}
+
+/// Opens `implementation` on its artifact, runs `f` on it and returns the result with the back
+/// end's description; logs the time and this stage's peak memory. The back end is dropped
+/// before the next implementation loads.
+pub(super) fn run_once<T>(
+    implementation: &Implementation,
+    case: &Case,
+    ep: RunEp,
+    f: impl FnOnce(&mut dyn Backend) -> Result<T, BackendError>,
+) -> Result<(T, Opened), SharedError> {
+    let artifacts = Artifacts::of(case);
+    let dir = (implementation.artifact)(&artifacts).ok_or(EvalError::NoArtifact(implementation.missing))?;
+    // `f` takes any `dyn Backend`; the opened one is boxed `'static`.
+    run_loaded(
+        case,
+        implementation.label,
+        dir,
+        "",
+        |dir| (implementation.open)(dir, &implementations::OpenOptions::for_case(case, ep)),
+        |b: &mut (dyn Backend + 'static)| f(b),
+    )
 }

@@ -23,7 +23,7 @@ mod sharing;
 mod weight_errors;
 
 pub use error::{EvalError, SharedError};
-use loaded::{run_loaded, Opened};
+use loaded::{run_loaded, run_once};
 use request::request;
 pub use request::{eos_ids, max_new_tokens, DEFAULT_MAX_NEW_TOKENS};
 use weight_errors::weight_errors;
@@ -43,7 +43,7 @@ use crate::onnx::package::{Layout, OnnxPackage};
 use crate::onnx::quantized::QuantizedBuild;
 use crate::outputs::{GeneratedTokens, Isolation, Run};
 use crate::reference_cache::codec::{Decoder, Encoder};
-use crate::reference_cache::{CacheError, Cached, KeyBuilder};
+use crate::reference_cache::{CacheError, Cached, Held, KeyBuilder};
 use crate::runtime::kernels::MatMulNBitsModel;
 use implementations::Implementation;
 use onnx_parity_reference::model::LocalPle;
@@ -436,12 +436,23 @@ impl CaseEvaluation {
                 let (mut run, opened) =
                     run_once(&c.implementation, case, c.ep, |backend| candidate_runs(case, backend, inputs, reference, oracle, free))?;
                 let activations = hinted::CandidateActivations::take(&mut run.0, &mut run.2);
-                let hinted = self.hinted(case, activations)?;
+                let (forced, isolation, hinted) = match self.conditioning(case)?.filter(|_| !activations.is_empty()) {
+                    // The candidate's runs wait on disk while each conditioned floor's model runs
+                    // (at full E2B size ≈ 1.5 GB that sat beside the f64 model).
+                    Some(build) => {
+                        let (forced, isolation) =
+                            (Held::spill("the candidate's forced run", run.0), Held::spill("the candidate's isolation", run.2));
+                        let hinted = self.hinted(case, build, activations)?;
+                        let back = |e| Arc::new(EvalError::Held(e));
+                        (forced.into_inner().map_err(back)?, isolation.into_inner().map_err(back)?, hinted)
+                    }
+                    None => (run.0, run.2, None),
+                };
                 let label = match &c.variant {
                     None => c.implementation.label.to_string(),
                     Some(v) => format!("{}@{v}", c.implementation.label),
                 };
-                Ok(CandidateRun { label, forced: run.0, free: run.1, isolation: run.2, partitioned: opened.partitioned, hinted })
+                Ok(CandidateRun { label, forced, free: run.1, isolation, partitioned: opened.partitioned, hinted })
             })
             .as_ref()
             .map_err(Arc::clone)
@@ -449,15 +460,21 @@ impl CaseEvaluation {
 }
 
 impl CaseEvaluation {
-    /// The floors of `case`'s candidate conditioned on its int8 steps, for a quantized build whose
-    /// kernel quantizes activations under the calibrated rule; `None` otherwise.
-    fn hinted(&self, case: &Case, activations: hinted::CandidateActivations) -> Result<Option<hinted::Hinted>, SharedError> {
-        let Some(d) = self.dequantized(case)? else { return Ok(None) };
-        if !d.build.quantizes_activations() || precision::calibrated_rule(case).is_none() {
-            return Ok(None);
-        }
+    /// The quantized build whose candidates' floors are conditioned on their int8 steps: one whose
+    /// kernel quantizes activations, under the calibrated rule; `None` otherwise.
+    fn conditioning(&self, case: &Case) -> Result<Option<&QuantizedBuild>, SharedError> {
+        Ok(self.dequantized(case)?.map(|d| &d.build).filter(|b| b.quantizes_activations() && precision::calibrated_rule(case).is_some()))
+    }
+
+    /// The floors of `case`'s candidate conditioned on its int8 steps (`activations`) on `build`
+    /// ([`CaseEvaluation::conditioning`]); `None` when they give no hints.
+    fn hinted(
+        &self,
+        case: &Case,
+        build: &QuantizedBuild,
+        activations: hinted::CandidateActivations,
+    ) -> Result<Option<hinted::Hinted>, SharedError> {
         let (inputs, reference) = (self.inputs(case)?, &self.reference(case)?.run);
-        let build = &d.build;
         let tokens = &reference.generation.tokens;
         let mut out = hinted::Hinted::default();
         let id = self.identity(case);
@@ -506,28 +523,6 @@ fn local_ple(case: &Case) -> LocalPle {
         Some(Ok(p)) if p.layout == Layout::TextOnly => LocalPle::FromStream,
         _ => LocalPle::Given,
     }
-}
-
-/// Opens `implementation` on its artifact, runs `f` on it and returns the result with the back
-/// end's description; logs the time and this stage's peak memory. The back end is dropped
-/// before the next implementation loads.
-fn run_once<T>(
-    implementation: &Implementation,
-    case: &Case,
-    ep: RunEp,
-    f: impl FnOnce(&mut dyn Backend) -> Result<T, BackendError>,
-) -> Result<(T, Opened), SharedError> {
-    let artifacts = Artifacts::of(case);
-    let dir = (implementation.artifact)(&artifacts).ok_or(EvalError::NoArtifact(implementation.missing))?;
-    // `f` takes any `dyn Backend`; the opened one is boxed `'static`.
-    run_loaded(
-        case,
-        implementation.label,
-        dir,
-        "",
-        |dir| (implementation.open)(dir, &implementations::OpenOptions::for_case(case, ep)),
-        |b: &mut (dyn Backend + 'static)| f(b),
-    )
 }
 
 /// A case's evaluations (its variants' included): the synthetic stand-in's (L1, L3, when the case has `synthetic:`), the

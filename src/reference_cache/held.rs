@@ -9,10 +9,11 @@
 //! ([`super::codec::Decoder`]): an altered one is an error naming it, never a value.
 
 use std::fs::File;
+use std::io::{Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
 
-use super::codec::Decoder;
+use super::codec::{Decoder, Encoder};
 use super::{CacheError, Cached, Key};
 
 /// A value in memory, or in its cache entry until first read.
@@ -49,25 +50,59 @@ impl<T> Held<T> {
 }
 
 impl<T: Cached> Held<T> {
+    /// `value` written to an unnamed temporary file (gone with its handle) instead of kept in
+    /// memory, for a result that is not the cache's (a candidate's run) but waits while other
+    /// models run; in memory when it cannot be written.
+    pub fn spill(what: &str, value: T) -> Self {
+        let key = Key([0; 16]);
+        let written = || -> std::io::Result<File> {
+            let mut file = tempfile::tempfile()?;
+            let mut e = Encoder::start(file.try_clone()?, what, &key)?;
+            value.encode(&mut e)?;
+            e.finish()?;
+            file.seek(SeekFrom::Start(0))?;
+            Ok(file)
+        };
+        match written() {
+            Ok(file) => Held::entry(file, Path::new("(a temporary file)"), what, key),
+            Err(e) => {
+                tracing::warn!("{what} kept in memory (a temporary file could not be written: {e})");
+                Held::Memory(value)
+            }
+        }
+    }
+
     /// The value: read from its entry on first use (then kept).
     pub fn get(&self) -> Result<&T, Arc<CacheError>> {
-        let e = match self {
-            Held::Memory(v) => return Ok(v),
-            Held::Entry(e) => e,
-        };
-        e.value
-            .get_or_init(|| {
-                let file = e.file.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take();
-                let file =
-                    file.ok_or_else(|| CacheError::Corrupt { path: e.path.clone(), why: "its handle was taken by a failed read".into() })?;
-                let mut d = Decoder::of_file(file, &e.path, &e.what, &e.key)?;
-                let value = T::decode(&mut d)?;
-                d.finish()?;
-                tracing::debug!("{} read back from {}", e.what, e.path.display());
-                Ok(value)
-            })
-            .as_ref()
-            .map_err(Arc::clone)
+        match self {
+            Held::Memory(v) => Ok(v),
+            Held::Entry(e) => e.value.get_or_init(|| e.read().map_err(Arc::new)).as_ref().map_err(Arc::clone),
+        }
+    }
+
+    /// The value, owned (read from its entry unless it was already).
+    pub fn into_inner(self) -> Result<T, Arc<CacheError>> {
+        match self {
+            Held::Memory(v) => Ok(v),
+            Held::Entry(mut e) => match e.value.take() {
+                Some(read) => read,
+                None => e.read().map_err(Arc::new),
+            },
+        }
+    }
+}
+
+impl<T: Cached> HeldEntry<T> {
+    /// Decodes the value through the entry's digest (once: the handle is taken).
+    fn read(&self) -> Result<T, CacheError> {
+        let file = self.file.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take();
+        let file =
+            file.ok_or_else(|| CacheError::Corrupt { path: self.path.clone(), why: "its handle was taken by a failed read".into() })?;
+        let mut d = Decoder::of_file(file, &self.path, &self.what, &self.key)?;
+        let value = T::decode(&mut d)?;
+        d.finish()?;
+        tracing::debug!("{} read back from {}", self.what, self.path.display());
+        Ok(value)
     }
 }
 

@@ -10,7 +10,9 @@ use onnx_parity_reference::BidirectionalScope;
 
 use super::codec::{Decoder, Encoder};
 use super::error::CacheError;
-use crate::outputs::{Component, Dense, GeneratedTokens, LayerOutputs, LocalLayers, Prefill, Run, StoredSlices, StreamedLogits};
+use crate::outputs::{
+    Component, Dense, GeneratedTokens, Isolated, Isolation, LayerOutputs, LocalLayers, Prefill, Run, StoredSlices, StreamedLogits,
+};
 
 type W = std::io::Result<()>;
 type R<T> = Result<T, CacheError>;
@@ -202,6 +204,98 @@ impl Cached for LocalLayers {
 
     fn decode(d: &mut Decoder) -> R<Self> {
         Ok(LocalLayers { layers: read_denses(d)?, modules: read_modules(d)? })
+    }
+}
+
+fn optional_dense(e: &mut Encoder, t: Option<&Dense<f32>>) -> W {
+    match t {
+        None => e.u64(0),
+        Some(t) => {
+            e.u64(1)?;
+            dense(e, t)
+        }
+    }
+}
+
+fn read_optional_dense(d: &mut Decoder) -> R<Option<Dense<f32>>> {
+    Ok(match d.u64()? {
+        0 => None,
+        _ => Some(read_dense(d)?),
+    })
+}
+
+/// A candidate's isolation, written while the floors its int8 steps condition are made (it waits
+/// on disk, [`super::Held::spill`]).
+impl Cached for Isolation {
+    fn encode(&self, e: &mut Encoder) -> W {
+        let i = match self {
+            Isolation::NotRun => return e.u64(0),
+            Isolation::Failed(why) => {
+                e.u64(1)?;
+                return e.str(why);
+            }
+            Isolation::Done(i) => i,
+        };
+        e.u64(2)?;
+        optional_dense(e, i.image_features.as_ref())?;
+        components(e, &i.embedding)?;
+        optional_dense(e, i.logits.as_ref())?;
+        match &i.step_logits {
+            None => e.u64(0)?,
+            Some(s) => {
+                e.u64(1)?;
+                e.f32s(s)?;
+            }
+        }
+        layers(e, &i.layers)?;
+        named(e, &i.activations)?;
+        layers(e, &i.local)?;
+        modules(e, &i.modules)?;
+        e.usize(i.unidentified.len())?;
+        i.unidentified.iter().try_for_each(|((layer, module), why)| {
+            e.usize(*layer)?;
+            e.str(module)?;
+            e.str(why)
+        })?;
+        named(e, &i.local_activations)?;
+        e.u64(u64::from(i.text_only))
+    }
+
+    fn decode(d: &mut Decoder) -> R<Self> {
+        match d.u64()? {
+            0 => return Ok(Isolation::NotRun),
+            1 => return Ok(Isolation::Failed(d.str()?)),
+            2 => {}
+            t => return Err(CacheError::Shape(format!("isolation of kind {t}"))),
+        }
+        let image_features = read_optional_dense(d)?;
+        let embedding = read_components(d)?;
+        let logits = read_optional_dense(d)?;
+        let step_logits = match d.u64()? {
+            0 => None,
+            _ => Some(d.f32s()?),
+        };
+        let layers = read_layers(d)?;
+        let activations = read_named(d)?;
+        let local = read_layers(d)?;
+        let modules = read_modules(d)?;
+        let n = d.count()?;
+        let unidentified = (0..n).map(|_| Ok(((d.usize()?, d.str()?), d.str()?))).collect::<R<BTreeMap<_, _>>>()?;
+        let local_activations = read_named(d)?;
+        let text_only = d.u64()? != 0;
+        Ok(Isolation::Done(Box::new(Isolated {
+            image_features,
+            embedding,
+            logits,
+            step_logits,
+            layers,
+            activations,
+            local,
+            modules,
+            unidentified,
+            local_activations,
+            text_only,
+        })))
     }
 }
 
