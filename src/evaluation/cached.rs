@@ -136,8 +136,8 @@ pub fn through<T: Cached>(
 }
 
 /// [`through`] for a result the judge reads only after more models have run: once computed and
-/// stored it is held in its entry, not in memory ([`Held`]); found in the cache, or with the cache
-/// off, it is in memory.
+/// stored it is held in its entry, not in memory ([`Held`]); with the cache off, in a temporary
+/// file ([`Held::spill`]); found in the cache, in memory (no model runs after it).
 pub fn through_held<T: Cached>(
     case: &Case,
     identity: Option<&KeyBuilder>,
@@ -145,7 +145,7 @@ pub fn through_held<T: Cached>(
     extra: impl FnOnce(&mut KeyBuilder),
     compute: impl FnOnce() -> Result<T, SharedError>,
 ) -> Result<Held<T>, SharedError> {
-    let (Some(store), Some(identity)) = (store(), identity) else { return compute().map(Held::Memory) };
+    let (Some(store), Some(identity)) = (store(), identity) else { return compute().map(|v| Held::spill(what, v)) };
     let key = entry_key(identity, what, extra);
     if let Some(v) = store.get(what, &case.name, &key) {
         return Ok(Held::Memory(v));
