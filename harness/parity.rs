@@ -35,10 +35,7 @@ fn main() {
         std::env::set_var(k, v);
     }
     onnx_parity::context::install(context.with_set(&vars));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("ONNX_PARITY_LOG").unwrap_or_else(|_| "warn".into()))
-        .with_writer(std::io::stderr)
-        .try_init();
+    onnx_parity::logging::init(std::env::var(onnx_parity::logging::LOG_VARIABLE).ok().as_deref(), "warn");
     let args = Arguments::from_args();
     let listing = args.list;
     let opts = Arc::new(RunOptions::from_env());

@@ -28,6 +28,7 @@ pub mod html;
 pub mod hub;
 pub mod inputs;
 pub mod level;
+pub mod logging;
 pub mod logits;
 pub mod memory;
 pub mod names;

@@ -679,3 +679,45 @@ fn strict_mode_and_nothing_ran() {
     assert_eq!(verdicts(&loose), verdicts(&strict));
     assert!(!verdicts(&loose).is_empty());
 }
+
+/// A `tracing` writer into a shared buffer.
+#[derive(Clone, Default)]
+struct Capture(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Capture {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(b);
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Guards: ONNX Runtime's lenient shape-merge warning (one per tensor per session on a build of
+/// its quantization tools) is shown once however often it comes; its other warnings, and the
+/// harness's own words, each time.
+#[test]
+fn onnx_runtimes_lenient_merge_warning_is_shown_once() {
+    use tracing_subscriber::layer::SubscriberExt;
+    let capture = Capture::default();
+    let sink = capture.clone();
+    let subscriber = tracing_subscriber::registry()
+        .with(onnx_parity::logging::LenientMergeOnce::default())
+        .with(tracing_subscriber::fmt::layer().with_ansi(false).with_writer(move || sink.clone()));
+    tracing::subscriber::with_default(subscriber, || {
+        for name in ["val_0", "val_1", "val_2"] {
+            tracing::warn!(target: "onnxruntime", "Error merging shape info for output. '{name}' source:{{-1,-1,1}} target:{{1}}. Falling back to lenient merge.");
+        }
+        for _ in 0..2 {
+            tracing::warn!(target: "onnxruntime", "Some other warning of ONNX Runtime's");
+            tracing::warn!("Error merging shape info: the harness's own words. Falling back to lenient merge.");
+        }
+    });
+    let out = String::from_utf8(capture.0.lock().unwrap().clone()).unwrap();
+    let count = |s: &str| out.lines().filter(|l| l.contains(s)).count();
+    assert_eq!(count("source:{-1,-1,1}"), 1, "{out}");
+    assert_eq!(count("'val_0'"), 1, "the first is the one shown: {out}");
+    assert_eq!(count("Some other warning"), 2, "{out}");
+    assert_eq!(count("the harness's own words"), 2, "{out}");
+}

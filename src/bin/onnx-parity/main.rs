@@ -611,10 +611,7 @@ fn main() -> ExitCode {
         std::env::set_var(k, v);
     }
     onnx_parity::context::install(context.with_set(&vars));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("ONNX_PARITY_LOG").unwrap_or_else(|_| "info".into()))
-        .with_writer(std::io::stderr)
-        .try_init();
+    onnx_parity::logging::init(std::env::var(onnx_parity::logging::LOG_VARIABLE).ok().as_deref(), "info");
     if let Err(e) = &onnx_parity::context::current().eps {
         eprintln!("error: {e}");
         return ExitCode::from(2);
