@@ -6,7 +6,9 @@
 //!
 //! The entry's file is opened when it is stored and the handle kept, so an entry evicted or
 //! replaced meanwhile is still read whole; it is read through its digest like any entry
-//! ([`super::codec::Decoder`]): an altered one is an error naming it, never a value.
+//! ([`super::codec::Decoder`]): an altered one is an error naming it, never a value. A result
+//! that is not the cache's (a candidate's runs), or any result with the cache off, waits the same
+//! way in an unnamed temporary file ([`Held::spill`]), gone with its handle.
 
 use std::fs::File;
 use std::io::{Seek, SeekFrom};
@@ -16,7 +18,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use super::codec::{Decoder, Encoder};
 use super::{CacheError, Cached, Key};
 
-/// A value in memory, or in its cache entry until first read.
+/// A value in memory, or in a cache entry or temporary file until first read.
 pub enum Held<T> {
     Memory(T),
     Entry(HeldEntry<T>),
