@@ -50,9 +50,9 @@ pub struct HintedOutput<T> {
 }
 
 /// A floor and its truth (the reference at the candidate's precision and the f64 arbiter) run
-/// with the candidate's activations as rounding hints. Each is held in its cache entry once made
-/// (read when the judge asks): the floor is not beside the f64 model that makes the truth, nor
-/// either beside the runs conditioned after them.
+/// with the candidate's activations as rounding hints. Each is held in its cache entry (with the
+/// cache off, a temporary file) once made and read when the judge asks: the floor is not beside
+/// the f64 model that makes the truth, nor either beside the runs conditioned after them.
 #[derive(Debug)]
 pub struct Conditioned<T> {
     pub floor: Held<HintedOutput<T>>,
