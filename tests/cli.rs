@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use safetensors::SafeTensors;
 
 mod support;
-use support::{cli, cli_with, max_abs, read_f32, root, text};
+use support::{cli, cli_with, max_abs, read_f32, root, text, Capture};
 
 fn tmpdir() -> tempfile::TempDir {
     tempfile::tempdir().expect("temp dir")
@@ -680,20 +680,6 @@ fn strict_mode_and_nothing_ran() {
     assert!(!verdicts(&loose).is_empty());
 }
 
-/// A `tracing` writer into a shared buffer.
-#[derive(Clone, Default)]
-struct Capture(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
-
-impl std::io::Write for Capture {
-    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(b);
-        Ok(b.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
 /// Guards: ONNX Runtime's lenient shape-merge warning (one per tensor per session on a build of
 /// its quantization tools) is shown once however often it comes; its other warnings, and the
 /// harness's own words, each time.
@@ -714,7 +700,7 @@ fn onnx_runtimes_lenient_merge_warning_is_shown_once() {
             tracing::warn!("Error merging shape info: the harness's own words. Falling back to lenient merge.");
         }
     });
-    let out = String::from_utf8(capture.0.lock().unwrap().clone()).unwrap();
+    let out = capture.text();
     let count = |s: &str| out.lines().filter(|l| l.contains(s)).count();
     assert_eq!(count("source:{-1,-1,1}"), 1, "{out}");
     assert_eq!(count("'val_0'"), 1, "the first is the one shown: {out}");

@@ -12,6 +12,9 @@ use std::time::{Duration, SystemTime};
 
 use onnx_parity::hub::{Hub, HubError, HubSettings, Secret, Weights};
 
+mod support;
+use support::Capture;
+
 const COMMIT: &str = "0123456789abcdef0123456789abcdef01234567";
 const TOKEN: &str = "hf_TestTokenNeverShown1234567890";
 
@@ -541,10 +544,6 @@ fn settings_follow_huggingface_hub_environment() {
     assert_eq!(Secret::new(" \n"), None);
 }
 
-/// A `tracing` writer into a shared buffer.
-#[derive(Clone, Default)]
-struct Capture(Arc<Mutex<Vec<u8>>>);
-
 /// Everything this test binary logs (TRACE, `log` records included). Installed as the global
 /// subscriber before any test touches the hub, because a thread-scoped subscriber can miss a
 /// callsite that another test thread registers at the same moment.
@@ -559,16 +558,6 @@ fn logs() -> &'static Capture {
         tracing_log::LogTracer::init().expect("first logger");
         capture
     })
-}
-
-impl Write for Capture {
-    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(b);
-        Ok(b.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
 }
 
 /// Guards: the token appears in no output — not in any error's Display or Debug (refused token,
@@ -598,7 +587,7 @@ fn token_never_appears_in_output() {
     refused.token = Secret::new(&format!("{TOKEN}x"));
     errors.push(Hub::new(refused).snapshot_file("google/logged", "main", "tokenizer.json").unwrap_err());
     text.extend(errors.iter().map(|e| format!("{e} {e:?}")));
-    let logged = String::from_utf8(logs().0.lock().unwrap().clone()).unwrap();
+    let logged = logs().text();
     assert!(logged.contains("downloading google/logged@main model.safetensors (0.3 MiB)"), "{logged}");
     assert!(logged.contains("downloaded google/logged@main model.safetensors"), "{logged}");
     // Throttled to one line a second: a sub-second download logs only its start and end.

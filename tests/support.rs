@@ -159,3 +159,24 @@ pub fn near_ties(variant: &str, layer: usize, delta: f32) -> NearTies {
         plain: judge(&run.isolation, &plain),
     }
 }
+
+/// A `tracing` writer into a shared buffer (what a test's subscriber printed).
+#[derive(Clone, Default)]
+pub struct Capture(pub std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl Capture {
+    /// Everything written so far.
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
+    }
+}
+
+impl std::io::Write for Capture {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(b);
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
