@@ -72,3 +72,22 @@ pub(super) fn run_once<T>(
         |b: &mut (dyn Backend + 'static)| f(b),
     )
 }
+
+/// [`run_once`] with `beside` running on another thread while the back end opens (a reference
+/// side read from the cache: [`super::reference_side`]); `f` gets its result once the back end
+/// is open. A panic on that thread is resumed on this one.
+pub(super) fn run_once_beside<S: Send, T>(
+    implementation: &Implementation,
+    case: &Case,
+    ep: RunEp,
+    beside: impl FnOnce() -> S + Send,
+    f: impl FnOnce(&mut dyn Backend, S) -> Result<T, BackendError>,
+) -> Result<(T, Opened), SharedError> {
+    std::thread::scope(|scope| {
+        let side = scope.spawn(beside);
+        run_once(implementation, case, ep, |backend| {
+            let side = side.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+            f(backend, side)
+        })
+    })
+}

@@ -18,12 +18,13 @@ pub mod hinted;
 pub mod implementations;
 mod loaded;
 pub mod precision;
+mod reference_side;
 mod request;
 mod sharing;
 mod weight_errors;
 
 pub use error::{EvalError, SharedError};
-use loaded::{run_loaded, run_once};
+use loaded::{run_loaded, run_once, run_once_beside};
 use request::request;
 pub use request::{eos_ids, max_new_tokens, DEFAULT_MAX_NEW_TOKENS};
 use weight_errors::weight_errors;
@@ -420,21 +421,28 @@ impl CaseEvaluation {
         c.run
             .get_or_init(|| {
                 let inputs = self.inputs(case)?;
-                // The reference side first, its models sharing the checkpoint's matrices; all
-                // of them gone before ONNX Runtime runs.
-                self.share_matrices(case);
-                let reference = self.reference(case).ok().map(|r| &r.run);
-                // Under the calibrated rule the sub-models and layers are judged on the f64
-                // arbiter's inputs and streams (its floor is the reference fed the same).
-                let oracle = match (reference, precision::calibrated_rule(case)) {
-                    (Some(_), Some(_)) => Some(self.arbiter(case)?),
-                    _ => reference,
-                };
-                self.floor_while_shared(case);
-                self.end_sharing();
                 let free = self.decode_freely;
-                let (mut run, opened) =
-                    run_once(&c.implementation, case, c.ep, |backend| candidate_runs(case, backend, inputs, reference, oracle, free))?;
+                let runs = |backend: &mut dyn Backend, (reference, oracle): (Option<&Run>, Option<&Run>)| {
+                    candidate_runs(case, backend, inputs, reference, oracle, free)
+                };
+                let (mut run, opened) = if self.reference_side_stored(case) {
+                    // Read from the cache while the candidate's back end opens.
+                    let (run, opened) = run_once_beside(
+                        &c.implementation,
+                        case,
+                        c.ep,
+                        || self.reference_side(case),
+                        |backend, side| match side {
+                            Ok(side) => runs(backend, side).map(Ok),
+                            // Not run: the error is the candidate's (L3 reports it).
+                            Err(e) => Ok(Err(e)),
+                        },
+                    )?;
+                    (run?, opened)
+                } else {
+                    let side = self.reference_side(case)?;
+                    run_once(&c.implementation, case, c.ep, |backend| runs(backend, side))?
+                };
                 let activations = hinted::CandidateActivations::take(&mut run.0, &mut run.2);
                 let (forced, isolation, hinted) = match self.conditioning(case)?.filter(|_| !activations.is_empty()) {
                     // The candidate's runs wait on disk while each conditioned floor's model runs

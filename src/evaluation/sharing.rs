@@ -30,10 +30,15 @@ impl CaseEvaluation {
     /// precision or a quantized build's is left to L3, and so is any error (L3 reports it; the
     /// candidates' runs do not depend on it).
     pub(super) fn floor_while_shared(&self, case: &Case) {
-        let f32_floor = precision::slot(case.dtype).is_some_and(|(_, compute)| compute == candle_core::DType::F32);
-        let quantized = !matches!(self.build(case), Ok(None));
-        if f32_floor && !quantized && !precision::floor_stored(self.identity(case), case.dtype, local_ple(case)) {
+        if self.floor_made_with_the_reference(case) {
             let _ = self.calibration(case);
         }
+    }
+
+    /// Whether [`CaseEvaluation::floor_while_shared`] makes the floor: an f32 build's (a float
+    /// dtype: a quantized one's floor is conditioned or made by L3) not in the reference cache.
+    pub(super) fn floor_made_with_the_reference(&self, case: &Case) -> bool {
+        let f32_floor = precision::slot(case.dtype).is_some_and(|(_, compute)| compute == candle_core::DType::F32);
+        f32_floor && !case.dtype.is_quantized() && !precision::floor_stored(self.identity(case), case.dtype, local_ple(case))
     }
 }
