@@ -46,43 +46,11 @@ pub fn allclose(actual: &[f32], expected: &[f32], shape: &[usize], atol: f64, rt
     if numel == 0 {
         return Err(MetricError::Empty { what: "the tensor" });
     }
-    let mut n_violations = 0usize;
-    let mut nonfinite = 0usize;
-    let mut first_nonfinite: Option<usize> = None;
-    let (mut max_abs, mut sum_abs, mut n_finite, mut max_rel) = (0.0f64, 0.0f64, 0usize, 0.0f64);
-    // The cosine's sums, in the same pass (one read of two [S, vocab] tensors, not two).
-    let (mut dot, mut na, mut nb) = (0.0f64, 0.0f64, 0.0f64);
-    let mut worst = (0usize, f64::NEG_INFINITY); // (index, excess over the bound)
-    for (i, (&a, &e)) in actual.iter().zip(expected).enumerate() {
-        if !a.is_finite() || !e.is_finite() {
-            nonfinite += 1;
-            n_violations += 1;
-            first_nonfinite.get_or_insert(i);
-            continue;
-        }
-        let (a, e) = (f64::from(a), f64::from(e));
-        dot += a * e;
-        na += a * a;
-        nb += e * e;
-        let diff = (a - e).abs();
-        let bound = atol + rtol * e.abs();
-        if diff > bound {
-            n_violations += 1;
-        }
-        max_abs = max_abs.max(diff);
-        sum_abs += diff;
-        n_finite += 1;
-        // `diff / |e|` can exceed `max_rel` only where `diff` reaches `max_rel·|e|` (the product
-        // rounded, so a margin of a few ulp): the division, exact, only there.
-        let abs_e = e.abs();
-        if e != 0.0 && diff >= max_rel * abs_e * (1.0 - 4.0 * f64::EPSILON) {
-            max_rel = max_rel.max(diff / abs_e);
-        }
-        let excess = diff - bound;
-        if excess > worst.1 {
-            worst = (i, excess);
-        }
+    let mut s = Sums { worst: (0, f64::NEG_INFINITY), ..Sums::default() };
+    for (k, (a, e)) in actual.chunks(RUN).zip(expected.chunks(RUN)).enumerate() {
+        s.push_run(k * RUN, a, e, atol, rtol);
     }
+    let Sums { n_violations, nonfinite, first_nonfinite, max_abs, sum_abs, n_finite, max_rel, dot, na, nb, worst } = s;
     let worst_flat = first_nonfinite.unwrap_or(worst.0);
     Ok(AllcloseReport {
         pass: n_violations == 0,
@@ -99,6 +67,101 @@ pub fn allclose(actual: &[f32], expected: &[f32], shape: &[usize], atol: f64, rt
         atol,
         rtol,
     })
+}
+
+/// Elements [`allclose`] takes at a time.
+const RUN: usize = 4096;
+
+/// What [`allclose`] sums and tracks, fed in index order.
+#[derive(Debug, Default)]
+struct Sums {
+    n_violations: usize,
+    nonfinite: usize,
+    first_nonfinite: Option<usize>,
+    max_abs: f64,
+    sum_abs: f64,
+    n_finite: usize,
+    max_rel: f64,
+    /// The cosine's sums, in the same pass (one read of two [S, vocab] tensors, not two).
+    dot: f64,
+    na: f64,
+    nb: f64,
+    /// (index, excess over the bound) of the worst finite position.
+    worst: (usize, f64),
+}
+
+impl Sums {
+    /// Elements `base..` of both sides: a run with no NaN or Inf (nearly always) in a loop
+    /// without the per-element checks, the same sums in the same order (the same bits; at 12B
+    /// width 288 M elements a tensor).
+    fn push_run(&mut self, base: usize, actual: &[f32], expected: &[f32], atol: f64, rtol: f64) {
+        let finite = |v: &[f32]| v.iter().fold(true, |ok, x| ok & x.is_finite());
+        if finite(actual) && finite(expected) {
+            let (mut dot, mut na, mut nb, mut sum_abs) = (self.dot, self.na, self.nb, self.sum_abs);
+            let (mut violations, mut max_rel, mut worst) = (0usize, self.max_rel, self.worst);
+            // The largest difference in four lanes (order-free): only the sums chain.
+            let mut lanes = [self.max_abs; 4];
+            let larger = |m: f64, x: f64| if x > m { x } else { m };
+            for (k, (&a, &e)) in actual.iter().zip(expected).enumerate() {
+                let (a, e) = (f64::from(a), f64::from(e));
+                dot += a * e;
+                na += a * a;
+                nb += e * e;
+                let diff = (a - e).abs();
+                let bound = atol + rtol * e.abs();
+                violations += usize::from(diff > bound);
+                lanes[k % 4] = larger(lanes[k % 4], diff);
+                sum_abs += diff;
+                let abs_e = e.abs();
+                if e != 0.0 && diff >= max_rel * abs_e * (1.0 - 4.0 * f64::EPSILON) {
+                    max_rel = max_rel.max(diff / abs_e);
+                }
+                let excess = diff - bound;
+                if excess > worst.1 {
+                    worst = (base + k, excess);
+                }
+            }
+            (self.dot, self.na, self.nb, self.sum_abs, self.max_rel, self.worst) = (dot, na, nb, sum_abs, max_rel, worst);
+            self.max_abs = lanes.into_iter().fold(self.max_abs, larger);
+            self.n_violations += violations;
+            self.n_finite += actual.len();
+            return;
+        }
+        for (k, (&a, &e)) in actual.iter().zip(expected).enumerate() {
+            if !a.is_finite() || !e.is_finite() {
+                self.nonfinite += 1;
+                self.n_violations += 1;
+                self.first_nonfinite.get_or_insert(base + k);
+                continue;
+            }
+            self.push_finite(base + k, f64::from(a), f64::from(e), atol, rtol);
+        }
+    }
+
+    #[inline(always)]
+    fn push_finite(&mut self, i: usize, a: f64, e: f64, atol: f64, rtol: f64) {
+        self.dot += a * e;
+        self.na += a * a;
+        self.nb += e * e;
+        let diff = (a - e).abs();
+        let bound = atol + rtol * e.abs();
+        if diff > bound {
+            self.n_violations += 1;
+        }
+        self.max_abs = self.max_abs.max(diff);
+        self.sum_abs += diff;
+        self.n_finite += 1;
+        // `diff / |e|` can exceed `max_rel` only where `diff` reaches `max_rel·|e|` (the product
+        // rounded, so a margin of a few ulp): the division, exact, only there.
+        let abs_e = e.abs();
+        if e != 0.0 && diff >= self.max_rel * abs_e * (1.0 - 4.0 * f64::EPSILON) {
+            self.max_rel = self.max_rel.max(diff / abs_e);
+        }
+        let excess = diff - bound;
+        if excess > self.worst.1 {
+            self.worst = (i, excess);
+        }
+    }
 }
 
 #[cfg(test)]
@@ -242,5 +305,46 @@ mod tests {
             .map(|(&x, &y)| (f64::from(x) - f64::from(y)).abs() / f64::from(y).abs())
             .fold(0.0f64, f64::max);
         assert_eq!(r.max_rel_diff.to_bits(), naive.to_bits());
+    }
+
+    /// Guards the runs' fast path: over several runs, with the worst excess tied across runs
+    /// (the first kept) and NaN or Inf in some runs, [`allclose`] gives the bits of the
+    /// element-by-element loop it replaced.
+    #[test]
+    fn runs_give_the_element_by_element_loops_bits() {
+        fn by_element(actual: &[f32], expected: &[f32], atol: f64, rtol: f64) -> Sums {
+            let mut s = Sums { worst: (0, f64::NEG_INFINITY), ..Sums::default() };
+            for (i, (&a, &e)) in actual.iter().zip(expected).enumerate() {
+                if !a.is_finite() || !e.is_finite() {
+                    s.nonfinite += 1;
+                    s.n_violations += 1;
+                    s.first_nonfinite.get_or_insert(i);
+                    continue;
+                }
+                s.push_finite(i, f64::from(a), f64::from(e), atol, rtol);
+            }
+            s
+        }
+        let n = 3 * RUN + 777;
+        let ties = [RUN + 5, 2 * RUN + 1, 17];
+        let e: Vec<f32> = (0..n).map(|i| if ties.contains(&i) { 0.5 } else { ((i * 7919 % 10007) as f32 - 5000.0) / 977.0 }).collect();
+        let mut a: Vec<f32> = e.iter().enumerate().map(|(i, v)| v + 1e-4 * ((i % 7) as f32 - 3.0)).collect();
+        for i in ties {
+            a[i] = 0.75;
+        }
+        let mut broken = a.clone();
+        broken[2 * RUN + 9] = f32::NAN;
+        broken[3 * RUN + 1] = f32::INFINITY;
+        for a in [a, broken] {
+            let r = allclose(&a, &e, &[n], 1e-3, 1e-3).unwrap();
+            let s = by_element(&a, &e, 1e-3, 1e-3);
+            let flat = s.first_nonfinite.unwrap_or(s.worst.0);
+            assert_eq!(
+                (r.max_abs_diff.to_bits(), r.n_violations, r.nonfinite_mismatch, r.worst_index, r.max_rel_diff.to_bits()),
+                (s.max_abs.to_bits(), s.n_violations, s.nonfinite, vec![flat], s.max_rel.to_bits())
+            );
+            assert_eq!(r.mean_abs_diff.to_bits(), (s.sum_abs / s.n_finite as f64).to_bits());
+            assert_eq!(r.cosine.to_bits(), cosine_of(s.dot, s.na, s.nb).to_bits());
+        }
     }
 }
