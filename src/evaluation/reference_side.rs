@@ -5,8 +5,8 @@
 //!
 //! Computed, they run before the candidate loads, their models gone before its sessions open.
 //! Found in the reference cache, they are read while the candidate's back end opens: reading
-//! them (2.4 s at E2B width: 1.8 GB read and digested) and ONNX Runtime opening the decoder
-//! (6.2 s, its weights prepacked) each keep one core busy, and the values read are held through
+//! them (≈ 1 s at E2B width: 1.8 GB read and digested) and ONNX Runtime opening the decoder
+//! (5–7 s, its weights prepacked) each keep one core busy, and the values read are held through
 //! the candidate's runs either way, so the peak is the same. An entry found corrupt while it is
 //! read is a miss ([`crate::reference_cache`]): its model then runs beside the opening session,
 //! the one case where the two sides' memory adds up.
