@@ -205,3 +205,30 @@ fn the_ep_axis_comes_from_the_command() {
     assert_eq!(bad.status.code(), Some(2), "{}", text(&bad));
     assert!(text(&bad).contains("--ep tpu: expected a comma-separated list"), "the flag is named: {}", text(&bad));
 }
+
+/// Guards the warm path's fallback: with every reference-side entry stored, a run reads them
+/// while the candidate's sessions open (`evaluation/reference_side.rs`); entries found truncated
+/// then are misses with a warning, their models run there and then, and the verdicts are the
+/// cold run's.
+#[test]
+fn truncated_entries_read_beside_the_candidate_are_recomputed() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let report = dir.path().join("r.json");
+    let args = ["run", "cases/causal-lm/gemma4-text-ple.yaml", "--levels", "L3", "--report", report.to_str().expect("utf-8")];
+    let cold = cli_in(dir.path(), &args);
+    assert!(cold.status.code().is_some_and(|c| c <= 1), "{}", text(&cold));
+    let before = verdicts(&report);
+    let mut truncated = 0;
+    for entry in support::files(&dir.path().join("reference").join("entries"), ".bin") {
+        let len = std::fs::metadata(&entry).expect("entry").len();
+        std::fs::OpenOptions::new().write(true).open(&entry).expect("entry").set_len(len / 2).expect("truncate");
+        truncated += 1;
+    }
+    assert!(truncated >= 3, "the reference, the arbiter and the floor at least: {truncated}");
+    let warm = cli_in(dir.path(), &args);
+    let log = text(&warm);
+    assert!(warm.status.code().is_some_and(|c| c <= 1), "{log}");
+    assert!(log.contains("not used, recomputing"), "{log}");
+    assert!(!log.contains("read from the reference cache"), "{log}");
+    assert_eq!(verdicts(&report), before);
+}
