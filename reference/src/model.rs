@@ -141,8 +141,24 @@ impl Gemma4 {
     /// stand for (a quantized export's dequantized weights, see [`Overrides`]); every override
     /// must be read by the model, or loading fails naming those that were not.
     pub fn load_with_overrides(checkpoint_dir: &Path, dtype: DType, device: &Device, overrides: Overrides) -> Result<Self> {
+        Self::load_with_overrides_shared(checkpoint_dir, dtype, device, overrides, None)
+    }
+
+    /// [`Gemma4::load_with_overrides`] taking the matrices of models loaded on the same build
+    /// through `shared` and leaving its own there (see [`crate::weights::SharedMatrices`]; only
+    /// a handle for this checkpoint and the overrides' build is used).
+    pub fn load_with_overrides_shared(
+        checkpoint_dir: &Path,
+        dtype: DType,
+        device: &Device,
+        overrides: Overrides,
+        shared: Option<&crate::weights::SharedMatrices>,
+    ) -> Result<Self> {
         let config = ModelConfig::from_file(&checkpoint_dir.join("config.json"))?;
-        let w = Weights::open_with_dtype(checkpoint_dir, dtype)?.with_device(device.clone()).with_overrides(overrides);
+        let mut w = Weights::open_with_dtype(checkpoint_dir, dtype)?.with_device(device.clone()).with_overrides(overrides);
+        if let Some(s) = shared {
+            w = w.with_shared_matrices(s.clone());
+        }
         let (model, w) = Self::build(config, w)?;
         let unused = w.unused_overrides();
         if !unused.is_empty() {

@@ -143,6 +143,63 @@ fn models_sharing_matrices_compute_the_same_bits() -> Result<()> {
     Ok(())
 }
 
+/// Guards a quantized build's shared matrices: models loaded on one build's overrides through a
+/// handle for that build (the reference, the f64 arbiter, the floors conditioned on a candidate's
+/// steps) dequantize each matrix once — the override's and the checkpoint's own alike — and
+/// compute the bits of models loaded on their own, every override still counted as read; a
+/// handle for the checkpoint's own weights or for another build, overrides of no recorded build,
+/// and a model on the checkpoint's weights under a build's handle share nothing.
+#[test]
+fn models_on_one_build_share_its_matrices() -> Result<()> {
+    use candle_core::Device;
+    use onnx_parity_reference::weights::{MatmulActivations, Override, OverrideData, Overrides, SharedMatrices, Weights};
+    let name = "gemma4-text-ple";
+    let f = load_fixture(name)?;
+    let dir = fixture_dir(name).join("checkpoint");
+    let header = Weights::open(&dir)?;
+    // Two matrices of layer 0 stand in for a build's (one with its activations rounded to int8
+    // blocks, as at accuracy_level 4): values unlike the checkpoint's, so taking the wrong ones shows.
+    let mut unrecorded = Overrides::default();
+    for (i, module) in ["layers.0.mlp.gate_proj.weight", "layers.0.self_attn.q_proj.weight"].into_iter().enumerate() {
+        let stored = header.names().find(|n| n.ends_with(&format!(".{module}"))).expect("the checkpoint has it").to_string();
+        let shape = header.shape_of(&stored).expect("shape").to_vec();
+        let values: Vec<f32> = (0..shape.iter().product::<usize>()).map(|j| ((j * 7 + i) % 13) as f32 * 0.01 - 0.06).collect();
+        let activations = if i == 0 { MatmulActivations::blocks(32) } else { MatmulActivations::default() };
+        let o = Override { shape, data: OverrideData::Dense(std::sync::Arc::new(values)), activations, source: format!("test {module}") };
+        unrecorded.insert(module, o).expect("one each");
+    }
+    let build = std::path::Path::new("/builds/int4");
+    let overrides = unrecorded.clone().with_origin(build);
+    let bits = |m: &Gemma4| -> Result<Vec<u64>> {
+        let t = m.prefill(&f.inputs, m.hf_forward_scope())?.to_dtype(DType::F64)?;
+        Ok(t.flatten_all()?.to_vec1::<f64>()?.iter().map(|x| x.to_bits()).collect())
+    };
+    let alone = |dtype: DType| -> Result<Vec<u64>> { bits(&Gemma4::load_with_overrides(&dir, dtype, &Device::Cpu, overrides.clone())?) };
+    let (f32_bits, f64_bits) = (alone(DType::F32)?, alone(DType::F64)?);
+    assert_ne!(f32_bits, bits(&Gemma4::load_with_dtype(&dir, DType::F32)?)?, "the overrides change the model");
+    let shared = SharedMatrices::for_build(&dir, build);
+    let on =
+        |dtype: DType, o: &Overrides, s: &SharedMatrices| Gemma4::load_with_overrides_shared(&dir, dtype, &Device::Cpu, o.clone(), Some(s));
+    assert_eq!(bits(&on(DType::F32, &overrides, &shared)?)?, f32_bits, "f32 through the handle");
+    let held = shared.len();
+    assert!(held > 2, "the build's models shared {held} matrices");
+    assert_eq!(bits(&on(DType::F64, &overrides, &shared)?)?, f64_bits, "f64 through the handle");
+    assert_eq!(bits(&on(DType::F32, &overrides, &shared)?)?, f32_bits, "f32 again");
+    assert_eq!(shared.len(), held, "a later model of the build dequantized a matrix again");
+    for (what, o, s) in [
+        ("the checkpoint's handle", &overrides, SharedMatrices::new(&dir)),
+        ("another build's handle", &overrides, SharedMatrices::for_build(&dir, std::path::Path::new("/builds/int8"))),
+        ("overrides of no recorded build", &unrecorded, SharedMatrices::for_build(&dir, build)),
+    ] {
+        on(DType::F32, o, &s)?;
+        assert!(s.is_empty(), "{what}: {} matrices shared", s.len());
+    }
+    let own = SharedMatrices::for_build(&dir, build);
+    Gemma4::load_shared(&dir, DType::F32, &Device::Cpu, &own)?;
+    assert!(own.is_empty(), "the checkpoint's own weights shared under a build's handle");
+    Ok(())
+}
+
 /// Guards outputs kept in f32 (what the harness asks of an f64 model): the collected layer and
 /// module outputs and the all-position logits come in f32, the bits of the f64 run's converted
 /// afterwards, and the run computes in f64 as before (the same tokens and step logits).

@@ -18,19 +18,24 @@ use std::sync::Arc;
 /// The matrices reference models of one checkpoint share while a [`MatrixScope`] lives.
 static SHARED: std::sync::Mutex<Option<SharedMatrices>> = std::sync::Mutex::new(None);
 
-/// While alive, reference models loaded from `checkpoint` on the checkpoint's own weights share
-/// their f32 matrices ([`SharedMatrices`]): the f64 arbiter and the f32 floor loaded after the
-/// reference read and transpose none again (E2B width: 2.3 s a load; 12B width: 5 s). Dropped,
-/// the matrices go with the last model holding them — before ONNX Runtime runs, so they never
-/// sit beside its sessions. Scopes of several cases at once only lose sharing, never mix
-/// matrices: a model takes them only from its own checkpoint's handle.
+/// While alive, reference models loaded from `checkpoint` on the checkpoint's own weights (or on
+/// one quantized build's overrides) share their f32 matrices ([`SharedMatrices`]): the f64
+/// arbiter and the f32 floor loaded after the reference read and transpose none again (E2B
+/// width: 2.3 s a load; 12B width: 5 s), a build's models dequantize none again. Dropped, the
+/// matrices go with the last model holding them — before ONNX Runtime runs, so they never sit
+/// beside its sessions. Scopes of several cases at once only lose sharing, never mix matrices: a
+/// model takes them only from its own checkpoint's and build's handle.
 #[must_use = "the matrices are shared only while the scope is alive"]
 #[derive(Debug)]
 pub struct MatrixScope(SharedMatrices);
 
-/// Opens a [`MatrixScope`] for `checkpoint` (the process's one: a later scope takes its place).
-pub fn share_matrices(checkpoint: &Path) -> MatrixScope {
-    let shared = SharedMatrices::new(checkpoint);
+/// Opens a [`MatrixScope`] for `checkpoint` on its own weights, or on the overrides of the
+/// quantized build at `build` (the process's one: a later scope takes its place).
+pub fn share_matrices(checkpoint: &Path, build: Option<&Path>) -> MatrixScope {
+    let shared = match build {
+        None => SharedMatrices::new(checkpoint),
+        Some(b) => SharedMatrices::for_build(checkpoint, b),
+    };
     *SHARED.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(shared.clone());
     MatrixScope(shared)
 }
@@ -78,9 +83,14 @@ impl ReferenceBackend {
         overrides: Option<&onnx_parity_reference::weights::Overrides>,
     ) -> Result<Self, BackendError> {
         let device = crate::gpu::reference_device()?;
-        let shared = SHARED.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone().filter(|s| s.dir() == checkpoint);
+        let build = overrides.and_then(|o| o.origin());
+        let shared = SHARED
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+            .filter(|s| s.dir() == checkpoint && s.build() == build);
         let mut model = match (overrides, shared) {
-            (Some(o), _) => Gemma4::load_with_overrides(checkpoint, dtype, &device, o.clone())?,
+            (Some(o), shared) => Gemma4::load_with_overrides_shared(checkpoint, dtype, &device, o.clone(), shared.as_ref())?,
             (None, Some(s)) => Gemma4::load_shared(checkpoint, dtype, &device, &s)?,
             (None, None) => Gemma4::load_on(checkpoint, dtype, &device)?,
         };

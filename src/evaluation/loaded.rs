@@ -36,13 +36,14 @@ pub(super) fn run_loaded<B: Backend + ?Sized, T>(
     let t = std::time::Instant::now();
     crate::memory::reset_peak();
     let mut backend = open(dir).map_err(fail)?;
+    let opened_in = t.elapsed().as_secs_f64();
     let out = f(backend.as_mut()).map_err(fail)?;
     let opened = Opened { description: backend.describe(), scope: backend.bidirectional_scope(), partitioned: backend.partitioned() };
     // Released here, before the next back end loads: a case's peak is the larger side's.
     drop(backend);
     let released = crate::gpu::release_reference_memory();
     tracing::info!(
-        "{}: {}{purpose} ran in {:.2} s{}{released}",
+        "{}: {}{purpose} ran in {:.2} s (opened in {opened_in:.2} s){}{released}",
         case.name,
         opened.description,
         t.elapsed().as_secs_f64(),

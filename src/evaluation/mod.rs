@@ -450,7 +450,11 @@ impl CaseEvaluation {
                     Some(build) => {
                         let (forced, isolation) =
                             (Held::spill("the candidate's forced run", run.0), Held::spill("the candidate's isolation", run.2));
-                        let hinted = self.hinted(case, build, activations)?;
+                        // Their four models share the build's dequantized matrices ([`sharing`]).
+                        self.share_matrices(case);
+                        let hinted = self.hinted(case, build, activations);
+                        self.end_sharing();
+                        let hinted = hinted?;
                         let back = |e| Arc::new(EvalError::Held(e));
                         (forced.into_inner().map_err(back)?, isolation.into_inner().map_err(back)?, hinted)
                     }

@@ -1,20 +1,25 @@
 //! The reference side's models of a case sharing the checkpoint's f32 matrices
 //! ([`crate::backend::reference::MatrixScope`]): the reference, then the f64 arbiter and an f32
 //! build's f32 floor take the matrices the first of them loaded, instead of reading and
-//! transposing them again (E2B width 2.3 s a load, 12B width 5 s). The sharing starts when the
-//! first of them is computed (not when read from the reference cache) and ends before the
-//! case's candidates run, so the matrices never sit beside ONNX Runtime's sessions.
+//! transposing them again (E2B width 2.3 s a load, 12B width 5 s); a quantized case's models
+//! share its build's dequantized matrices. The sharing starts when the first of them is computed
+//! (not when read from the reference cache) and ends before the case's candidates run, so the
+//! matrices never sit beside ONNX Runtime's sessions; it starts again for the floors conditioned
+//! on a candidate's int8 steps (four models of one build, run after the candidate's session is
+//! gone) and ends with them.
 
 use super::{local_ple, precision, CaseEvaluation};
 use crate::artifacts::Artifacts;
 use crate::case::Case;
 
 impl CaseEvaluation {
-    /// Starts sharing `case`'s checkpoint matrices, when not already.
+    /// Starts sharing `case`'s checkpoint matrices (on a quantized case's build, the build's),
+    /// when not already.
     pub(super) fn share_matrices(&self, case: &Case) {
+        let build = self.build(case).ok().flatten().map(|b| b.root.as_path());
         let mut m = self.matrices.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         if m.is_none() {
-            *m = Artifacts::of(case).checkpoint.as_deref().map(crate::backend::reference::share_matrices);
+            *m = Artifacts::of(case).checkpoint.as_deref().map(|c| crate::backend::reference::share_matrices(c, build));
         }
     }
 

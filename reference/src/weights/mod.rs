@@ -32,6 +32,7 @@ pub mod rounding;
 mod rows;
 mod shard;
 mod shared;
+mod shared_read;
 
 pub use activations::{quantize_activations, round_activations, ActFloat, ActivationQuant, MatmulActivations, StaticGrid};
 use decode::{decode, Bf16Le, F16Le, F32Le, Order};
@@ -494,12 +495,7 @@ impl Weights {
             let dtype = self.matrix_dtype();
             self.upload(if dtype == DType::F32 { t } else { t.to_dtype(dtype)? })
         };
-        // Only the checkpoint's own f32 matrices on the CPU are shared ([`SharedMatrices`]).
-        let shareable = self.device.is_cpu() && self.matrix_dtype() == DType::F32 && self.overrides.is_empty();
-        match self.shared.as_ref().filter(|s| shareable && s.is_for(&self.dir)) {
-            Some(shared) => shared.get_or_load(self.entry(module_name, &expected)?.0, |name| self.record(name, &expected), load),
-            None => load(),
-        }
+        self.through_shared(module_name, &expected, load)
     }
 
     /// The dtype [`Weights::get_t`] keeps matrices in: the compute dtype, except in the f64

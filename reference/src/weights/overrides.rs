@@ -56,9 +56,12 @@ impl Override {
     }
 
     /// The whole matrix in f32, row-major or `transposed`, dequantized a band of rows at a time
-    /// straight into the returned buffer.
+    /// straight into the returned buffer; a band is transposed in tiles of columns side by side
+    /// (each value is copied, so the layout does not change a bit of it).
     pub(super) fn decode(&self, transposed: bool) -> Result<Vec<f32>, OverrideReadError> {
-        const BAND: usize = 256;
+        use rayon::prelude::*;
+        const BAND: usize = 1024;
+        const TILE: usize = 64;
         let (rows, cols) = (self.shape[0], self.cols());
         let mut out = vec![0f32; rows * cols];
         if !transposed {
@@ -71,11 +74,17 @@ impl Override {
         for start in (0..rows).step_by(BAND) {
             let n = BAND.min(rows - start);
             self.rows_into(start, n, &mut band[..n * cols])?;
-            for (i, row) in band[..n * cols].chunks_exact(cols.max(1)).enumerate() {
-                for (c, &v) in row.iter().enumerate() {
-                    out[c * rows + start + i] = v;
+            let band = &band[..n * cols];
+            // Output row c (input column c) takes band[i·cols + c] at start + i: a tile of output
+            // rows reads each band row's few contiguous columns.
+            out.par_chunks_mut(TILE * rows.max(1)).enumerate().for_each(|(t, tile)| {
+                let c0 = t * TILE;
+                for (i, row) in band.chunks_exact(cols.max(1)).enumerate() {
+                    for (dc, out_row) in tile.chunks_exact_mut(rows.max(1)).enumerate() {
+                        out_row[start + i] = row[c0 + dc];
+                    }
                 }
-            }
+            });
         }
         Ok(out)
     }
@@ -123,6 +132,10 @@ pub struct DuplicateOverride {
 #[derive(Debug, Clone, Default)]
 pub struct Overrides {
     by_key: BTreeMap<String, Override>,
+    /// The build they were read from (its folder), when they are all of one: models loaded on
+    /// overrides of the same build may share their dequantized matrices
+    /// ([`super::SharedMatrices::for_build`]).
+    origin: Option<std::path::PathBuf>,
 }
 
 impl Overrides {
@@ -137,6 +150,18 @@ impl Overrides {
 
     pub fn is_empty(&self) -> bool {
         self.by_key.is_empty()
+    }
+
+    /// These overrides, read from the build at `origin` (its folder): every set read from it has
+    /// the same matrices, whatever its activations' rounding.
+    pub fn with_origin(mut self, origin: impl Into<std::path::PathBuf>) -> Self {
+        self.origin = Some(origin.into());
+        self
+    }
+
+    /// The build these overrides were read from, when recorded ([`Overrides::with_origin`]).
+    pub fn origin(&self) -> Option<&std::path::Path> {
+        self.origin.as_deref()
     }
 
     pub fn len(&self) -> usize {
@@ -197,5 +222,29 @@ mod tests {
         assert!(o.lookup("model.vision_tower.layers.1.mlp.up_proj.weight").is_none());
         assert!(o.lookup("lm_head.weight").is_some());
         assert!(o.insert("lm_head.weight", one("c")).unwrap_err().to_string().contains("`b` and `c`"));
+    }
+
+    /// Guards the transposed decode: bands and tiles of any shape (rows past a band, columns
+    /// past a tile, a single row or column) give the element-by-element transpose.
+    #[test]
+    fn a_transposed_decode_is_the_transpose() {
+        for (rows, cols) in [(1, 1), (3, 70), (1030, 5), (2049, 129), (64, 64)] {
+            let values: Vec<f32> = (0..rows * cols).map(|i| i as f32 * 0.5 - 7.0).collect();
+            let o = Override {
+                shape: vec![rows, cols],
+                data: OverrideData::Dense(Arc::new(values.clone())),
+                activations: Default::default(),
+                source: "test".into(),
+            };
+            let t = o.decode(true).unwrap();
+            let mut want = vec![0f32; rows * cols];
+            for r in 0..rows {
+                for c in 0..cols {
+                    want[c * rows + r] = values[r * cols + c];
+                }
+            }
+            assert_eq!(t, want, "{rows} x {cols}");
+            assert_eq!(o.decode(false).unwrap(), values, "{rows} x {cols} row-major");
+        }
     }
 }

@@ -290,7 +290,7 @@ impl QuantizedBuild {
     pub fn dequantize_with(&self, int8_activations: impl Fn(i64) -> bool) -> Result<Overrides, QuantizedError> {
         let package =
             OnnxPackage::open(&self.root).map_err(|e| QuantizedError::Package { path: self.root.clone(), message: e.to_string() })?;
-        let mut out = Overrides::default();
+        let mut out = Overrides::default().with_origin(&self.root);
         for (role, path) in &package.submodels {
             let mine: Vec<&QuantizedWeight> = self.weights.iter().filter(|w| &w.submodel == role).collect();
             if mine.is_empty() {

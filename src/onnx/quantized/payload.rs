@@ -6,6 +6,7 @@
 use std::sync::Arc;
 
 use onnx_parity_reference::weights::DequantRows;
+use rayon::prelude::*;
 
 /// Element `i` of `bits`-wide values packed little-end first in `bytes`, sign-extended when
 /// `signed` ((u)int4 two a byte, (u)int8 one).
@@ -45,7 +46,8 @@ impl DequantRows for MatMulNBitsRows {
         let b = self.b.read(start * n_blocks * blob, count * n_blocks * blob)?;
         let scales = read_floats(&self.scales, self.scale_f16, start * n_blocks, count * n_blocks)?;
         let zps = self.zps.as_ref().map(|z| z.read(start * zp_row, count * zp_row)).transpose()?;
-        for (i, row) in out.chunks_mut(cols.max(1)).take(count).enumerate() {
+        // Rows side by side; each value `(q − zp) · scale` in f32 however it is reached.
+        out.par_chunks_mut(cols.max(1)).take(count).enumerate().for_each(|(i, row)| {
             for blk in 0..n_blocks {
                 let scale = scales[i * n_blocks + blk];
                 let zp = match &zps {
@@ -53,11 +55,22 @@ impl DequantRows for MatMulNBitsRows {
                     None => default_zp,
                 } as f32;
                 let bytes = &b[(i * n_blocks + blk) * blob..(i * n_blocks + blk + 1) * blob];
-                for (k, v) in row[blk * block..cols.min((blk + 1) * block)].iter_mut().enumerate() {
-                    *v = (unpack(bytes, bits, k) as f32 - zp) * scale;
+                let values = &mut row[blk * block..cols.min((blk + 1) * block)];
+                if bits == 4 {
+                    // Two a byte, the low nibble first ([`unpack`]).
+                    for (pair, &byte) in values.chunks_mut(2).zip(bytes) {
+                        pair[0] = ((byte & 0x0f) as f32 - zp) * scale;
+                        if let Some(v) = pair.get_mut(1) {
+                            *v = ((byte >> 4) as f32 - zp) * scale;
+                        }
+                    }
+                } else {
+                    for (k, v) in values.iter_mut().enumerate() {
+                        *v = (unpack(bytes, bits, k) as f32 - zp) * scale;
+                    }
                 }
             }
-        }
+        });
         Ok(())
     }
 }
@@ -104,14 +117,18 @@ impl DequantRows for GatherRows {
         let q = self.q.read(b0, (e1 * bits).div_ceil(8) - b0)?;
         let first = b0 * 8 / bits;
         let scales = read_floats(&self.scales, self.scale_f16, start * n_blocks, count * n_blocks)?;
-        for (i, row) in out.chunks_mut(cols.max(1)).take(count).enumerate() {
+        // Rows side by side, each block's zero point and scale looked up once.
+        out.par_chunks_mut(cols.max(1)).take(count).enumerate().for_each(|(i, row)| {
             let r = start + i;
-            for (c, v) in row.iter_mut().enumerate() {
-                let blk = r * n_blocks + c / block;
-                let zp = self.zps.as_ref().map_or(default_zp, |z| unpack(z, bits, blk) as i32);
-                *v = (element(&q, bits, self.signed, r * cols + c - first) - zp) as f32 * scales[i * n_blocks + c / block];
+            for (b, values) in row.chunks_mut(block.max(1)).enumerate() {
+                let zp = self.zps.as_ref().map_or(default_zp, |z| unpack(z, bits, r * n_blocks + b) as i32);
+                let scale = scales[i * n_blocks + b];
+                let first_element = r * cols + b * block - first;
+                for (k, v) in values.iter_mut().enumerate() {
+                    *v = (element(&q, bits, self.signed, first_element + k) - zp) as f32 * scale;
+                }
             }
-        }
+        });
         Ok(())
     }
 }
