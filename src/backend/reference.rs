@@ -83,12 +83,9 @@ impl ReferenceBackend {
         overrides: Option<&onnx_parity_reference::weights::Overrides>,
     ) -> Result<Self, BackendError> {
         let device = crate::gpu::reference_device()?;
-        let build = overrides.and_then(|o| o.origin());
-        let shared = SHARED
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clone()
-            .filter(|s| s.dir() == checkpoint && s.build() == build);
+        // The weights take matrices from the handle only when it is for their checkpoint and
+        // build (`SharedMatrices::is_for`); another case's is ignored.
+        let shared = SHARED.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
         let mut model = match (overrides, shared) {
             (Some(o), shared) => Gemma4::load_with_overrides_shared(checkpoint, dtype, &device, o.clone(), shared.as_ref())?,
             (None, Some(s)) => Gemma4::load_shared(checkpoint, dtype, &device, &s)?,

@@ -43,16 +43,6 @@ impl SharedMatrices {
         SharedMatrices { dir: checkpoint_dir.to_path_buf(), build: Some(build_dir.to_path_buf()), matrices: Arc::default() }
     }
 
-    /// The build whose overrides these matrices are (`None`: the checkpoint's own).
-    pub fn build(&self) -> Option<&Path> {
-        self.build.as_deref()
-    }
-
-    /// The checkpoint folder whose matrices these are.
-    pub fn dir(&self) -> &Path {
-        &self.dir
-    }
-
     /// How many matrices are held.
     pub fn len(&self) -> usize {
         self.matrices.lock().map_or(0, |m| m.len())
