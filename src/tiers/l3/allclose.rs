@@ -97,36 +97,18 @@ impl Sums {
     fn push_run(&mut self, base: usize, actual: &[f32], expected: &[f32], atol: f64, rtol: f64) {
         let finite = |v: &[f32]| v.iter().fold(true, |ok, x| ok & x.is_finite());
         if finite(actual) && finite(expected) {
-            let (mut dot, mut na, mut nb, mut sum_abs) = (self.dot, self.na, self.nb, self.sum_abs);
-            let (mut violations, mut max_rel, mut worst) = (0usize, self.max_rel, self.worst);
-            // The largest difference in four lanes (order-free): only the sums chain.
-            let mut lanes = [self.max_abs; 4];
-            let larger = |m: f64, x: f64| if x > m { x } else { m };
+            // On a local copy (its fields kept in registers), the largest difference in four
+            // lanes (order-free): only the sums chain.
+            let mut s = std::mem::take(self);
+            let mut lanes = [s.max_abs; 4];
             for (k, (&a, &e)) in actual.iter().zip(expected).enumerate() {
-                let (a, e) = (f64::from(a), f64::from(e));
-                dot += a * e;
-                na += a * a;
-                nb += e * e;
-                let diff = (a - e).abs();
-                let bound = atol + rtol * e.abs();
-                violations += usize::from(diff > bound);
-                lanes[k % 4] = larger(lanes[k % 4], diff);
-                sum_abs += diff;
-                let abs_e = e.abs();
-                if e != 0.0 && diff >= max_rel * abs_e * (1.0 - 4.0 * f64::EPSILON) {
-                    max_rel = max_rel.max(diff / abs_e);
-                }
-                let excess = diff - bound;
-                if excess > worst.1 {
-                    worst = (base + k, excess);
-                }
+                s.push_finite(base + k, f64::from(a), f64::from(e), atol, rtol, &mut lanes[k % 4]);
             }
-            (self.dot, self.na, self.nb, self.sum_abs, self.max_rel, self.worst) = (dot, na, nb, sum_abs, max_rel, worst);
-            self.max_abs = lanes.into_iter().fold(self.max_abs, larger);
-            self.n_violations += violations;
-            self.n_finite += actual.len();
+            s.max_abs = lanes.into_iter().fold(s.max_abs, f64::max);
+            *self = s;
             return;
         }
+        let mut max_abs = self.max_abs;
         for (k, (&a, &e)) in actual.iter().zip(expected).enumerate() {
             if !a.is_finite() || !e.is_finite() {
                 self.nonfinite += 1;
@@ -134,21 +116,25 @@ impl Sums {
                 self.first_nonfinite.get_or_insert(base + k);
                 continue;
             }
-            self.push_finite(base + k, f64::from(a), f64::from(e), atol, rtol);
+            self.push_finite(base + k, f64::from(a), f64::from(e), atol, rtol, &mut max_abs);
         }
+        self.max_abs = max_abs;
     }
 
+    /// Element `i`, finite on both sides; its difference raises `max_abs` (the caller's lane:
+    /// a maximum does not depend on the order it is taken in).
     #[inline(always)]
-    fn push_finite(&mut self, i: usize, a: f64, e: f64, atol: f64, rtol: f64) {
+    fn push_finite(&mut self, i: usize, a: f64, e: f64, atol: f64, rtol: f64, max_abs: &mut f64) {
         self.dot += a * e;
         self.na += a * a;
         self.nb += e * e;
         let diff = (a - e).abs();
         let bound = atol + rtol * e.abs();
-        if diff > bound {
-            self.n_violations += 1;
+        self.n_violations += usize::from(diff > bound);
+        // Both finite: no NaN to order, so a plain comparison is the maximum.
+        if diff > *max_abs {
+            *max_abs = diff;
         }
-        self.max_abs = self.max_abs.max(diff);
         self.sum_abs += diff;
         self.n_finite += 1;
         // `diff / |e|` can exceed `max_rel` only where `diff` reaches `max_rel·|e|` (the product
@@ -321,7 +307,9 @@ mod tests {
                     s.first_nonfinite.get_or_insert(i);
                     continue;
                 }
-                s.push_finite(i, f64::from(a), f64::from(e), atol, rtol);
+                let mut max_abs = s.max_abs;
+                s.push_finite(i, f64::from(a), f64::from(e), atol, rtol, &mut max_abs);
+                s.max_abs = max_abs;
             }
             s
         }
