@@ -10,9 +10,12 @@ use std::path::{Path, PathBuf};
 use onnx_parity::case::Case;
 use onnx_parity::evaluation::cached::{entry_key, identity};
 use onnx_parity::inputs::ModelInputs;
+use onnx_parity::onnx::proto::{AttributeProto, NodeProto};
+use onnx_parity::onnx::wire;
 use onnx_parity::outputs::{Component, Dense, GeneratedTokens, LayerOutputs, LocalLayers, Prefill, Run};
 use onnx_parity::reference_cache::{Key, KeyBuilder, Store};
 use onnx_parity::runtime::kernels::MatMulNBitsModel;
+use prost::Message;
 
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -105,6 +108,158 @@ fn the_generation_and_dtype_asked_for_are_part_of_the_key() {
     let mut other = case.clone();
     other.dtype = onnx_parity::case::Dtype::Float16;
     assert_ne!(key_of(&store, &case, &inputs, "v"), key_of(&store, &other, &inputs, "v"));
+}
+
+/// A copy of gemma4-text-ple's int4 build (MatMulNBits at accuracy_level 4, external data) and
+/// a case judging it on the fixture's checkpoint.
+fn quantized_case(dir: &Path) -> Case {
+    let build = dir.join("build");
+    copy_dir(&root().join("fixtures/gemma4-text-ple/variants/int4-acc4"), &build);
+    let yaml = format!(
+        "model_id: x/y\nmodel_type: gemma4_text\ndtype: int4\ncheckpoint: {}\nonnx: {}\nlevels: [L1, L3]\n\
+         generation: {{max_new_tokens: 4, eos_token_id: 1}}\n",
+        root().join("fixtures/gemma4-text-ple/checkpoint").display(),
+        build.display()
+    );
+    let path = dir.join("case.yaml");
+    std::fs::write(&path, yaml).unwrap();
+    Case::load(&path).unwrap()
+}
+
+/// `message` with the fields `edit` returns new bytes for replaced by those (whole fields, key
+/// included) and every other field kept byte for byte.
+fn edit_fields(message: &[u8], mut edit: impl FnMut(&wire::Field, &[u8]) -> Option<Vec<u8>>) -> Vec<u8> {
+    let mut out = Vec::with_capacity(message.len());
+    for f in wire::fields(message).unwrap() {
+        match edit(&f, &message[f.payload.clone()]) {
+            Some(bytes) => out.extend_from_slice(&bytes),
+            None => out.extend_from_slice(&message[f.all.clone()]),
+        }
+    }
+    out
+}
+
+fn len_field(number: u64, payload: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    wire::put_len_field(&mut out, number, payload);
+    out
+}
+
+/// Rewrites the build's graph at `model`, node by node: `edit(node)` returns a node's new bytes.
+fn edit_nodes(model: &Path, mut edit: impl FnMut(&NodeProto, &[u8]) -> Option<Vec<u8>>) {
+    const GRAPH_NODE: u64 = 1;
+    let bytes = std::fs::read(model).unwrap();
+    let (_, payload) = wire::graph_field(&bytes).unwrap();
+    let graph = edit_fields(&bytes[payload], |f, node| {
+        (f.number == GRAPH_NODE).then(|| edit(&NodeProto::decode(node).unwrap(), node)).flatten().map(|n| len_field(GRAPH_NODE, &n))
+    });
+    std::fs::write(model, wire::with_graph(&bytes, &graph).unwrap()).unwrap();
+}
+
+/// Guards the key of a quantized build: what the reference reads of it (its quantized weights'
+/// codes, scales and attributes, the inputs their nodes read) changes it; a fix elsewhere in its
+/// graph (every other node renamed, a norm's epsilon changed) and the same build in another
+/// folder do not, so an exporter's next export is judged without paying the reference side again.
+#[test]
+fn a_quantized_build_is_keyed_by_what_the_reference_reads_of_it() {
+    const NODE_NAME: u64 = 3;
+    const NODE_INPUT: u64 = 1;
+    const NODE_ATTRIBUTE: u64 = 5;
+    const ATTRIBUTE_F: u64 = 2;
+    const ATTRIBUTE_I: u64 = 3;
+    let quantized = |n: &NodeProto| n.op_type == "MatMulNBits" || n.op_type == "GatherBlockQuantized";
+    let tmp = tempfile::tempdir().unwrap();
+    let store = Store::new(tmp.path().join("cache"), 1 << 30);
+    let inputs = ModelInputs::from_ids(vec![2, 10, 11, 12]);
+    let case = quantized_case(&tmp.path().join("a"));
+    let base = key_of(&store, &case, &inputs, "v1");
+    assert_eq!(key_of(&store, &quantized_case(&tmp.path().join("b")), &inputs, "v1"), base, "the same build elsewhere");
+    let model = tmp.path().join("a/build/model.onnx");
+    let original = std::fs::read(&model).unwrap();
+
+    // A fix elsewhere: every other node renamed, every float attribute (a norm's epsilon) changed.
+    let (mut renamed, mut floats) = (0, 0);
+    edit_nodes(&model, |n, bytes| {
+        if quantized(n) {
+            return None;
+        }
+        renamed += 1;
+        Some(edit_fields(bytes, |f, payload| match f.number {
+            NODE_NAME => Some(len_field(NODE_NAME, format!("{}_fixed", String::from_utf8_lossy(payload)).as_bytes())),
+            NODE_ATTRIBUTE => Some(len_field(
+                NODE_ATTRIBUTE,
+                &edit_fields(payload, |a, value| {
+                    (a.number == ATTRIBUTE_F && a.wire_type == 5).then(|| {
+                        floats += 1;
+                        let mut out = Vec::new();
+                        wire::put_varint(&mut out, (ATTRIBUTE_F << 3) | 5);
+                        out.extend_from_slice(&(f32::from_le_bytes(value.try_into().unwrap()) * 10.0).to_le_bytes());
+                        out
+                    })
+                }),
+            )),
+            _ => None,
+        }))
+    });
+    assert!(renamed > 50 && floats > 0, "{renamed} nodes renamed, {floats} float attributes changed");
+    assert_ne!(std::fs::read(&model).unwrap(), original);
+    assert_eq!(key_of(&store, &case, &inputs, "v1"), base, "a fix elsewhere in the graph keeps the reference side");
+
+    // An attribute of a quantized node: one MatMulNBits at accuracy_level 0 instead of 4.
+    std::fs::write(&model, &original).unwrap();
+    let mut done = false;
+    edit_nodes(&model, |n, bytes| {
+        (!done && n.op_type == "MatMulNBits").then(|| {
+            done = true;
+            edit_fields(bytes, |f, payload| {
+                let level = f.number == NODE_ATTRIBUTE && AttributeProto::decode(payload).unwrap().name == "accuracy_level";
+                level.then(|| {
+                    let attribute = edit_fields(payload, |a, _| {
+                        (a.number == ATTRIBUTE_I).then(|| {
+                            let mut out = Vec::new();
+                            wire::put_varint(&mut out, ATTRIBUTE_I << 3);
+                            wire::put_varint(&mut out, 0);
+                            out
+                        })
+                    });
+                    len_field(NODE_ATTRIBUTE, &attribute)
+                })
+            })
+        })
+    });
+    assert!(done);
+    assert_ne!(key_of(&store, &case, &inputs, "v1"), base, "a quantized node's changed attribute must miss");
+
+    // A rewired quantized node: a MatMulNBits reads another one's scales of the same shape.
+    std::fs::write(&model, &original).unwrap();
+    let graph = onnx_parity::onnx::proto::ModelProto::decode(&original[..]).unwrap().graph.unwrap();
+    let dims = |name: &str| graph.initializer.iter().find(|t| t.name == name).map(|t| t.dims.clone());
+    let nbits: Vec<&NodeProto> = graph.node.iter().filter(|n| n.op_type == "MatMulNBits").collect();
+    let (first, other) = nbits
+        .iter()
+        .enumerate()
+        .find_map(|(i, a)| nbits[i + 1..].iter().find(|b| dims(&b.input[2]) == dims(&a.input[2])).map(|b| (*a, *b)))
+        .expect("two MatMulNBits whose scales have one shape");
+    let (from, to) = (first.input[2].clone(), other.input[2].clone());
+    edit_nodes(&model, |n, bytes| {
+        (n.name == first.name).then(|| {
+            edit_fields(bytes, |f, payload| {
+                (f.number == NODE_INPUT && payload == from.as_bytes()).then(|| len_field(NODE_INPUT, to.as_bytes()))
+            })
+        })
+    });
+    assert_ne!(key_of(&store, &case, &inputs, "v1"), base, "a rewired quantized node must miss");
+
+    // One code byte of a quantized weight in the external data.
+    std::fs::write(&model, &original).unwrap();
+    assert_eq!(key_of(&store, &case, &inputs, "v1"), base);
+    let b = graph.initializer.iter().find(|t| t.name == first.input[1]).unwrap();
+    let offset: usize = b.external_data.iter().find(|e| e.key == "offset").map_or(0, |e| e.value.parse().unwrap());
+    let data = tmp.path().join("a/build/model.onnx.data");
+    let mut bytes = std::fs::read(&data).unwrap();
+    bytes[offset] ^= 1;
+    std::fs::write(&data, &bytes).unwrap();
+    assert_ne!(key_of(&store, &case, &inputs, "v1"), base, "a changed code byte must miss");
 }
 
 fn dense(shape: &[usize], seed: f32) -> Dense<f32> {

@@ -4,8 +4,10 @@
 //! A case's **identity** is everything its reference runs read: the reference code version and
 //! device, every file of the checkpoint folder (weights, config), the inputs (ids, pixels,
 //! positions, token types), the mask scope asked for, the generation asked for (EOS ids, new
-//! tokens, whether L3 keeps all positions and layers), and for a quantized build every file of
-//! its export folder and the kernel model its floors follow. Each result adds what distinguishes
+//! tokens, whether L3 keeps all positions and layers), and for a quantized build what the
+//! reference reads of it (its quantized weights, their nodes and the initializers they read:
+//! [`BuildContent`], not the rest of its graphs, so an exporter's fix elsewhere in a graph keeps
+//! the cached reference side) and the kernel model its floors follow. Each result adds what distinguishes
 //! it (`arbiter`, `floor float16 given`, the candidate's activations for a conditioned floor).
 
 use std::sync::OnceLock;
@@ -17,6 +19,7 @@ use crate::case::{Case, Level};
 use crate::inputs::ModelInputs;
 use crate::metrics::WeightError;
 use crate::onnx::protocol;
+use crate::onnx::quantized::{BuildContent, QuantizedBuild, StoredBytes};
 use crate::reference_cache::codec::{Decoder, Encoder};
 use crate::reference_cache::{CacheError, Cached, Held, KeyBuilder, Store, CODE_VERSION};
 use crate::runtime::kernels::MatMulNBitsModel;
@@ -47,6 +50,27 @@ fn folder(store: &Store, key: &mut KeyBuilder, part: &str, dir: &std::path::Path
     Ok(())
 }
 
+/// A quantized build's part of a case's identity: what of it the reference side reads
+/// ([`BuildContent`]), each external-data file by its digest (remembered by its metadata).
+fn build_part(store: &Store, key: &mut KeyBuilder, build: &BuildContent) -> Result<(), CacheError> {
+    for (i, weight) in build.weights.iter().enumerate() {
+        key.text(&format!("build weight {i}"), weight);
+    }
+    let files = build.external_files();
+    let digests: std::collections::BTreeMap<_, _> = files.iter().zip(store.digests.digests(&files)?).collect();
+    for (name, (ty, bytes)) in &build.initializers {
+        let at = match bytes {
+            StoredBytes::Inline(digest) => format!("inline {digest:032x}"),
+            StoredBytes::External { file, location, offset, length } => {
+                let digest = digests.get(file).map_or("", String::as_str);
+                format!("`{location}` {digest} at {offset} +{length}")
+            }
+        };
+        key.text(&format!("build initializer {name}"), &format!("{ty}, {at}"));
+    }
+    Ok(())
+}
+
 /// `inputs` into `key`, bit exact.
 pub fn add_inputs(key: &mut KeyBuilder, inputs: &ModelInputs) {
     key.i64s(protocol::INPUT_IDS, &inputs.input_ids);
@@ -66,6 +90,21 @@ pub fn add_inputs(key: &mut KeyBuilder, inputs: &ModelInputs) {
 pub fn identity(store: &Store, case: &Case, inputs: &ModelInputs, model: MatMulNBitsModel, code: &str) -> Option<KeyBuilder> {
     let artifacts = Artifacts::of(case);
     let checkpoint = artifacts.checkpoint.as_deref()?;
+    let build = match case.dtype.is_quantized() {
+        false => None,
+        true => match artifacts.export.as_deref().map(|e| (e, QuantizedBuild::content(e))) {
+            Some((_, Ok(Some(content)))) => Some(content),
+            unread => {
+                let why = match unread {
+                    None => "a quantized case without an export".to_string(),
+                    Some((e, Ok(_))) => format!("{}: no graph has a quantized weight", e.display()),
+                    Some((_, Err(e))) => e.to_string(),
+                };
+                tracing::warn!("{}: the reference cache is not used for this case: {why}", case.name);
+                return None;
+            }
+        },
+    };
     let mut key = KeyBuilder::new("case", code);
     let device = crate::gpu::device_spec().map(|d| d.to_string()).unwrap_or_else(|e| e.to_string());
     key.text("device", &device);
@@ -77,9 +116,8 @@ pub fn identity(store: &Store, case: &Case, inputs: &ModelInputs, model: MatMulN
         key.text("max_new_tokens", &max_new_tokens(case).to_string());
         key.text("l3", &case.levels.contains(&Level::L3).to_string());
         key.text("dtype", case.dtype.as_str());
-        if case.dtype.is_quantized() {
-            let export = artifacts.export.as_deref().ok_or_else(|| CacheError::Shape("a quantized case without an export".into()))?;
-            folder(store, &mut key, "build", export)?;
+        if let Some(build) = &build {
+            build_part(store, &mut key, build)?;
             key.text("kernel model", &format!("{model:?}"));
         }
         Ok(())

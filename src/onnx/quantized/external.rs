@@ -38,14 +38,8 @@ impl ExternalData {
 
     /// `t`'s external file, offset, length and path.
     fn external(&mut self, t: &PayloadTensor, model: &Path) -> Result<(Arc<std::fs::File>, u64, usize, PathBuf), QuantizedError> {
-        let get = |k: &str| t.external_data.iter().find(|e| e.key == k).map(|e| e.value.as_str());
         let bad = |message: String| QuantizedError::Node { path: model.into(), node: t.name.clone(), op: "initializer".into(), message };
-        let location = get("location").ok_or_else(|| bad("external data without a location".into()))?;
-        let offset: u64 = get("offset").unwrap_or("0").parse().map_err(|_| bad("external data offset is not a number".into()))?;
-        let length: usize = get("length")
-            .ok_or_else(|| bad("external data without a length".into()))?
-            .parse()
-            .map_err(|_| bad("external data length is not a number".into()))?;
+        let (location, offset, length) = location(t, model)?;
         let path = self.dir.join(location);
         if !self.files.contains_key(location) {
             let f = std::fs::File::open(&path).map_err(|source| QuantizedError::Io { path: path.clone(), source })?;
@@ -81,4 +75,23 @@ impl ExternalData {
         let (file, offset, len, path) = self.external(t, model)?;
         Stored::File { file, offset, len }.read(0, len).map_err(|source| QuantizedError::Io { path, source })
     }
+}
+
+/// Where an external initializer `t` of the graph at `model` says its bytes are: the file (relative
+/// to the graph's folder), offset and length.
+pub(super) fn location<'a>(t: &'a PayloadTensor, model: &Path) -> Result<(&'a str, u64, usize), QuantizedError> {
+    let get = |k: &str| t.external_data.iter().find(|e| e.key == k).map(|e| e.value.as_str());
+    let bad = |message: &str| QuantizedError::Node {
+        path: model.into(),
+        node: t.name.clone(),
+        op: "initializer".into(),
+        message: message.into(),
+    };
+    let location = get("location").ok_or_else(|| bad("external data without a location"))?;
+    let offset: u64 = get("offset").unwrap_or("0").parse().map_err(|_| bad("external data offset is not a number"))?;
+    let length: usize = get("length")
+        .ok_or_else(|| bad("external data without a length"))?
+        .parse()
+        .map_err(|_| bad("external data length is not a number"))?;
+    Ok((location, offset, length))
 }

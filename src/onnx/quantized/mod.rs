@@ -34,6 +34,7 @@ use onnx_parity_reference::weights::{MatmulActivations, Override, Overrides};
 use super::package::OnnxPackage;
 
 mod activations;
+mod content;
 mod dequant;
 mod error;
 mod external;
@@ -47,6 +48,7 @@ mod reader;
 mod tests;
 mod weight;
 pub use activations::{IntType, MatmulRounding, QuantizedActivation, Rounding, ScaleMismatch};
+pub use content::{BuildContent, StoredBytes};
 pub use error::QuantizedError;
 use external::ExternalData;
 use graph::PayloadGraph;
@@ -87,6 +89,19 @@ impl QuantizedBuild {
             float_matmuls += graph.float_matmuls();
         }
         Ok((!weights.is_empty()).then(|| QuantizedBuild { root: root.into(), weights, float_matmuls, int8_activations_at: Some(4) }))
+    }
+
+    /// What of the package at `root` its reference side reads ([`BuildContent`]: the quantized
+    /// weights as read, their nodes, the initializers they read), for the reference cache's key;
+    /// `None` when no graph has a quantized weight.
+    pub fn content(root: &Path) -> Result<Option<BuildContent>, QuantizedError> {
+        let package = OnnxPackage::open(root).map_err(|e| QuantizedError::Package { path: root.into(), message: e.to_string() })?;
+        let mut out = BuildContent::default();
+        for (role, path) in &package.submodels {
+            let graph = PayloadGraph::load(path)?;
+            content::describe(&mut out, role, &graph, &graph.quantized(role, path)?, path)?;
+        }
+        Ok((!out.weights.is_empty()).then_some(out))
     }
 
     /// `n MatMulNBits (int4, block 32, symmetric, accuracy_level 4), m GatherBlockQuantized …`,
