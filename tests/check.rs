@@ -95,6 +95,38 @@ fn check_gives_the_committed_cases_verdicts() {
     }
 }
 
+/// Guards what `check` says it did not infer: a vision export judged without an image says that
+/// L3 then judges neither the vision encoder nor the image path (and says nothing of it when an
+/// image is given); a checkpoint without a tokenizer says its prompt is drawn token ids; and the
+/// written case's header lists every such line, the prompt's included.
+#[test]
+fn check_says_what_it_did_not_infer() {
+    use onnx_parity::case::infer::{infer, CheckRequest, Prompt};
+    use onnx_parity::case::Level;
+    let request = |name: &str, prompt: Option<Prompt>| CheckRequest {
+        export: root().join("fixtures").join(name).join("onnx"),
+        model: fixture(&format!("{name}/checkpoint")),
+        prompt,
+        levels: vec![Level::L1, Level::L3],
+        max_new_tokens: 4,
+    };
+    let no_image = "an image: none given";
+    let vision = infer(&request("unified-vision", None), None).expect("infers");
+    assert!(vision.not_inferred.iter().any(|n| n.starts_with(no_image)), "{:?}", vision.not_inferred);
+    let image = root().join("fixtures/unified-vision/images/a.png");
+    let with_image = Some(Prompt::Text { text: "Describe".into(), images: vec![image] });
+    let given = infer(&request("unified-vision", with_image), None).expect("infers");
+    assert!(!given.not_inferred.iter().any(|n| n.starts_with(no_image)), "{:?}", given.not_inferred);
+    let text = infer(&request("gemma4-text-ple", None), None).expect("infers");
+    assert!(!text.not_inferred.iter().any(|n| n.starts_with(no_image)), "a text export: {:?}", text.not_inferred);
+    for inferred in [&vision, &text] {
+        for line in &inferred.not_inferred {
+            assert!(inferred.yaml.contains(&format!("# Not inferred: {line}\n")), "{line}: {}", inferred.yaml);
+        }
+    }
+    assert!(text.not_inferred.iter().any(|n| n.starts_with("a prompt: the checkpoint has no tokenizer.json")), "{:?}", text.not_inferred);
+}
+
 /// Guards bad input: an export folder that is not one, a checkpoint of another model, a model
 /// id not in the HF cache — one error naming what is wrong, exit status 2, nothing run.
 #[test]

@@ -3,8 +3,9 @@
 //! vocabulary and EOS ids come from the checkpoint's `config.json`; the dtype from the export's
 //! graphs (a quantized weight's bit width, else the KV cache's or the logits' element type); the
 //! task from its sub-models (a vision encoder: image-text-to-text). What cannot be inferred —
-//! expected failures, the export pin (`export:`), goldens for L4/L5 — is listed in
-//! [`Inferred::not_inferred`] and printed, never guessed.
+//! expected failures, the export pin (`export:`), goldens for L4/L5, a prompt without a tokenizer,
+//! an image for a vision export given none (L3 then judges the text path alone) — is listed in
+//! [`Inferred::not_inferred`], printed and written above the case, never guessed.
 
 use std::path::{Path, PathBuf};
 
@@ -228,12 +229,10 @@ pub fn infer(req: &CheckRequest, case_dir: Option<&Path>) -> Result<Inferred, In
     if req.levels.iter().any(|l| matches!(l, Level::L4 | Level::L5)) {
         not_inferred.push("goldens for L4/L5: none are looked for beside a written case until `onnx-parity golden` writes them".into());
     }
+    // The case's fields; the header naming what was not inferred is put above them at the end,
+    // once the prompt has added its own.
     let mut y = String::new();
     let q = |s: &str| serde_json::to_string(s).unwrap_or_default();
-    y.push_str(&format!("# Written by `onnx-parity check` from the export {} and the checkpoint {}.\n", req.export.display(), req.model));
-    for n in &not_inferred {
-        y.push_str(&format!("# Not inferred: {n}\n"));
-    }
     y.push_str(&format!("model_id: {}\nmodel_type: {}\n", q(&model_id), q(&model_type)));
     if let Some(r) = &revision {
         y.push_str(&format!("revision: {}\n", q(r)));
@@ -253,6 +252,19 @@ pub fn infer(req: &CheckRequest, case_dir: Option<&Path>) -> Result<Inferred, In
             Prompt::Tokens(32)
         }
     };
+    let no_image = match &prompt {
+        Prompt::Text { images, .. } => images.is_empty(),
+        Prompt::Tokens(_) => true,
+        // The processor's tensors may hold pixels: what they hold is read when the case runs.
+        Prompt::Tensors(_) => false,
+    };
+    if vision && no_image {
+        not_inferred.push(
+            "an image: none given (`--image FILE`), so L3 feeds text alone and judges neither the vision encoder nor the image \
+             path through the embedding (L1 still checks their graphs)"
+                .into(),
+        );
+    }
     match &prompt {
         Prompt::Text { text, images } => {
             if !has_tokenizer {
@@ -286,5 +298,10 @@ pub fn infer(req: &CheckRequest, case_dir: Option<&Path>) -> Result<Inferred, In
         req.max_new_tokens,
         eos.join(", ")
     ));
-    Ok(Inferred { yaml: y, not_inferred })
+    let mut header =
+        format!("# Written by `onnx-parity check` from the export {} and the checkpoint {}.\n", req.export.display(), req.model);
+    for n in &not_inferred {
+        header.push_str(&format!("# Not inferred: {n}\n"));
+    }
+    Ok(Inferred { yaml: header + &y, not_inferred })
 }
