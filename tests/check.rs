@@ -95,14 +95,17 @@ fn check_gives_the_committed_cases_verdicts() {
     }
 }
 
-/// Guards what `check` says it did not infer: a vision export judged without an image says that
-/// L3 then judges neither the vision encoder nor the image path (and says nothing of it when an
-/// image is given); a checkpoint without a tokenizer says its prompt is drawn token ids; and the
-/// written case's header lists every such line, the prompt's included.
+/// Guards what `check` says it did not infer: a vision export given neither prompt nor image is
+/// fed the harness's test pattern (written beside the case, named in it and said), so its L3
+/// judges the vision encoder — on unified-vision it fails at `image_features`, mobius's LayerNorm
+/// eps finding, where a text-only prompt passes; given a prompt alone it says L3 judges the text
+/// path alone; given an image, neither. A checkpoint without a tokenizer says its prompt is drawn
+/// token ids, and the written case's header lists every such line, the prompt's included.
 #[test]
 fn check_says_what_it_did_not_infer() {
-    use onnx_parity::case::infer::{infer, CheckRequest, Prompt};
+    use onnx_parity::case::infer::{infer, CheckRequest, Prompt, TEST_IMAGE};
     use onnx_parity::case::Level;
+    let dir = tempfile::tempdir().expect("tmp");
     let request = |name: &str, prompt: Option<Prompt>| CheckRequest {
         export: root().join("fixtures").join(name).join("onnx"),
         model: fixture(&format!("{name}/checkpoint")),
@@ -110,21 +113,50 @@ fn check_says_what_it_did_not_infer() {
         levels: vec![Level::L1, Level::L3],
         max_new_tokens: 4,
     };
-    let no_image = "an image: none given";
-    let vision = infer(&request("unified-vision", None), None).expect("infers");
-    assert!(vision.not_inferred.iter().any(|n| n.starts_with(no_image)), "{:?}", vision.not_inferred);
+    let (pattern, text_alone) =
+        ("an image: none given (`--image FILE`), so the harness's", "an image: none given (`--image FILE`), so L3 feeds text alone");
+    let says = |i: &onnx_parity::case::infer::Inferred, what: &str| i.not_inferred.iter().any(|n| n.starts_with(what));
+
+    let vision = infer(&request("unified-vision", None), Some(dir.path())).expect("infers");
+    assert!(says(&vision, pattern) && !says(&vision, text_alone), "{:?}", vision.not_inferred);
+    assert_eq!(vision.test_pattern, Some(dir.path().join(TEST_IMAGE)));
+    assert!(vision.yaml.contains(&format!("  images: [\"{TEST_IMAGE}\"]\n")), "{}", vision.yaml);
+
+    let prompt_alone = Some(Prompt::Text { text: "Describe".into(), images: vec![] });
+    let prompted = infer(&request("unified-vision", prompt_alone), Some(dir.path())).expect("infers");
+    assert!(says(&prompted, text_alone) && prompted.test_pattern.is_none(), "{:?}", prompted.not_inferred);
+
     let image = root().join("fixtures/unified-vision/images/a.png");
     let with_image = Some(Prompt::Text { text: "Describe".into(), images: vec![image] });
     let given = infer(&request("unified-vision", with_image), None).expect("infers");
-    assert!(!given.not_inferred.iter().any(|n| n.starts_with(no_image)), "{:?}", given.not_inferred);
-    let text = infer(&request("gemma4-text-ple", None), None).expect("infers");
-    assert!(!text.not_inferred.iter().any(|n| n.starts_with(no_image)), "a text export: {:?}", text.not_inferred);
-    for inferred in [&vision, &text] {
+    assert!(!says(&given, "an image") && given.test_pattern.is_none(), "{:?}", given.not_inferred);
+
+    let text_export = infer(&request("gemma4-text-ple", None), None).expect("infers");
+    assert!(!says(&text_export, "an image") && text_export.test_pattern.is_none(), "a text export: {:?}", text_export.not_inferred);
+    assert!(says(&text_export, "a prompt: the checkpoint has no tokenizer.json"), "{:?}", text_export.not_inferred);
+    for inferred in [&vision, &prompted, &text_export] {
         for line in &inferred.not_inferred {
             assert!(inferred.yaml.contains(&format!("# Not inferred: {line}\n")), "{line}: {}", inferred.yaml);
         }
     }
-    assert!(text.not_inferred.iter().any(|n| n.starts_with("a prompt: the checkpoint has no tokenizer.json")), "{:?}", text.not_inferred);
+
+    // The command: the pattern judged, mobius's vision LayerNorm eps found; a prompt alone passes.
+    let export = fixture("unified-vision/onnx");
+    let model = fixture("unified-vision/checkpoint");
+    let l3 = |extra: &[&str]| {
+        let report = dir.path().join("r.json");
+        let mut args = vec!["check", &export, "--model", &model, "--levels", "L3", "--report", report.to_str().expect("utf-8")];
+        args.extend_from_slice(extra);
+        let o = cli_in(dir.path(), &args);
+        assert!(o.status.code().is_some_and(|c| c <= 1), "{}", text(&o));
+        let v: Value = serde_json::from_str(&std::fs::read_to_string(&report).expect("report")).expect("json");
+        (v["cases"][0]["levels"][0]["status"].as_str().unwrap_or("").to_string(), text(&o))
+    };
+    let (status, out) = l3(&[]);
+    assert_eq!(status, "fail", "{out}");
+    assert!(out.contains("image_features: differs"), "{out}");
+    let (status, out) = l3(&["--prompt", "Describe this image."]);
+    assert_eq!(status, "pass", "{out}");
 }
 
 /// Guards bad input: an export folder that is not one, a checkpoint of another model, a model

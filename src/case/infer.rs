@@ -4,8 +4,10 @@
 //! graphs (a quantized weight's bit width, else the KV cache's or the logits' element type); the
 //! task from its sub-models (a vision encoder: image-text-to-text). What cannot be inferred —
 //! expected failures, the export pin (`export:`), goldens for L4/L5, a prompt without a tokenizer,
-//! an image for a vision export given none (L3 then judges the text path alone) — is listed in
-//! [`Inferred::not_inferred`], printed and written above the case, never guessed.
+//! an image for a vision export given none — is listed in [`Inferred::not_inferred`], printed and
+//! written above the case, never guessed. A vision export given neither prompt nor image is fed a
+//! test pattern the harness draws ([`TEST_IMAGE`], written beside the case) so that L3 judges its
+//! vision encoder too; given a prompt alone, it is judged on the text path and told so.
 
 use std::path::{Path, PathBuf};
 
@@ -30,6 +32,13 @@ pub enum InferError {
     #[error("{export} is not an export of {model}: {why}")]
     OtherModel { export: String, model: String, why: String },
 }
+
+/// The prompt fed where none is given and the checkpoint has a tokenizer.
+const DEFAULT_PROMPT: &str = "The capital of France is";
+/// The prompt fed with the test pattern to a vision export given no image.
+const DEFAULT_IMAGE_PROMPT: &str = "Describe this image.";
+/// The test pattern's file name beside the case.
+pub const TEST_IMAGE: &str = "onnx-parity-test-pattern.png";
 
 /// What the case is fed.
 #[derive(Debug, Clone, PartialEq)]
@@ -60,6 +69,9 @@ pub struct Inferred {
     pub yaml: String,
     /// What it could not infer, one line each.
     pub not_inferred: Vec<String>,
+    /// Where the case reads the harness's test pattern (`crate::inputs::image::test_pattern_png`),
+    /// to be written there before it runs: a vision export given neither prompt nor image.
+    pub test_pattern: Option<PathBuf>,
 }
 
 /// The tokens `--tokens N` feeds: BOS (2) then ids drawn from `3..vocab` by a fixed generator,
@@ -244,9 +256,19 @@ pub fn infer(req: &CheckRequest, case_dir: Option<&Path>) -> Result<Inferred, In
     }
     y.push_str(&format!("onnx: {}\n", q(&relative(&req.export, case_dir))));
     let has_tokenizer = checkpoint.join("tokenizer.json").is_file();
+    // The test pattern a vision export is fed when given no image and no prompt.
+    let mut test_pattern = None;
     let prompt = match &req.prompt {
         Some(p) => p.clone(),
-        None if has_tokenizer => Prompt::Text { text: "The capital of France is".into(), images: vec![] },
+        None if has_tokenizer && vision => {
+            let path = case_dir.map(Path::to_path_buf).unwrap_or_else(std::env::temp_dir).join(TEST_IMAGE);
+            not_inferred.push(format!(
+                "an image: none given (`--image FILE`), so the harness's test pattern (`{TEST_IMAGE}`, written beside the case) is fed with the prompt \"{DEFAULT_IMAGE_PROMPT}\""
+            ));
+            test_pattern = Some(path.clone());
+            Prompt::Text { text: DEFAULT_IMAGE_PROMPT.into(), images: vec![path] }
+        }
+        None if has_tokenizer => Prompt::Text { text: DEFAULT_PROMPT.into(), images: vec![] },
         None => {
             not_inferred.push("a prompt: the checkpoint has no tokenizer.json, so 32 token ids drawn from its vocabulary are fed".into());
             Prompt::Tokens(32)
@@ -303,5 +325,5 @@ pub fn infer(req: &CheckRequest, case_dir: Option<&Path>) -> Result<Inferred, In
     for n in &not_inferred {
         header.push_str(&format!("# Not inferred: {n}\n"));
     }
-    Ok(Inferred { yaml: header + &y, not_inferred })
+    Ok(Inferred { yaml: header + &y, not_inferred, test_pattern })
 }

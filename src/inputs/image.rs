@@ -109,6 +109,20 @@ pub fn load_rgb(path: &Path) -> Result<RgbImage, InputsError> {
     Ok(RgbImage { height: h, width: w, data: rgb.into_raw() })
 }
 
+/// The test pattern `check` feeds a vision export given no image, as a PNG: 96×64 (W×H, wider
+/// than high, so a transposed patch grid shows; the processor resizes it to its own patch
+/// budget), red rising left to right, green top to bottom, blue a checkerboard of 8 px squares,
+/// so neighbouring patches differ.
+pub fn test_pattern_png() -> Result<Vec<u8>, image::ImageError> {
+    let (width, height) = (96u32, 64u32);
+    let ramp = |v: u32, n: u32| (v * 255 / (n - 1)) as u8;
+    let img =
+        image::RgbImage::from_fn(width, height, |x, y| image::Rgb([ramp(x, width), ramp(y, height), ((x / 8 + y / 8) % 2 * 255) as u8]));
+    let mut out = std::io::Cursor::new(Vec::new());
+    img.write_to(&mut out, image::ImageFormat::Png)?;
+    Ok(out.into_inner())
+}
+
 /// Why an image's size does not fit the processor's patch grid (the caller names the file).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum GeometryError {

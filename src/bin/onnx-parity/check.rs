@@ -86,8 +86,15 @@ pub fn check(args: CheckArgs) -> anyhow::Result<ExitCode> {
     for n in &inferred.not_inferred {
         println!("not inferred: {n}");
     }
+    if let Some(file) = &inferred.test_pattern {
+        let png = onnx_parity::inputs::image::test_pattern_png().context("drawing the test pattern")?;
+        onnx_parity::atomic::write_atomic(file, &png).with_context(|| format!("writing {}", file.display()))?;
+    }
     onnx_parity::atomic::write_atomic(&path, inferred.yaml.as_bytes()).with_context(|| format!("writing {}", path.display()))?;
     if args.write_case.is_some() {
+        if let Some(file) = &inferred.test_pattern {
+            println!("wrote {} beside it", file.display());
+        }
         println!("wrote the case to {}", path.display());
     }
     let code = run(vec![path.clone()], levels, args.files, None, args.strict);
