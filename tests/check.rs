@@ -159,6 +159,51 @@ fn check_says_what_it_did_not_infer() {
     assert_eq!(status, "pass", "{out}");
 }
 
+/// Guards the default prompts against the sliding window (8 in the fixtures, 512 and 1024 in the
+/// real configs): a prompt within it computes what full attention would, so a wrong window would
+/// pass. Drawn ids (no tokenizer) and the default text each pass it, drawn ids leave out every
+/// special and media placeholder id, and a prompt within the window is said to be so.
+#[test]
+fn check_prompts_pass_the_sliding_window() {
+    use onnx_parity::case::infer::{infer, token_ids, CheckRequest};
+    use onnx_parity::case::Level;
+    let request = |name: &str| CheckRequest {
+        export: root().join("fixtures").join(name).join("onnx"),
+        model: fixture(&format!("{name}/checkpoint")),
+        prompt: None,
+        levels: vec![Level::L1, Level::L3],
+        max_new_tokens: 4,
+    };
+    // Drawn ids: the window (8) and 64 more, none of them special.
+    let drawn = infer(&request("gemma4-text-ple"), None).expect("infers");
+    let ids_line = drawn.yaml.lines().find(|l| l.trim_start().starts_with("input_ids:")).expect("drawn ids");
+    assert_eq!(ids_line.matches(',').count() + 1, 8 + 64, "{ids_line}");
+    let special: Vec<i64> = (505..=511).collect();
+    let ids = token_ids(400, 512, &special);
+    assert_eq!(ids.len(), 400);
+    assert!(ids.iter().all(|i| !special.contains(i)), "a special id was drawn");
+    assert!(token_ids(400, 512, &[]).iter().any(|i| special.contains(i)), "the draw reaches them when not left out");
+    // The default text: at least the window and 64 more words (each at least a token).
+    let texted = infer(&request("unified-vision"), None).expect("infers");
+    let prompt = texted.yaml.lines().find(|l| l.trim_start().starts_with("prompts:")).expect("a prompt");
+    assert!(prompt.split_whitespace().count() >= 8 + 64, "{prompt}");
+    assert_eq!(texted.sliding_window, Some(8));
+
+    // The command says when a prompt stays within the window, and not otherwise.
+    let dir = tempfile::tempdir().expect("tmp");
+    let export = fixture("gemma4-text-ple/onnx");
+    let model = fixture("gemma4-text-ple/checkpoint");
+    let said = |extra: &[&str]| {
+        let mut args = vec!["check", &export, "--model", &model, "--levels", "L1"];
+        args.extend_from_slice(extra);
+        let o = cli_in(dir.path(), &args);
+        assert!(o.status.code().is_some_and(|c| c <= 1), "{}", text(&o));
+        text(&o).contains("not inferred: whether the sliding window is right: the prompt is 6 tokens, within the window of 8")
+    };
+    assert!(said(&["--tokens", "6"]), "a prompt within the window is said to be");
+    assert!(!said(&[]), "the default prompt passes the window");
+}
+
 /// Guards bad input: an export folder that is not one, a checkpoint of another model, a model
 /// id not in the HF cache — one error naming what is wrong, exit status 2, nothing run.
 #[test]

@@ -33,10 +33,26 @@ pub enum InferError {
     OtherModel { export: String, model: String, why: String },
 }
 
-/// The prompt fed where none is given and the checkpoint has a tokenizer.
-const DEFAULT_PROMPT: &str = "The capital of France is";
-/// The prompt fed with the test pattern to a vision export given no image.
+/// The text fed where no prompt is given and the checkpoint has a tokenizer, repeated until it
+/// passes the sliding window ([`default_text`]).
+const DEFAULT_PASSAGE: &str = "Rivers carry sediment from the mountains to the sea, where a delta grows by a few metres each \
+    year. In 1869 a periodic table arranged the elements by atomic weight; later tables used the atomic number. Bread \
+    rises because yeast turns sugar into carbon dioxide and alcohol. Seven bridges crossed the river at Königsberg, \
+    and no walk could cross each of them exactly once. ";
+/// What the prompt fed with the test pattern to a vision export given no image begins with.
 const DEFAULT_IMAGE_PROMPT: &str = "Describe this image.";
+/// How far past the sliding window a default prompt reaches, in tokens: enough positions that
+/// attend to a window which no longer starts at the first token.
+const PAST_THE_WINDOW: usize = 64;
+
+/// The default text: [`DEFAULT_PASSAGE`] repeated until its words alone (each at least one
+/// token) number `window` + [`PAST_THE_WINDOW`], so that the sliding layers are judged on keys
+/// their window no longer reaches; a prompt within the window computes what full attention would,
+/// and a wrong window (or none) would pass.
+fn default_text(window: usize) -> String {
+    let words = DEFAULT_PASSAGE.split_whitespace().count();
+    DEFAULT_PASSAGE.repeat((window + PAST_THE_WINDOW).div_ceil(words).max(1)).trim_end().to_string()
+}
 /// The test pattern's file name beside the case.
 pub const TEST_IMAGE: &str = "onnx-parity-test-pattern.png";
 
@@ -72,20 +88,51 @@ pub struct Inferred {
     /// Where the case reads the harness's test pattern (`crate::inputs::image::test_pattern_png`),
     /// to be written there before it runs: a vision export given neither prompt nor image.
     pub test_pattern: Option<PathBuf>,
+    /// The text model's sliding window, where its config has one: a prompt that does not pass
+    /// it judges the sliding layers as full-attention ones, which `check` says.
+    pub sliding_window: Option<usize>,
 }
 
 /// The tokens `--tokens N` feeds: BOS (2) then ids drawn from `3..vocab` by a fixed generator,
-/// the same on every machine.
-pub fn token_ids(n: usize, vocab: usize) -> Vec<i64> {
+/// the same on every machine, leaving out `special` ids (the config's placeholders for media,
+/// their delimiters, EOS): drawn ids stand for text, and a media placeholder without its media
+/// takes another path through the model (HF embeds it as the pad token; the placeholder cases
+/// judge that path).
+pub fn token_ids(n: usize, vocab: usize, special: &[i64]) -> Vec<i64> {
     let mut state: u64 = 0x9e37_79b9_7f4a_7c15;
     let span = vocab.saturating_sub(3).max(1) as u64;
+    // Guards a vocabulary of special ids alone: the draw then keeps what it finds.
+    let text_ids = (3..vocab.max(4) as i64).any(|id| !special.contains(&id));
     let mut ids = vec![2i64];
     while ids.len() < n {
         state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-        ids.push(3 + ((state >> 33) % span) as i64);
+        let id = 3 + ((state >> 33) % span) as i64;
+        if !text_ids || !special.contains(&id) {
+            ids.push(id);
+        }
     }
     ids.truncate(n.max(1));
     ids
+}
+
+/// Every id the config names a special token with (`…_token_id`, `…_token_index`, lists of
+/// them), at its top level and in its `text_config`.
+fn special_ids(config: &serde_json::Value) -> Vec<i64> {
+    let mut out = Vec::new();
+    for level in [Some(config), config.get("text_config")].into_iter().flatten() {
+        let Some(map) = level.as_object() else { continue };
+        for (key, value) in map {
+            if key.ends_with("_token_id") || key.ends_with("_token_index") || key.ends_with("_token_ids") {
+                match value {
+                    serde_json::Value::Array(a) => out.extend(a.iter().filter_map(|v| v.as_i64())),
+                    v => out.extend(v.as_i64()),
+                }
+            }
+        }
+    }
+    out.sort_unstable();
+    out.dedup();
+    out
 }
 
 /// The checkpoint folder `model` names: a folder, else a snapshot in the HF cache (never
@@ -123,6 +170,11 @@ fn read_json(path: &Path) -> Result<serde_json::Value, InferError> {
 }
 
 /// `key` from the text config (`text_config.key`, else `key`).
+/// The text model's sliding window (`sliding_window`; 0 where the config has none).
+fn sliding_window(config: &serde_json::Value) -> usize {
+    text_field(config, "sliding_window").and_then(|v| v.as_u64()).unwrap_or(0) as usize
+}
+
 fn text_field<'a>(config: &'a serde_json::Value, key: &str) -> Option<&'a serde_json::Value> {
     config.get("text_config").and_then(|t| t.get(key)).or_else(|| config.get(key))
 }
@@ -256,6 +308,7 @@ pub fn infer(req: &CheckRequest, case_dir: Option<&Path>) -> Result<Inferred, In
     }
     y.push_str(&format!("onnx: {}\n", q(&relative(&req.export, case_dir))));
     let has_tokenizer = checkpoint.join("tokenizer.json").is_file();
+    let window = sliding_window(&config);
     // The test pattern a vision export is fed when given no image and no prompt.
     let mut test_pattern = None;
     let prompt = match &req.prompt {
@@ -263,15 +316,18 @@ pub fn infer(req: &CheckRequest, case_dir: Option<&Path>) -> Result<Inferred, In
         None if has_tokenizer && vision => {
             let path = case_dir.map(Path::to_path_buf).unwrap_or_else(std::env::temp_dir).join(TEST_IMAGE);
             not_inferred.push(format!(
-                "an image: none given (`--image FILE`), so the harness's test pattern (`{TEST_IMAGE}`, written beside the case) is fed with the prompt \"{DEFAULT_IMAGE_PROMPT}\""
+                "an image: none given (`--image FILE`), so the harness's test pattern (`{TEST_IMAGE}`, written beside the case) is fed with a prompt beginning \"{DEFAULT_IMAGE_PROMPT}\""
             ));
             test_pattern = Some(path.clone());
-            Prompt::Text { text: DEFAULT_IMAGE_PROMPT.into(), images: vec![path] }
+            Prompt::Text { text: format!("{DEFAULT_IMAGE_PROMPT} {}", default_text(window)), images: vec![path] }
         }
-        None if has_tokenizer => Prompt::Text { text: DEFAULT_PROMPT.into(), images: vec![] },
+        None if has_tokenizer => Prompt::Text { text: default_text(window), images: vec![] },
         None => {
-            not_inferred.push("a prompt: the checkpoint has no tokenizer.json, so 32 token ids drawn from its vocabulary are fed".into());
-            Prompt::Tokens(32)
+            let n = window + PAST_THE_WINDOW;
+            not_inferred.push(format!(
+                "a prompt: the checkpoint has no tokenizer.json, so {n} token ids drawn from its vocabulary (no special or media placeholder id) are fed, past its sliding window of {window}"
+            ));
+            Prompt::Tokens(n)
         }
     };
     let no_image = match &prompt {
@@ -302,7 +358,7 @@ pub fn infer(req: &CheckRequest, case_dir: Option<&Path>) -> Result<Inferred, In
             }
         }
         Prompt::Tokens(n) => {
-            let ids: Vec<String> = token_ids(*n, vocab).iter().map(|i| i.to_string()).collect();
+            let ids: Vec<String> = token_ids(*n, vocab, &special_ids(&config)).iter().map(|i| i.to_string()).collect();
             y.push_str(&format!("inputs:\n  input_ids: [{}]\n", ids.join(", ")));
         }
         Prompt::Tensors(p) => y.push_str(&format!("inputs:\n  tensors: {}\n", q(&relative(p, case_dir)))),
@@ -325,5 +381,5 @@ pub fn infer(req: &CheckRequest, case_dir: Option<&Path>) -> Result<Inferred, In
     for n in &not_inferred {
         header.push_str(&format!("# Not inferred: {n}\n"));
     }
-    Ok(Inferred { yaml: header + &y, not_inferred, test_pattern })
+    Ok(Inferred { yaml: header + &y, not_inferred, test_pattern, sliding_window: (window > 0).then_some(window) })
 }

@@ -27,11 +27,12 @@ pub struct CheckArgs {
     /// Tiers to run (default L1,L3: L4/L5 need goldens, which a fresh export has none of).
     #[arg(long, value_delimiter = ',', value_parser = parse_level)]
     pub levels: Vec<Level>,
-    /// The prompt, through the checkpoint's tokenizer and chat template.
+    /// The prompt, through the checkpoint's tokenizer and chat template (default: a text long
+    /// enough to pass the sliding window; for a vision export, with the harness's test pattern).
     #[arg(long, conflicts_with_all = ["tokens", "inputs"])]
     pub prompt: Option<String>,
-    /// N token ids drawn from the vocabulary instead of a prompt (a checkpoint without a
-    /// tokenizer; the default there, 32).
+    /// N token ids drawn from the vocabulary instead of a prompt, no special or media placeholder
+    /// id among them (a checkpoint without a tokenizer; the default there, the sliding window + 64).
     #[arg(long, conflicts_with = "inputs")]
     pub tokens: Option<usize>,
     /// A safetensors file of the processor's tensors (`input_ids`, `pixel_values`, ...).
@@ -97,9 +98,29 @@ pub fn check(args: CheckArgs) -> anyhow::Result<ExitCode> {
         }
         println!("wrote the case to {}", path.display());
     }
+    if let Some(window) = inferred.sliding_window {
+        short_of_the_window(&path, window);
+    }
     let code = run(vec![path.clone()], levels, args.files, None, args.strict);
     if args.write_case.is_none() {
         let _ = std::fs::remove_dir_all(dir.parent().unwrap_or(&dir));
     }
     code
+}
+
+/// Says so when the case's prompt does not pass the sliding window: its sliding layers then
+/// compute what full attention would, and an export with a wrong window (or none) passes. The
+/// inputs are made here once more (a tokenizer call and the images, cheap beside the runs); where
+/// they cannot be, the run says why.
+fn short_of_the_window(case: &std::path::Path, window: usize) {
+    let Ok(case) = onnx_parity::case::Case::load(case) else { return };
+    let Ok(inputs) = onnx_parity::inputs::for_case(&case) else { return };
+    let n = inputs.input_ids.len();
+    if n <= window {
+        println!(
+            "not inferred: whether the sliding window is right: the prompt is {n} tokens, within the window of {window}, so the \
+             sliding layers are judged as full-attention ones (a longer prompt, or `--tokens {}`, judges the window)",
+            window + 64
+        );
+    }
 }
