@@ -198,10 +198,30 @@ fn check_prompts_pass_the_sliding_window() {
         args.extend_from_slice(extra);
         let o = cli_in(dir.path(), &args);
         assert!(o.status.code().is_some_and(|c| c <= 1), "{}", text(&o));
-        text(&o).contains("not inferred: whether the sliding window is right: the prompt is 6 tokens, within the window of 8")
+        text(&o).contains(
+            "not inferred: whether the sliding window is right: the prompt is 6 tokens, within the window of 8, so the prefill's \
+             sliding layers are judged as full-attention ones; only the decode steps at positions 8 to 12 pass it",
+        )
     };
     assert!(said(&["--tokens", "6"]), "a prompt within the window is said to be");
     assert!(!said(&[]), "the default prompt passes the window");
+
+    // mobius's `--static-cache` build of a gemma4_unified_text model drops the sliding layers'
+    // window: the default prompt (fitted to its 64-position cache) shows it in the prefill's
+    // logits, where 6 tokens agree there (only decode steps past the window differ).
+    let static_build = fixture("unified-text-kvshare/variants/static");
+    let kvshare = fixture("unified-text-kvshare/checkpoint");
+    let prefill_logits = |extra: &[&str]| {
+        let mut args = vec!["check", &static_build, "--model", &kvshare, "--levels", "L3"];
+        args.extend_from_slice(extra);
+        let o = cli_in(dir.path(), &args);
+        assert_eq!(o.status.code(), Some(1), "{}", text(&o));
+        let out = text(&o);
+        let logits = out.split("; logits: ").nth(1).unwrap_or_else(|| panic!("no logits verdict: {out}"));
+        logits.split_whitespace().next().unwrap_or("").to_string()
+    };
+    assert_eq!(prefill_logits(&[]), "differs");
+    assert_eq!(prefill_logits(&["--tokens", "6"]), "agrees");
 }
 
 /// Guards bad input: an export folder that is not one, a checkpoint of another model, a model

@@ -46,13 +46,29 @@ const DEFAULT_IMAGE_PROMPT: &str = "Describe this image.";
 const PAST_THE_WINDOW: usize = 64;
 
 /// The default text: [`DEFAULT_PASSAGE`] repeated until its words alone (each at least one
-/// token) number `window` + [`PAST_THE_WINDOW`], so that the sliding layers are judged on keys
-/// their window no longer reaches; a prompt within the window computes what full attention would,
-/// and a wrong window (or none) would pass.
-fn default_text(window: usize) -> String {
+/// token) number `tokens`, so that the sliding layers are judged on keys their window no longer
+/// reaches; a prompt within the window computes what full attention would, and a wrong window (or
+/// none) would pass. `most`: the positions a static KV cache holds for the prompt, where the
+/// export has one: the repeats are then kept to at most two tokens a word.
+fn default_text(tokens: usize, most: Option<usize>) -> String {
     let words = DEFAULT_PASSAGE.split_whitespace().count();
-    DEFAULT_PASSAGE.repeat((window + PAST_THE_WINDOW).div_ceil(words).max(1)).trim_end().to_string()
+    let mut repeats = tokens.div_ceil(words).max(1);
+    if let Some(most) = most {
+        repeats = repeats.min((most / (2 * words)).max(1));
+    }
+    DEFAULT_PASSAGE.repeat(repeats).trim_end().to_string()
 }
+
+/// The positions a static KV cache (`key_cache.<i>` `[1, capacity, …]`) holds, where the decoder
+/// has one.
+fn static_capacity(decoder: &GraphSummary) -> Option<usize> {
+    let input = decoder.inputs.iter().find(|t| t.name.starts_with("key_cache."))?;
+    match input.dims.as_ref()?.get(1)? {
+        Dim::Static(c) => usize::try_from(*c).ok(),
+        _ => None,
+    }
+}
+
 /// The test pattern's file name beside the case.
 pub const TEST_IMAGE: &str = "onnx-parity-test-pattern.png";
 
@@ -309,6 +325,10 @@ pub fn infer(req: &CheckRequest, case_dir: Option<&Path>) -> Result<Inferred, In
     y.push_str(&format!("onnx: {}\n", q(&relative(&req.export, case_dir))));
     let has_tokenizer = checkpoint.join("tokenizer.json").is_file();
     let window = sliding_window(&config);
+    // How many prompt tokens pass the window by [`PAST_THE_WINDOW`], within what a static cache
+    // holds beside the new tokens (and a chat template's few).
+    let room = static_capacity(&decoder).map(|c| c.saturating_sub(req.max_new_tokens + 32));
+    let tokens = room.map_or(window + PAST_THE_WINDOW, |r| r.min(window + PAST_THE_WINDOW)).max(1);
     // The test pattern a vision export is fed when given no image and no prompt.
     let mut test_pattern = None;
     let prompt = match &req.prompt {
@@ -319,15 +339,14 @@ pub fn infer(req: &CheckRequest, case_dir: Option<&Path>) -> Result<Inferred, In
                 "an image: none given (`--image FILE`), so the harness's test pattern (`{TEST_IMAGE}`, written beside the case) is fed with a prompt beginning \"{DEFAULT_IMAGE_PROMPT}\""
             ));
             test_pattern = Some(path.clone());
-            Prompt::Text { text: format!("{DEFAULT_IMAGE_PROMPT} {}", default_text(window)), images: vec![path] }
+            Prompt::Text { text: format!("{DEFAULT_IMAGE_PROMPT} {}", default_text(tokens, room)), images: vec![path] }
         }
-        None if has_tokenizer => Prompt::Text { text: default_text(window), images: vec![] },
+        None if has_tokenizer => Prompt::Text { text: default_text(tokens, room), images: vec![] },
         None => {
-            let n = window + PAST_THE_WINDOW;
             not_inferred.push(format!(
-                "a prompt: the checkpoint has no tokenizer.json, so {n} token ids drawn from its vocabulary (no special or media placeholder id) are fed, past its sliding window of {window}"
+                "a prompt: the checkpoint has no tokenizer.json, so {tokens} token ids drawn from its vocabulary (no special or media placeholder id) are fed"
             ));
-            Prompt::Tokens(n)
+            Prompt::Tokens(tokens)
         }
     };
     let no_image = match &prompt {

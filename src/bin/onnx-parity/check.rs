@@ -99,7 +99,7 @@ pub fn check(args: CheckArgs) -> anyhow::Result<ExitCode> {
         println!("wrote the case to {}", path.display());
     }
     if let Some(window) = inferred.sliding_window {
-        short_of_the_window(&path, window);
+        short_of_the_window(&path, window, args.max_new_tokens);
     }
     let code = run(vec![path.clone()], levels, args.files, None, args.strict);
     if args.write_case.is_none() {
@@ -109,18 +109,27 @@ pub fn check(args: CheckArgs) -> anyhow::Result<ExitCode> {
 }
 
 /// Says so when the case's prompt does not pass the sliding window: its sliding layers then
-/// compute what full attention would, and an export with a wrong window (or none) passes. The
-/// inputs are made here once more (a tokenizer call and the images, cheap beside the runs); where
-/// they cannot be, the run says why.
-fn short_of_the_window(case: &std::path::Path, window: usize) {
+/// compute what full attention would at prefill (and at the decode steps too when they stay within
+/// it), and an export with a wrong window (or none) passes there. The inputs are made here once
+/// more (a tokenizer call and the images, cheap beside the runs); where they cannot be, the run
+/// says why.
+fn short_of_the_window(case: &std::path::Path, window: usize, new_tokens: usize) {
     let Ok(case) = onnx_parity::case::Case::load(case) else { return };
     let Ok(inputs) = onnx_parity::inputs::for_case(&case) else { return };
     let n = inputs.input_ids.len();
-    if n <= window {
-        println!(
-            "not inferred: whether the sliding window is right: the prompt is {n} tokens, within the window of {window}, so the \
-             sliding layers are judged as full-attention ones (a longer prompt, or `--tokens {}`, judges the window)",
-            window + 64
-        );
+    if n > window {
+        return;
     }
+    // The last decode step attends from position n + new_tokens − 2 (the last token is not fed).
+    let last = n + new_tokens.saturating_sub(1);
+    let steps = if last > window {
+        format!("only the decode steps at positions {window} to {} pass it", last - 1)
+    } else {
+        "so do the decode steps".to_string()
+    };
+    println!(
+        "not inferred: whether the sliding window is right: the prompt is {n} tokens, within the window of {window}, so the \
+         prefill's sliding layers are judged as full-attention ones; {steps} (a longer prompt, or `--tokens {}`, judges the window)",
+        window + 64
+    );
 }
