@@ -124,7 +124,10 @@ pub(super) fn decode(expected: &Run, actual: &Run, calibration: Option<&Calibrat
         f.metrics.l3.decode_max_abs_diff = Some(r.max_abs_diff());
         f.metrics.l3.decode_calibrated_ratio = r.ratio();
         f.table.insert("decode".into(), calibration_row(r));
-        f.outputs.push(describe(&format!("{} (worst of {})", Stage::DecodeStep(*k), steps.saturating_sub(1)), r));
+        // The token the step is fed (both runs teacher-forced with the reference's): a step that
+        // fails on one token (a media placeholder, say) is then read at a glance.
+        let fed = expected.generation.tokens.get(k - 1).map(|t| format!(", fed token {t}")).unwrap_or_default();
+        f.outputs.push(describe(&format!("{} (worst of {}{fed})", Stage::DecodeStep(*k), steps.saturating_sub(1)), r));
     }
     if !pass && f.first_divergence.is_none() {
         f.first_divergence = Some(Stage::DecodeStep(worst_step.as_ref().map_or(0, |(k, _)| *k)));

@@ -419,18 +419,18 @@ mod tests {
             out.message.split("; ").find(|l| l.starts_with("decode step")).map(|l| l.split(':').next().unwrap().to_string())
         };
         let out = with_steps(vec![z.clone(), z.clone(), z.clone()], vec![z.clone(), d(0.0), d(1e-4)]);
-        assert_eq!(worst(&out).as_deref(), Some("decode step 2 (worst of 2)"), "{}", out.message);
+        assert_eq!(worst(&out).as_deref(), Some("decode step 2 (worst of 2, fed token 2)"), "{}", out.message);
         assert_eq!(out.status, Status::Pass);
         assert!(out.metrics.value("first_divergence").is_none(), "agreeing steps name no divergence: {}", out.message);
         let out = with_steps(vec![z.clone(), z.clone(), z.clone()], vec![z.clone(), d(1e-4), d(1e-4)]);
-        assert_eq!(worst(&out).as_deref(), Some("decode step 1 (worst of 2)"), "{}", out.message);
+        assert_eq!(worst(&out).as_deref(), Some("decode step 1 (worst of 2, fed token 2)"), "{}", out.message);
         let out = with_steps(vec![z.clone(), z.clone(), z.clone()], vec![z.clone(), d(1e-4), d(0.0)]);
-        assert_eq!(worst(&out).as_deref(), Some("decode step 1 (worst of 2)"), "{}", out.message);
+        assert_eq!(worst(&out).as_deref(), Some("decode step 1 (worst of 2, fed token 2)"), "{}", out.message);
         assert_eq!(out.status, Status::Pass);
         let big = vec![0.0, 0.0, 1000.0];
         let out = with_steps(vec![z.clone(), big.clone(), z.clone()], vec![z.clone(), vec![0.0, 0.0, 1000.5], d(0.01)]);
         assert_eq!(out.status, Status::Fail);
-        assert_eq!(worst(&out).as_deref(), Some("decode step 2 (worst of 2)"), "{}", out.message);
+        assert_eq!(worst(&out).as_deref(), Some("decode step 2 (worst of 2, fed token 2)"), "{}", out.message);
         assert_eq!(out.metrics.value("first_divergence").as_ref().and_then(|v| v.as_str()), Some("decode step 2"));
     }
 
