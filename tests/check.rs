@@ -35,6 +35,13 @@ fn verdicts(report: &Path) -> std::collections::BTreeMap<(String, String), (Stri
     out
 }
 
+/// `check EXPORT --model MODEL --levels LEVELS` and `extra`, its reference cache under `cache`.
+fn check_cli(cache: &Path, export: &str, model: &str, levels: &str, extra: &[&str]) -> std::process::Output {
+    let mut args = vec!["check", export, "--model", model, "--levels", levels];
+    args.extend_from_slice(extra);
+    cli_in(cache, &args)
+}
+
 fn fixture(rel: &str) -> String {
     root().join("fixtures").join(rel).display().to_string()
 }
@@ -145,9 +152,7 @@ fn check_says_what_it_did_not_infer() {
     let model = fixture("unified-vision/checkpoint");
     let l3 = |extra: &[&str]| {
         let report = dir.path().join("r.json");
-        let mut args = vec!["check", &export, "--model", &model, "--levels", "L3", "--report", report.to_str().expect("utf-8")];
-        args.extend_from_slice(extra);
-        let o = cli_in(dir.path(), &args);
+        let o = check_cli(dir.path(), &export, &model, "L3", &[&["--report", report.to_str().expect("utf-8")], extra].concat());
         assert!(o.status.code().is_some_and(|c| c <= 1), "{}", text(&o));
         let v: Value = serde_json::from_str(&std::fs::read_to_string(&report).expect("report")).expect("json");
         (v["cases"][0]["levels"][0]["status"].as_str().unwrap_or("").to_string(), text(&o))
@@ -194,9 +199,7 @@ fn check_prompts_pass_the_sliding_window() {
     let export = fixture("gemma4-text-ple/onnx");
     let model = fixture("gemma4-text-ple/checkpoint");
     let said = |extra: &[&str]| {
-        let mut args = vec!["check", &export, "--model", &model, "--levels", "L1"];
-        args.extend_from_slice(extra);
-        let o = cli_in(dir.path(), &args);
+        let o = check_cli(dir.path(), &export, &model, "L1", extra);
         assert!(o.status.code().is_some_and(|c| c <= 1), "{}", text(&o));
         text(&o).contains(
             "not inferred: whether the sliding window is right: the prompt is 6 tokens, within the window of 8, so the prefill's \
@@ -212,9 +215,7 @@ fn check_prompts_pass_the_sliding_window() {
     let static_build = fixture("unified-text-kvshare/variants/static");
     let kvshare = fixture("unified-text-kvshare/checkpoint");
     let prefill_logits = |extra: &[&str]| {
-        let mut args = vec!["check", &static_build, "--model", &kvshare, "--levels", "L3"];
-        args.extend_from_slice(extra);
-        let o = cli_in(dir.path(), &args);
+        let o = check_cli(dir.path(), &static_build, &kvshare, "L3", extra);
         assert_eq!(o.status.code(), Some(1), "{}", text(&o));
         let out = text(&o);
         let logits = out.split("; logits: ").nth(1).unwrap_or_else(|| panic!("no logits verdict: {out}"));

@@ -43,7 +43,7 @@ const DEFAULT_PASSAGE: &str = "Rivers carry sediment from the mountains to the s
 const DEFAULT_IMAGE_PROMPT: &str = "Describe this image.";
 /// How far past the sliding window a default prompt reaches, in tokens: enough positions that
 /// attend to a window which no longer starts at the first token.
-const PAST_THE_WINDOW: usize = 64;
+pub const PAST_THE_WINDOW: usize = 64;
 
 /// The default text: [`DEFAULT_PASSAGE`] repeated until its words alone (each at least one
 /// token) number `tokens`, so that the sliding layers are judged on keys their window no longer
@@ -185,12 +185,12 @@ fn read_json(path: &Path) -> Result<serde_json::Value, InferError> {
     serde_json::from_str(&text).map_err(|e| InferError::Unreadable { path: path.into(), why: format!("not JSON: {e}") })
 }
 
-/// `key` from the text config (`text_config.key`, else `key`).
 /// The text model's sliding window (`sliding_window`; 0 where the config has none).
 fn sliding_window(config: &serde_json::Value) -> usize {
     text_field(config, "sliding_window").and_then(|v| v.as_u64()).unwrap_or(0) as usize
 }
 
+/// `key` from the text config (`text_config.key`, else `key`).
 fn text_field<'a>(config: &'a serde_json::Value, key: &str) -> Option<&'a serde_json::Value> {
     config.get("text_config").and_then(|t| t.get(key)).or_else(|| config.get(key))
 }

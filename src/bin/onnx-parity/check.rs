@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context;
-use onnx_parity::case::infer::{infer, CheckRequest, Prompt};
+use onnx_parity::case::infer::{infer, CheckRequest, Prompt, PAST_THE_WINDOW};
 use onnx_parity::case::Level;
 
 use super::{parse_level, run, ReportFiles};
@@ -120,16 +120,16 @@ fn short_of_the_window(case: &std::path::Path, window: usize, new_tokens: usize)
     if n > window {
         return;
     }
-    // The last decode step attends from position n + new_tokens − 2 (the last token is not fed).
-    let last = n + new_tokens.saturating_sub(1);
-    let steps = if last > window {
-        format!("only the decode steps at positions {window} to {} pass it", last - 1)
+    // The last decode step is fed at position n + new_tokens − 2 (the last new token is not fed).
+    let last = (n + new_tokens).saturating_sub(2);
+    let steps = if last >= window {
+        format!("only the decode steps at positions {window} to {last} pass it")
     } else {
         "so do the decode steps".to_string()
     };
     println!(
         "not inferred: whether the sliding window is right: the prompt is {n} tokens, within the window of {window}, so the \
          prefill's sliding layers are judged as full-attention ones; {steps} (a longer prompt, or `--tokens {}`, judges the window)",
-        window + 64
+        window + PAST_THE_WINDOW
     );
 }

@@ -65,7 +65,6 @@ pub(super) fn describe(
     weights: &[QuantizedWeight],
     path: &Path,
 ) -> Result<(), QuantizedError> {
-    let dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
     for w in weights {
         // The node the dequantization finds by name: the first of that name.
         let node = graph.nodes.iter().find(|n| n.name == w.node);
@@ -78,7 +77,7 @@ pub(super) fn describe(
         }
         for name in names {
             if let Some(t) = graph.init(name) {
-                let stored = stored_bytes(t, &dir, path)?;
+                let stored = stored_bytes(t, path)?;
                 out.initializers.insert(format!("{role}/{name}"), (format!("type {} dims {:?}", t.data_type, t.dims), stored));
             }
         }
@@ -86,11 +85,13 @@ pub(super) fn describe(
     Ok(())
 }
 
-/// Where `t`'s bytes are: its inline data fields' digest, or its range of an external file.
-fn stored_bytes(t: &PayloadTensor, dir: &Path, path: &Path) -> Result<StoredBytes, QuantizedError> {
+/// Where `t`, an initializer of the graph at `path`, has its bytes: its inline data fields'
+/// digest, or its range of an external file (beside the graph).
+fn stored_bytes(t: &PayloadTensor, path: &Path) -> Result<StoredBytes, QuantizedError> {
     if t.data_location == 1 {
         let (location, offset, length) = super::external::location(t, path)?;
-        return Ok(StoredBytes::External { file: dir.join(location), location: location.to_string(), offset, length: length as u64 });
+        let file = path.parent().unwrap_or(Path::new("")).join(location);
+        return Ok(StoredBytes::External { file, location: location.to_string(), offset, length: length as u64 });
     }
     let mut h = Xxh3::new();
     // Each field with its length, so two fields cannot run into each other.
